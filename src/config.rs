@@ -1,0 +1,549 @@
+//! `proxy.toml`: the schema, its defaults (all in this file) and validation.
+//!
+//! Shape (see `../shared/design.md`, "Contracts"):
+//!
+//! ```toml
+//! [server]   # listen, timeouts, max_rewrite_bytes, dry_run, client_token, ca_file
+//! [state]    # SQLite path, retention
+//! [images]   # eviction ceilings and downscale budget; overridable per route
+//! [reasoning]
+//! [[routes]] # name, prefix, upstream, dialect?, provider?, [routes.images]
+//! ```
+//!
+//! An unknown key or a wrong type is an error that names the key and its line (the `toml`
+//! crate's span-aware messages). An out-of-range value is clamped and a warning is returned
+//! from [`Config::load`] so the caller can log it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown key or a wrong type; the message names the key and line.
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// The file parsed but a value is unusable (bad URL, duplicate prefix, ...).
+    #[error("invalid config file {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The whole `proxy.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub state: StateConfig,
+    pub images: ImagesConfig,
+    pub reasoning: ReasoningConfig,
+    pub routes: Vec<RouteConfig>,
+}
+
+/// `[server]`: the listener, timeouts and body limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on. Default `127.0.0.1:8787`.
+    pub listen: SocketAddr,
+    /// Request bodies up to this many bytes are read for the rewrite passes; larger ones are
+    /// streamed upstream untouched. Default 64 MiB (twice Anthropic's 32 MB request limit).
+    pub max_rewrite_bytes: u64,
+    /// TCP + TLS connect timeout to the upstream, ms. Default 10000.
+    pub connect_timeout_ms: u64,
+    /// Time from sending the request to the upstream's response headers, ms. Default 600000:
+    /// non-streaming generations can take minutes.
+    pub first_byte_timeout_ms: u64,
+    /// Longest pause between two response body chunks, ms. Default 300000.
+    pub idle_timeout_ms: u64,
+    /// How long in-flight requests may run after SIGINT/SIGTERM, ms. Default 30000.
+    pub shutdown_grace_ms: u64,
+    /// Log what the passes would change but forward the original bytes. Default false.
+    pub dry_run: bool,
+    /// When set, clients must send `x-cachekeeper-token: <value>`; the header never leaves
+    /// the proxy. Default unset.
+    pub client_token: Option<String>,
+    /// Extra PEM CA bundle for upstream TLS, on top of the native roots. Relative paths are
+    /// resolved against the config file's folder.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            max_rewrite_bytes: 64 * 1024 * 1024,
+            connect_timeout_ms: 10_000,
+            first_byte_timeout_ms: 600_000,
+            idle_timeout_ms: 300_000,
+            shutdown_grace_ms: 30_000,
+            dry_run: false,
+            client_token: None,
+            ca_file: None,
+        }
+    }
+}
+
+/// `[state]`: the SQLite store (verdicts, carriers, usage).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// SQLite file, relative to the config file's folder. Default `cachekeeper.db`.
+    pub path: PathBuf,
+    /// Rows older than this many days are deleted. Default 30.
+    pub retention_days: u32,
+    /// Upper bound for the database file, bytes. Default 1 GiB.
+    pub max_bytes: u64,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        Self {
+            path: PathBuf::from("cachekeeper.db"),
+            retention_days: 30,
+            max_bytes: 1024 * 1024 * 1024,
+        }
+    }
+}
+
+/// `[images]` (and `[routes.images]`): eviction ceilings and the downscale budget.
+///
+/// The defaults are Anthropic's documented limits and the constants of the Hermes agent's
+/// eviction policy (`../shared/hermes-reference.md` §1.1).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImagesConfig {
+    /// Image-block ceiling when any image may be over 2000 px. Default 20: above 20 images
+    /// Anthropic holds every image to 2000 px per side.
+    pub max_blocks: usize,
+    /// Image-block ceiling when every image is known from its header to be ≤ 2000 px.
+    /// Default 100 (Anthropic's per-request count on 200K-context models).
+    pub max_blocks_small: usize,
+    /// Ceiling on the summed length of all base64 / data-URL strings, bytes. Default
+    /// 24,000,000: headroom under Anthropic's 32 MB request limit.
+    pub max_bytes: u64,
+    /// Carriers retired per step. Default 8.
+    pub evict_batch: usize,
+    /// Newest carriers protected when uploads alone break the block ceiling. Default 3.
+    pub evict_floor: usize,
+    /// Agent images whose base64 / data-URL string is longer than this are downscaled,
+    /// bytes. Default 262144; clamped to 64 KiB … 4 MiB.
+    pub embed_target_bytes: u64,
+    /// Longest side of a downscaled agent image, px. Default 1568 (Anthropic's native
+    /// resolution).
+    pub max_dimension: u32,
+    /// Hard per-image limit on the base64 length, bytes. Default 5,000,000 (Anthropic's
+    /// 5 MB on Bedrock / Vertex, with headroom).
+    pub max_image_bytes: u64,
+    /// Occurrences of one image allowed per request; 0 = unlimited. Default 0.
+    pub max_calls_per_image: u32,
+    /// OpenAI Chat: a user message right after tool messages holding only images and short
+    /// text is the agent's (a carrier). Default true.
+    pub agent_images_in_user_turns: bool,
+    /// Memory for cached transcodes, bytes. Default 256 MiB.
+    pub transcode_cache_bytes: u64,
+}
+
+/// Lower clamp of `embed_target_bytes` (64 KiB).
+pub const EMBED_TARGET_MIN: u64 = 64 * 1024;
+/// Upper clamp of `embed_target_bytes` (4 MiB).
+pub const EMBED_TARGET_MAX: u64 = 4 * 1024 * 1024;
+
+impl Default for ImagesConfig {
+    fn default() -> Self {
+        Self {
+            max_blocks: 20,
+            max_blocks_small: 100,
+            max_bytes: 24_000_000,
+            evict_batch: 8,
+            evict_floor: 3,
+            embed_target_bytes: 262_144,
+            max_dimension: 1568,
+            max_image_bytes: 5_000_000,
+            max_calls_per_image: 0,
+            agent_images_in_user_turns: true,
+            transcode_cache_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+/// `[routes.images]`: any `[images]` key, overriding the global value for one route.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImagesOverride {
+    pub max_blocks: Option<usize>,
+    pub max_blocks_small: Option<usize>,
+    pub max_bytes: Option<u64>,
+    pub evict_batch: Option<usize>,
+    pub evict_floor: Option<usize>,
+    pub embed_target_bytes: Option<u64>,
+    pub max_dimension: Option<u32>,
+    pub max_image_bytes: Option<u64>,
+    pub max_calls_per_image: Option<u32>,
+    pub agent_images_in_user_turns: Option<bool>,
+    pub transcode_cache_bytes: Option<u64>,
+}
+
+impl ImagesConfig {
+    /// This config with a route's overrides applied.
+    pub fn with_overrides(&self, o: &ImagesOverride) -> ImagesConfig {
+        ImagesConfig {
+            max_blocks: o.max_blocks.unwrap_or(self.max_blocks),
+            max_blocks_small: o.max_blocks_small.unwrap_or(self.max_blocks_small),
+            max_bytes: o.max_bytes.unwrap_or(self.max_bytes),
+            evict_batch: o.evict_batch.unwrap_or(self.evict_batch),
+            evict_floor: o.evict_floor.unwrap_or(self.evict_floor),
+            embed_target_bytes: o.embed_target_bytes.unwrap_or(self.embed_target_bytes),
+            max_dimension: o.max_dimension.unwrap_or(self.max_dimension),
+            max_image_bytes: o.max_image_bytes.unwrap_or(self.max_image_bytes),
+            max_calls_per_image: o.max_calls_per_image.unwrap_or(self.max_calls_per_image),
+            agent_images_in_user_turns: o
+                .agent_images_in_user_turns
+                .unwrap_or(self.agent_images_in_user_turns),
+            transcode_cache_bytes: o.transcode_cache_bytes.unwrap_or(self.transcode_cache_bytes),
+        }
+    }
+
+    /// Clamp out-of-range values; each clamp is described in the returned warnings.
+    fn clamp(&mut self, scope: &str, warnings: &mut Vec<String>) {
+        let clamped = self
+            .embed_target_bytes
+            .clamp(EMBED_TARGET_MIN, EMBED_TARGET_MAX);
+        if clamped != self.embed_target_bytes {
+            warnings.push(format!(
+                "{scope}.embed_target_bytes = {} is outside {EMBED_TARGET_MIN}..={EMBED_TARGET_MAX}; using {clamped}",
+                self.embed_target_bytes
+            ));
+            self.embed_target_bytes = clamped;
+        }
+        if self.evict_batch == 0 {
+            warnings.push(format!("{scope}.evict_batch = 0 is not allowed; using 1"));
+            self.evict_batch = 1;
+        }
+        if self.max_blocks_small < self.max_blocks {
+            warnings.push(format!(
+                "{scope}.max_blocks_small = {} is below max_blocks = {}; using {}",
+                self.max_blocks_small, self.max_blocks, self.max_blocks
+            ));
+            self.max_blocks_small = self.max_blocks;
+        }
+        if self.max_dimension < 64 {
+            warnings.push(format!(
+                "{scope}.max_dimension = {} is below 64 px; using 64",
+                self.max_dimension
+            ));
+            self.max_dimension = 64;
+        }
+    }
+}
+
+/// `[reasoning]`: what may be learned as unknown and dropped.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReasoningConfig {
+    /// Top-level request parameters that may be learned as unknown from a provider's 4xx
+    /// and then omitted for that (host, model).
+    pub droppable_params: Vec<String>,
+}
+
+impl Default for ReasoningConfig {
+    fn default() -> Self {
+        Self {
+            droppable_params: [
+                "reasoning_effort",
+                "stream_options",
+                "parallel_tool_calls",
+                "prompt_cache_key",
+                "store",
+                "metadata",
+                "service_tier",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+        }
+    }
+}
+
+/// A request body's wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dialect {
+    /// Anthropic Messages (`/v1/messages`).
+    Anthropic,
+    /// OpenAI Chat Completions (`/chat/completions`).
+    Openai,
+    /// OpenAI Responses (`/responses`).
+    OpenaiResponses,
+    /// Gemini `generateContent` / `streamGenerateContent`.
+    Gemini,
+}
+
+impl Dialect {
+    /// The name used in config and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Anthropic => "anthropic",
+            Dialect::Openai => "openai",
+            Dialect::OpenaiResponses => "openai-responses",
+            Dialect::Gemini => "gemini",
+        }
+    }
+}
+
+/// Built-in provider profiles a route's `provider` key may name.
+pub const PROVIDER_PROFILES: &[&str] = &[
+    "anthropic",
+    "openai",
+    "openrouter",
+    "gemini",
+    "deepseek",
+    "kimi",
+    "mimo",
+    "zai",
+    "dashscope",
+    "mistral",
+    "groq",
+    "cerebras",
+    "sambanova",
+    "fireworks",
+    "novita",
+    "minimax",
+    "ollama",
+    "local",
+];
+
+/// Opt-in cache breakpoint placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheBreakpoints {
+    #[default]
+    Off,
+    Auto,
+}
+
+/// One `[[routes]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Name used in logs.
+    pub name: String,
+    /// Path prefix, e.g. `/anthropic`. Longest prefix wins.
+    pub prefix: String,
+    /// Upstream base URL (`https://` or `http://`); the rest of the path is appended.
+    pub upstream: String,
+    /// Pin the dialect; default: from the request path.
+    #[serde(default)]
+    pub dialect: Option<Dialect>,
+    /// A built-in provider profile ([`PROVIDER_PROFILES`]); default: from the upstream host.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// Override the profile's reasoning carrier set.
+    #[serde(default)]
+    pub carriers: Option<Vec<String>>,
+    /// Ask for usage in streams where the provider needs it.
+    #[serde(default)]
+    pub usage_in_streams: Option<bool>,
+    /// Cache breakpoint placement (`"off"` or `"auto"`).
+    #[serde(default)]
+    pub cache_breakpoints: CacheBreakpoints,
+    /// Per-route dry run; default: `[server] dry_run`.
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+    /// Per-route `[images]` overrides.
+    #[serde(default)]
+    pub images: ImagesOverride,
+}
+
+/// A loaded, validated config plus the warnings produced by clamping.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    /// Folder of the config file; relative paths in the config resolve against it.
+    pub base_dir: PathBuf,
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// Read, parse and validate a config file.
+    ///
+    /// Errors: [`ConfigError::Read`] when the file cannot be read, [`ConfigError::Parse`] for
+    /// syntax, unknown keys and wrong types, [`ConfigError::Invalid`] for unusable values.
+    pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base_dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let (config, warnings) = Self::from_toml(&text).map_err(|e| match e {
+            FromTomlError::Parse(message) => ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            FromTomlError::Invalid(message) => ConfigError::Invalid {
+                path: path.to_owned(),
+                message,
+            },
+        })?;
+        Ok(Loaded {
+            config,
+            base_dir,
+            warnings,
+        })
+    }
+
+    /// Parse and validate TOML text; returns the config and clamp warnings.
+    pub fn from_toml(text: &str) -> Result<(Config, Vec<String>), FromTomlError> {
+        let mut config: Config =
+            toml::from_str(text).map_err(|e| FromTomlError::Parse(e.to_string()))?;
+        let mut warnings = Vec::new();
+        config.validate(&mut warnings)?;
+        Ok((config, warnings))
+    }
+
+    fn validate(&mut self, warnings: &mut Vec<String>) -> Result<(), FromTomlError> {
+        let invalid = |m: String| Err(FromTomlError::Invalid(m));
+        self.images.clamp("images", warnings);
+        let mut seen = std::collections::HashSet::new();
+        for (i, r) in self.routes.iter().enumerate() {
+            let at = format!("routes[{i}] (name = {:?})", r.name);
+            if !r.prefix.starts_with('/') {
+                return invalid(format!("{at}: prefix {:?} must start with '/'", r.prefix));
+            }
+            if !seen.insert(r.prefix.trim_end_matches('/').to_owned()) {
+                return invalid(format!("{at}: prefix {:?} is used twice", r.prefix));
+            }
+            match r.upstream.parse::<http::Uri>() {
+                Ok(u)
+                    if matches!(u.scheme_str(), Some("http") | Some("https"))
+                        && u.host().is_some()
+                        && u.query().is_none() => {}
+                _ => {
+                    return invalid(format!(
+                        "{at}: upstream {:?} must be an http:// or https:// base URL without a query",
+                        r.upstream
+                    ))
+                }
+            }
+            if let Some(p) = &r.provider {
+                if !PROVIDER_PROFILES.contains(&p.as_str()) {
+                    return invalid(format!(
+                        "{at}: unknown provider {p:?}; known: {}",
+                        PROVIDER_PROFILES.join(", ")
+                    ));
+                }
+            }
+            let mut eff = self.images.with_overrides(&r.images);
+            eff.clamp(&format!("{at}.images"), warnings);
+        }
+        Ok(())
+    }
+
+    /// The effective `[images]` settings for a route (global values, route overrides,
+    /// clamped).
+    pub fn route_images(&self, route: &RouteConfig) -> ImagesConfig {
+        let mut eff = self.images.with_overrides(&route.images);
+        eff.clamp("", &mut Vec::new());
+        eff
+    }
+}
+
+/// Error of [`Config::from_toml`].
+#[derive(Debug, thiserror::Error)]
+pub enum FromTomlError {
+    #[error("{0}")]
+    Parse(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[[routes]]
+name = "anthropic"
+prefix = "/anthropic"
+upstream = "https://api.anthropic.com"
+"#;
+
+    #[test]
+    fn defaults_are_the_documented_values() {
+        let (c, w) = Config::from_toml(MINIMAL).unwrap();
+        assert!(w.is_empty());
+        assert_eq!(c.server.listen.to_string(), "127.0.0.1:8787");
+        assert_eq!(c.server.max_rewrite_bytes, 67_108_864);
+        assert_eq!(c.images.max_blocks, 20);
+        assert_eq!(c.images.max_blocks_small, 100);
+        assert_eq!(c.images.max_bytes, 24_000_000);
+        assert_eq!(c.images.evict_batch, 8);
+        assert_eq!(c.images.evict_floor, 3);
+        assert_eq!(c.images.embed_target_bytes, 262_144);
+        assert_eq!(c.routes.len(), 1);
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_naming_key_and_line() {
+        let text = format!("{MINIMAL}\n[images]\nmax_blokcs = 3\n");
+        let err = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(err.contains("max_blokcs"), "{err}");
+        assert!(err.contains("line 7"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_an_error_naming_key() {
+        let text = format!("{MINIMAL}\n[server]\nidle_timeout_ms = \"soon\"\n");
+        let err = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(err.contains("idle_timeout_ms"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_budget_is_clamped_with_a_warning() {
+        let text = format!("{MINIMAL}\n[images]\nembed_target_bytes = 10\n");
+        let (c, w) = Config::from_toml(&text).unwrap();
+        assert_eq!(c.images.embed_target_bytes, EMBED_TARGET_MIN);
+        assert_eq!(w.len(), 1, "{w:?}");
+    }
+
+    #[test]
+    fn route_overrides_apply() {
+        let text = format!("{MINIMAL}[routes.images]\nmax_blocks = 5\n");
+        let (c, _) = Config::from_toml(&text).unwrap();
+        let eff = c.route_images(&c.routes[0]);
+        assert_eq!(eff.max_blocks, 5);
+        assert_eq!(eff.max_bytes, 24_000_000);
+    }
+
+    #[test]
+    fn bad_routes_are_rejected() {
+        for bad in [
+            "[[routes]]\nname='a'\nprefix='x'\nupstream='https://a.com'\n",
+            "[[routes]]\nname='a'\nprefix='/x'\nupstream='ftp://a.com'\n",
+            "[[routes]]\nname='a'\nprefix='/x'\nupstream='https://a.com'\nprovider='nope'\n",
+            "[[routes]]\nname='a'\nprefix='/x'\nupstream='https://a.com'\n[[routes]]\nname='b'\nprefix='/x/'\nupstream='https://b.com'\n",
+            "[[routes]]\nname='a'\nprefix='/x'\n",
+        ] {
+            assert!(Config::from_toml(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn shipped_proxy_toml_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("proxy.toml");
+        let loaded = Config::load(&path).unwrap();
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        assert!(loaded.config.routes.len() >= 8);
+    }
+}
