@@ -4,4 +4,8 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod dialect;
+pub mod images;
+pub mod json_edit;
 pub mod rewrite;
+pub mod texts;

@@ -1,0 +1,1 @@
+//! One module per wire format: where images, assistant turns and usage live in its JSON.

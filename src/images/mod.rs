@@ -1,0 +1,1 @@
+//! Images: where they are counted, probed and retired.
