@@ -9,6 +9,8 @@
 //!   (not JSON, `messages` of the wrong type, ...): the server forwards the original bytes.
 
 use crate::config::{Dialect, ImagesConfig};
+use crate::images::policy::Limits;
+use crate::{dialect, images, json_edit};
 
 /// What the request passes saw and did; goes into the request's log line and the
 /// `x-cachekeeper-rewrites` response header.
@@ -53,10 +55,54 @@ pub enum RewriteError {
 }
 
 /// Run every request pass for the dialect on `body`.
+///
+/// Today that is batch image eviction (design.md pass 4) for Anthropic Messages and OpenAI
+/// Chat; OpenAI Responses and Gemini bodies are validated and their `model` read, but nothing is
+/// rewritten yet. Edits are spliced into the original bytes, so everything a pass does not
+/// rewrite stays byte-identical.
 pub fn rewrite_request(
     ctx: &RewriteContext<'_>,
     body: &[u8],
 ) -> Result<RewriteOutcome, RewriteError> {
-    let _ = (ctx, body);
-    Ok(RewriteOutcome::default())
+    let (model, inventory) = match ctx.dialect {
+        Dialect::Anthropic => dialect::anthropic::inventory(body)?,
+        Dialect::Openai => {
+            dialect::openai::inventory(body, ctx.images.agent_images_in_user_turns)?
+        }
+        Dialect::OpenaiResponses | Dialect::Gemini => {
+            let model = dialect::model_only(body, ctx.dialect.as_str())?;
+            return Ok(RewriteOutcome {
+                body: None,
+                report: RewriteReport {
+                    model,
+                    ..RewriteReport::default()
+                },
+            });
+        }
+    };
+    let images_seen = inventory.images_seen;
+    let eviction = images::evict(inventory, &Limits::from(ctx.images));
+    let mut report = RewriteReport {
+        model,
+        images_seen,
+        images_retired: eviction.images_retired,
+        carriers_retired: eviction.carriers_retired,
+        reasons: eviction.reasons,
+    };
+    if eviction.edits.is_empty() {
+        return Ok(RewriteOutcome { body: None, report });
+    }
+    match json_edit::splice(body, eviction.edits) {
+        Ok(new_body) => Ok(RewriteOutcome {
+            body: Some(new_body),
+            report,
+        }),
+        Err(e) => {
+            // Cannot happen for spans taken from one parse; forward the original if it does.
+            report.images_retired = 0;
+            report.carriers_retired = 0;
+            report.reasons = vec![format!("eviction skipped: {e}")];
+            Ok(RewriteOutcome { body: None, report })
+        }
+    }
 }

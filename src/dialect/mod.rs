@@ -1,1 +1,191 @@
 //! One module per wire format: where images, assistant turns and usage live in its JSON.
+//!
+//! Bodies are read with a skimming parse: `serde_json` into borrowed structs whose leaves are
+//! `&RawValue` slices of the original text, so byte ranges of the original can be computed
+//! ([`crate::json_edit::span_of`]) and edits spliced in without re-serializing anything. Fields
+//! a module does not name are skipped (but still validated) and always preserved.
+
+pub mod anthropic;
+pub mod openai;
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::rewrite::RewriteError;
+
+/// A body's top level, for dialects whose images are not handled yet: only `model` is read.
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
+}
+
+/// Validate `body` as a JSON object and return its `model` string, if any. For dialects
+/// without image passes yet (OpenAI Responses, Gemini).
+pub fn model_only(body: &[u8], dialect: &'static str) -> Result<Option<String>, RewriteError> {
+    let (_, head): (_, Head<'_>) = parse_body(body, dialect)?;
+    Ok(string_value(head.model))
+}
+
+/// Parse `body` as a JSON object into `T`, borrowing from it. Returns the body as `&str` too
+/// (the base of every span).
+///
+/// Errors: invalid UTF-8 or JSON ⇒ [`RewriteError::NotJson`]; valid JSON that is not an object
+/// or whose named fields have the wrong type ⇒ [`RewriteError::Shape`].
+pub(crate) fn parse_body<'a, T: Deserialize<'a>>(
+    body: &'a [u8],
+    dialect: &'static str,
+) -> Result<(&'a str, T), RewriteError> {
+    let text = std::str::from_utf8(body).map_err(|e| RewriteError::NotJson(e.to_string()))?;
+    let first = text.bytes().find(|b| !b.is_ascii_whitespace());
+    if first != Some(b'{') {
+        return Err(match serde_json::from_str::<IgnoredAny>(text) {
+            Err(e) => RewriteError::NotJson(e.to_string()),
+            Ok(_) => RewriteError::Shape {
+                dialect,
+                detail: "the body is not a JSON object".to_owned(),
+            },
+        });
+    }
+    match serde_json::from_str::<T>(text) {
+        Ok(v) => Ok((text, v)),
+        Err(e) if e.classify() == serde_json::error::Category::Data => {
+            // A type mismatch may hide a syntax error later in the body: report that first.
+            match serde_json::from_str::<IgnoredAny>(text) {
+                Err(syntax) => Err(RewriteError::NotJson(syntax.to_string())),
+                Ok(_) => Err(RewriteError::Shape {
+                    dialect,
+                    detail: e.to_string(),
+                }),
+            }
+        }
+        Err(e) => Err(RewriteError::NotJson(e.to_string())),
+    }
+}
+
+/// The text between the quotes of a raw JSON string (escapes left as sent); `None` when `raw`
+/// is not a string.
+pub(crate) fn raw_str(raw: &RawValue) -> Option<&str> {
+    raw.get()
+        .strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'))
+}
+
+/// True when `raw` is the JSON string `s` (written without escapes).
+pub(crate) fn raw_is(raw: Option<&RawValue>, s: &str) -> bool {
+    raw.and_then(raw_str) == Some(s)
+}
+
+/// The decoded value of a raw JSON string; `None` when absent or not a string.
+pub(crate) fn string_value(raw: Option<&RawValue>) -> Option<String> {
+    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+}
+
+/// A `content` field: `Some(elements)` when it is an array (each element kept raw), `None`
+/// for a string, `null` or anything else. Never fails on the value's type.
+#[derive(Debug, Default)]
+pub(crate) struct Items<'a>(pub Option<Vec<&'a RawValue>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Items<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ItemsVisitor(PhantomData))
+    }
+}
+
+struct ItemsVisitor<'a>(PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for ItemsVisitor<'a> {
+    type Value = Items<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(item) = seq.next_element::<&'de RawValue>()? {
+            items.push(item);
+        }
+        Ok(Items(Some(items)))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Items(None))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Items(None))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Items(None))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Items(None))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Items(None))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Items(None))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Items(None))
+    }
+}
+
+/// Build the replacement of a retired image: a text block with the fixed sentence, carrying
+/// `extra` (a raw `"key":value` member the image had, e.g. its `cache_control`) when given.
+pub(crate) fn retired_text_block(extra: Option<(&str, &RawValue)>) -> Vec<u8> {
+    let mut out = String::with_capacity(128);
+    out.push_str("{\"type\":\"text\",\"text\":");
+    out.push_str(crate::texts::RETIRED_IMAGE_JSON);
+    if let Some((key, value)) = extra {
+        out.push_str(",\"");
+        out.push_str(key);
+        out.push_str("\":");
+        out.push_str(value.get());
+    }
+    out.push('}');
+    out.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_errors_are_classified() {
+        let r: Result<(&str, Head<'_>), _> = parse_body(b"{\"model\": \"x\"", "t");
+        assert!(matches!(r, Err(RewriteError::NotJson(_))));
+        let r: Result<(&str, Head<'_>), _> = parse_body(b"[1,2]", "t");
+        assert!(matches!(r, Err(RewriteError::Shape { .. })));
+        let r: Result<(&str, Head<'_>), _> = parse_body(b"[1,2", "t");
+        assert!(matches!(r, Err(RewriteError::NotJson(_))));
+        let r: Result<(&str, Head<'_>), _> = parse_body(b"\xff{}", "t");
+        assert!(matches!(r, Err(RewriteError::NotJson(_))));
+        let r: Result<(&str, Head<'_>), _> = parse_body(b"", "t");
+        assert!(matches!(r, Err(RewriteError::NotJson(_))));
+    }
+
+    #[test]
+    fn model_only_reads_the_model() {
+        assert_eq!(
+            model_only(br#"{"model":"gpt-5","input":[1]}"#, "t").unwrap(),
+            Some("gpt-5".to_owned())
+        );
+        assert_eq!(model_only(br#"{"contents":[]}"#, "t").unwrap(), None);
+        assert_eq!(model_only(br#"{"model":7}"#, "t").unwrap(), None);
+    }
+
+    #[test]
+    fn items_never_fail() {
+        for v in ["1", "\"s\"", "null", "true", "{\"a\":[1]}", "2.5", "-3"] {
+            let items: Items<'_> = serde_json::from_str(v).unwrap();
+            assert!(items.0.is_none(), "{v}");
+        }
+        let items: Items<'_> = serde_json::from_str("[1, {\"a\":2}]").unwrap();
+        let got: Vec<&str> = items.0.unwrap().iter().map(|r| r.get()).collect();
+        assert_eq!(got, vec!["1", "{\"a\":2}"]);
+    }
+}

@@ -1,0 +1,305 @@
+//! OpenAI Chat Completions (`/chat/completions`): where images live.
+//!
+//! - Image parts: `{"type":"image_url","image_url":{"url":…}}` (or `image_url` as a bare
+//!   string, as some clients send; `input_image` parts are read the same way). Bytes = length
+//!   of the URL / data-URL string as sent. (See `../shared/wire-formats.md` §3.1–3.2.)
+//! - Carriers: `role: "tool"` messages with image parts, and — when
+//!   `agent_images_in_user_turns` is on — a `user` message right after a `tool` message whose
+//!   parts are only images and at most [`SHORT_TEXT_CHARS`] of text (OpenAI rejects images in
+//!   tool messages, so agents put screenshots there). A message carrier is retired as one unit:
+//!   it keeps its `tool_call_id` and text parts; each image part becomes a text part with
+//!   [`crate::texts::RETIRED_IMAGE`].
+//! - Every other image part is reserved (an upload): counted, never rewritten.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::{parse_body, raw_is, raw_str, retired_text_block, string_value, Items};
+use crate::images::{Carrier, Inventory};
+use crate::json_edit::{span_of, Edit};
+use crate::rewrite::RewriteError;
+
+const DIALECT: &str = "openai";
+
+/// Most text (summed `text` lengths of the text parts, as sent, in bytes) a user message may
+/// hold and still count as the agent's image turn under `agent_images_in_user_turns`. 200 is
+/// enough for a caption like "Screenshot after clicking Save (1568x882)", and short enough that
+/// a real question from the user makes the message an upload.
+pub const SHORT_TEXT_CHARS: usize = 200;
+
+#[derive(serde::Deserialize)]
+struct Body<'a> {
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    messages: Option<Vec<Message<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    role: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_call_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    content: Option<Items<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Part<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    image_url: Option<ImageUrl<'a>>,
+    #[serde(borrow, default)]
+    prompt_cache_breakpoint: Option<&'a RawValue>,
+}
+
+/// `image_url`: an object's `url` (raw), a bare string, or something unreadable.
+enum ImageUrl<'a> {
+    Raw(&'a RawValue),
+    Str(Cow<'a, str>),
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ImageUrl<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ImageUrlVisitor(PhantomData))
+    }
+}
+
+struct ImageUrlVisitor<'a>(PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for ImageUrlVisitor<'a> {
+    type Value = ImageUrl<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an image_url object or string")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
+        Ok(ImageUrl::Str(Cow::Borrowed(s)))
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(ImageUrl::Str(Cow::Owned(s.to_owned())))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut url = None;
+        while let Some(key) = map.next_key::<KeyIsUrl>()? {
+            if key.0 && url.is_none() {
+                url = Some(map.next_value::<&'de RawValue>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(url.map_or(ImageUrl::Other, ImageUrl::Raw))
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(ImageUrl::Other)
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(ImageUrl::Other)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(ImageUrl::Other)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(ImageUrl::Other)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(ImageUrl::Other)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(ImageUrl::Other)
+    }
+}
+
+/// A map key: whether it is `url`.
+struct KeyIsUrl(bool);
+
+impl<'de> Deserialize<'de> for KeyIsUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = KeyIsUrl;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<KeyIsUrl, E> {
+                Ok(KeyIsUrl(s == "url"))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// One image part found in a message.
+struct ImagePart<'a> {
+    raw: &'a RawValue,
+    bytes: u64,
+    breakpoint: Option<&'a RawValue>,
+}
+
+/// Walk an OpenAI Chat body: its `model` and every image in it.
+pub fn inventory(
+    body: &[u8],
+    agent_images_in_user_turns: bool,
+) -> Result<(Option<String>, Inventory), RewriteError> {
+    let (text, parsed): (&str, Body<'_>) = parse_body(body, DIALECT)?;
+    let model = string_value(parsed.model);
+    let mut inv = Inventory::default();
+    let mut after_tool = false;
+    for (mi, message) in parsed.messages.unwrap_or_default().iter().enumerate() {
+        let is_tool = raw_is(message.role, "tool");
+        let is_user = raw_is(message.role, "user");
+        let was_after_tool = after_tool;
+        after_tool = is_tool;
+        let Some(Items(Some(parts))) = &message.content else {
+            continue;
+        };
+        let mut images = Vec::new();
+        let mut only_images_and_text = true;
+        let mut text_len = 0usize;
+        for raw in parts {
+            let Ok(part) = serde_json::from_str::<Part<'_>>(raw.get()) else {
+                only_images_and_text = false;
+                continue;
+            };
+            if raw_is(part.kind, "image_url") || raw_is(part.kind, "input_image") {
+                let (bytes, probe): (u64, Option<&str>) = match &part.image_url {
+                    Some(ImageUrl::Raw(r)) => match raw_str(r) {
+                        Some(s) => (s.len() as u64, Some(s)),
+                        None => (r.get().len() as u64, None),
+                    },
+                    Some(ImageUrl::Str(s)) => (s.len() as u64, Some(s)),
+                    Some(ImageUrl::Other) | None => (0, None),
+                };
+                inv.observe(bytes, probe);
+                images.push(ImagePart {
+                    raw,
+                    bytes,
+                    breakpoint: part.prompt_cache_breakpoint,
+                });
+            } else if raw_is(part.kind, "text") {
+                text_len += part.text.map_or(0, |t| raw_str(t).map_or(t.get().len(), str::len));
+            } else {
+                only_images_and_text = false;
+            }
+        }
+        if images.is_empty() {
+            continue;
+        }
+        let label = if is_tool {
+            Some(
+                string_value(message.tool_call_id)
+                    .map_or_else(|| "tool message".to_owned(), |id| format!("tool_call_id {id}")),
+            )
+        } else if is_user
+            && agent_images_in_user_turns
+            && was_after_tool
+            && only_images_and_text
+            && text_len <= SHORT_TEXT_CHARS
+        {
+            Some("user turn after tool messages".to_owned())
+        } else {
+            None
+        };
+        let Some(label) = label else {
+            for image in &images {
+                inv.reserve(image.bytes);
+            }
+            continue;
+        };
+        let mut carrier = Carrier {
+            path: format!("messages[{mi}]"),
+            label: Some(label),
+            blocks: images.len(),
+            bytes: 0,
+            edits: Vec::with_capacity(images.len()),
+        };
+        for image in images {
+            carrier.bytes = carrier.bytes.saturating_add(image.bytes);
+            let range = span_of(text, image.raw.get()).ok_or_else(|| RewriteError::Shape {
+                dialect: DIALECT,
+                detail: "internal: a part does not point into the body".to_owned(),
+            })?;
+            carrier.edits.push(Edit {
+                range,
+                replacement: retired_text_block(
+                    image.breakpoint.map(|b| ("prompt_cache_breakpoint", b)),
+                ),
+            });
+        }
+        inv.carriers.push(carrier);
+    }
+    Ok((model, inv))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IMG: &str = r#"{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"high"}}"#;
+
+    fn body(messages: &[String]) -> Vec<u8> {
+        format!(r#"{{"model":"gpt-x","messages":[{}]}}"#, messages.join(",")).into_bytes()
+    }
+
+    #[test]
+    fn tool_messages_are_carriers_uploads_reserved() {
+        let b = body(&[
+            format!(r#"{{"role":"user","content":[{{"type":"text","text":"look"}},{IMG}]}}"#),
+            r#"{"role":"assistant","content":null,"tool_calls":[]}"#.to_owned(),
+            format!(r#"{{"role":"tool","tool_call_id":"call_1","content":[{IMG},{IMG}]}}"#),
+        ]);
+        let (model, inv) = inventory(&b, true).unwrap();
+        assert_eq!(model.as_deref(), Some("gpt-x"));
+        assert_eq!(inv.images_seen, 3);
+        assert_eq!(inv.reserved_blocks, 1);
+        assert_eq!(inv.reserved_bytes, 26);
+        assert_eq!(inv.carriers.len(), 1);
+        assert_eq!(inv.carriers[0].blocks, 2);
+        assert_eq!(inv.carriers[0].label.as_deref(), Some("tool_call_id call_1"));
+    }
+
+    #[test]
+    fn user_turn_after_tool_is_a_carrier_only_when_short() {
+        let tool = r#"{"role":"tool","tool_call_id":"c","content":"done"}"#.to_owned();
+        let short = format!(r#"{{"role":"user","content":[{{"type":"text","text":"screenshot"}},{IMG}]}}"#);
+        let long_text = "x".repeat(SHORT_TEXT_CHARS + 1);
+        let long = format!(r#"{{"role":"user","content":[{{"type":"text","text":"{long_text}"}},{IMG}]}}"#);
+        let bare = r#"{"role":"user","content":[{"type":"image_url","image_url":"data:image/png;base64,AAAA"}]}"#.to_owned();
+
+        let (_, inv) = inventory(&body(&[tool.clone(), short.clone()]), true).unwrap();
+        assert_eq!((inv.carriers.len(), inv.reserved_blocks), (1, 0));
+        let (_, inv) = inventory(&body(&[tool.clone(), short.clone()]), false).unwrap();
+        assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
+        let (_, inv) = inventory(&body(&[tool.clone(), long]), true).unwrap();
+        assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
+        let (_, inv) = inventory(&body(&[short.clone()]), true).unwrap();
+        assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
+        let (_, inv) = inventory(&body(&[tool, bare]), true).unwrap();
+        assert_eq!(inv.carriers.len(), 1);
+        assert_eq!(inv.carriers[0].bytes, 26);
+    }
+
+    #[test]
+    fn odd_parts_do_not_fail() {
+        let b = body(&[
+            r#"{"role":"tool","content":[{"type":"image_url","image_url":5},{"type":"image_url"},{"type":3},7]}"#.to_owned(),
+        ]);
+        let (_, inv) = inventory(&b, true).unwrap();
+        assert_eq!(inv.images_seen, 2);
+        assert_eq!(inv.carriers[0].blocks, 2);
+        assert!(matches!(
+            inventory(br#"{"messages":{"role":"user"}}"#, true),
+            Err(RewriteError::Shape { .. })
+        ));
+    }
+}
