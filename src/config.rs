@@ -499,7 +499,7 @@ upstream = "https://api.anthropic.com"
         let text = format!("{MINIMAL}\n[images]\nmax_blokcs = 3\n");
         let err = Config::from_toml(&text).unwrap_err().to_string();
         assert!(err.contains("max_blokcs"), "{err}");
-        assert!(err.contains("line 7"), "{err}");
+        assert!(err.contains("line 8"), "{err}");
     }
 
     #[test]

@@ -1,0 +1,150 @@
+//! Request bodies: a bounded read that never refuses (an oversized body is streamed through
+//! with the part already read), and `content-encoding` decoding for the passes.
+
+use std::io::Read;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use http_body::Frame;
+use http_body_util::{BodyExt, BodyStream, Full, StreamBody};
+use hyper::body::Incoming;
+
+use crate::upstream::{BoxError, UpstreamBody};
+
+/// Result of [`read_bounded`].
+pub enum ReadBody {
+    /// The whole body, at most `limit` bytes.
+    Buffered(Bytes),
+    /// The body is larger than `limit`: what was read so far and the rest, to be streamed
+    /// upstream untouched.
+    TooLarge { head: Vec<Bytes>, rest: Incoming },
+}
+
+/// Read a body up to `limit` bytes. A `content-length` above the limit skips reading
+/// entirely. Errors: the client's stream failed (it went away).
+pub async fn read_bounded(
+    mut body: Incoming,
+    limit: u64,
+    content_length: Option<u64>,
+) -> Result<ReadBody, hyper::Error> {
+    if content_length.is_some_and(|n| n > limit) {
+        return Ok(ReadBody::TooLarge {
+            head: Vec::new(),
+            rest: body,
+        });
+    }
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut total: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame?;
+        if let Ok(data) = frame.into_data() {
+            total += data.len() as u64;
+            chunks.push(data);
+            if total > limit {
+                return Ok(ReadBody::TooLarge {
+                    head: chunks,
+                    rest: body,
+                });
+            }
+        }
+    }
+    Ok(ReadBody::Buffered(concat(chunks, total)))
+}
+
+fn concat(mut chunks: Vec<Bytes>, total: u64) -> Bytes {
+    if chunks.len() == 1 {
+        return chunks.pop().unwrap_or_default();
+    }
+    let mut buf = BytesMut::with_capacity(usize::try_from(total).unwrap_or(0));
+    for c in chunks {
+        buf.extend_from_slice(&c);
+    }
+    buf.freeze()
+}
+
+/// A buffered body for the upstream.
+pub fn full(bytes: Bytes) -> UpstreamBody {
+    Full::new(bytes).map_err(|never| match never {}).boxed_unsync()
+}
+
+/// The client's body streamed upstream as it arrives, after the chunks already read.
+pub fn streamed(head: Vec<Bytes>, rest: Incoming) -> UpstreamBody {
+    let head = futures_util::stream::iter(head.into_iter().map(|b| Ok(Frame::data(b))));
+    let rest = BodyStream::new(rest).map(|r| r.map_err(|e| Box::new(e) as BoxError));
+    StreamBody::new(head.chain(rest)).boxed_unsync()
+}
+
+/// Decode a body by its `content-encoding` (`gzip`, `x-gzip`, `deflate`, `br`, `zstd`;
+/// `identity` or none returns it as is), reading at most `limit` decoded bytes.
+///
+/// `None` when the coding is unknown, the data is corrupt, or the decoded body is larger than
+/// `limit` (a decompression bomb): the caller then forwards the original bytes.
+pub fn decode(encoding: Option<&str>, data: &[u8], limit: u64) -> Option<Vec<u8>> {
+    let enc = encoding.map(|e| e.trim().to_ascii_lowercase());
+    let reader: Box<dyn Read + '_> = match enc.as_deref() {
+        None | Some("") | Some("identity") => return Some(data.to_vec()),
+        Some("gzip") | Some("x-gzip") => Box::new(flate2::read::MultiGzDecoder::new(data)),
+        Some("deflate") => {
+            // HTTP "deflate" is zlib-wrapped; some clients send raw deflate.
+            if data.len() >= 2 && (u16::from(data[0]) << 8 | u16::from(data[1])) % 31 == 0 {
+                Box::new(flate2::read::ZlibDecoder::new(data))
+            } else {
+                Box::new(flate2::read::DeflateDecoder::new(data))
+            }
+        }
+        Some("br") => Box::new(brotli::Decompressor::new(data, 64 * 1024)),
+        Some("zstd") => Box::new(zstd::stream::read::Decoder::new(data).ok()?),
+        Some(_) => return None,
+    };
+    let mut out = Vec::new();
+    let read = reader.take(limit.saturating_add(1)).read_to_end(&mut out);
+    match read {
+        Ok(n) if (n as u64) <= limit => Some(out),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn gzip_roundtrip_and_bomb_limit() {
+        let plain = br#"{"model":"m","messages":[]}"#;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(plain).unwrap();
+        let gz = enc.finish().unwrap();
+        assert_eq!(decode(Some("gzip"), &gz, 1024).unwrap(), plain);
+        assert!(decode(Some("gzip"), &gz, 5).is_none());
+        assert!(decode(Some("gzip"), b"not gzip", 1024).is_none());
+        assert!(decode(Some("compress"), &gz, 1024).is_none());
+        assert_eq!(decode(None, plain, 1024).unwrap(), plain);
+    }
+
+    #[test]
+    fn br_zstd_deflate() {
+        let plain = b"hello hello hello hello";
+        let mut br = Vec::new();
+        {
+            let mut w = brotli::CompressorWriter::new(&mut br, 4096, 5, 22);
+            w.write_all(plain).unwrap();
+        }
+        assert_eq!(decode(Some("br"), &br, 1024).unwrap(), plain);
+        let z = zstd::stream::encode_all(&plain[..], 3).unwrap();
+        assert_eq!(decode(Some("zstd"), &z, 1024).unwrap(), plain);
+        let mut zl = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        zl.write_all(plain).unwrap();
+        assert_eq!(
+            decode(Some("deflate"), &zl.finish().unwrap(), 1024).unwrap(),
+            plain
+        );
+        let mut raw =
+            flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+        raw.write_all(plain).unwrap();
+        assert_eq!(
+            decode(Some("deflate"), &raw.finish().unwrap(), 1024).unwrap(),
+            plain
+        );
+    }
+}

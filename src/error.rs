@@ -1,0 +1,217 @@
+//! The proxy's own failures and their responses in each dialect's error shape.
+//!
+//! Shapes (design.md, "Contracts"; wire-formats.md §1):
+//! - Anthropic: `{"type":"error","error":{"type":…,"message":…}}`
+//! - OpenAI (also when the dialect is unknown): `{"error":{"message":…,"type":…,"code":…}}`
+//! - Gemini: `{"error":{"code":…,"message":…,"status":…}}`
+//!
+//! Every message starts with `cachekeeper:` so a user can tell the proxy's errors from the
+//! provider's.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode};
+
+use crate::config::Dialect;
+
+/// Where an error came from (pingora's error source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorSource {
+    /// The client's request (no route, missing token).
+    Downstream,
+    /// The upstream (refused, timed out, reset).
+    Upstream,
+    /// The proxy itself.
+    Internal,
+}
+
+/// A failure the proxy answers itself.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// No route prefix matches the request path. 404.
+    #[error("cachekeeper: no route for path {path}; configured prefixes: {}", prefixes.join(", "))]
+    NoRoute { path: String, prefixes: Vec<String> },
+    /// `[server] client_token` is set and the request lacks the right `x-cachekeeper-token`.
+    /// 401.
+    #[error("cachekeeper: missing or wrong x-cachekeeper-token header")]
+    BadClientToken,
+    /// Could not connect to the upstream (refused, DNS, TLS). 502.
+    #[error("cachekeeper: cannot reach upstream {upstream}: {detail}")]
+    UpstreamConnect { upstream: String, detail: String },
+    /// The connect attempt took longer than `connect_timeout_ms`. 504.
+    #[error("cachekeeper: connecting to upstream {upstream} timed out after {ms} ms")]
+    ConnectTimeout { upstream: String, ms: u64 },
+    /// No response headers within `first_byte_timeout_ms`. 504.
+    #[error("cachekeeper: upstream {upstream} sent no response within {ms} ms")]
+    FirstByteTimeout { upstream: String, ms: u64 },
+    /// The upstream closed or broke the connection before sending a response. 502.
+    #[error("cachekeeper: upstream {upstream} failed before responding: {detail}")]
+    UpstreamBroken { upstream: String, detail: String },
+    /// Reading the client's request body failed (the client went away). 400.
+    #[error("cachekeeper: could not read the request body: {0}")]
+    ClientBody(String),
+}
+
+impl ProxyError {
+    /// HTTP status of the error response.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::NoRoute { .. } => StatusCode::NOT_FOUND,
+            ProxyError::BadClientToken => StatusCode::UNAUTHORIZED,
+            ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamBroken { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
+            ProxyError::ConnectTimeout { .. } | ProxyError::FirstByteTimeout { .. } => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            ProxyError::ClientBody(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// Where the error came from.
+    pub fn source_kind(&self) -> ErrorSource {
+        match self {
+            ProxyError::NoRoute { .. } | ProxyError::BadClientToken | ProxyError::ClientBody(_) => {
+                ErrorSource::Downstream
+            }
+            _ => ErrorSource::Upstream,
+        }
+    }
+
+    /// Whether the client may usefully retry the same request.
+    pub fn retryable(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::UpstreamConnect { .. }
+                | ProxyError::ConnectTimeout { .. }
+                | ProxyError::FirstByteTimeout { .. }
+                | ProxyError::UpstreamBroken { .. }
+        )
+    }
+
+    /// A short, low-cardinality label for logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ProxyError::NoRoute { .. } => "no_route",
+            ProxyError::BadClientToken => "bad_client_token",
+            ProxyError::UpstreamConnect { .. } => "upstream_connect",
+            ProxyError::ConnectTimeout { .. } => "connect_timeout",
+            ProxyError::FirstByteTimeout { .. } => "first_byte_timeout",
+            ProxyError::UpstreamBroken { .. } => "upstream_broken",
+            ProxyError::ClientBody(_) => "client_body",
+        }
+    }
+
+    /// The error body in the dialect's shape (OpenAI's when `dialect` is `None`).
+    pub fn body(&self, dialect: Option<Dialect>) -> Bytes {
+        let message = self.to_string();
+        let status = self.status();
+        let v = match dialect {
+            Some(Dialect::Anthropic) => serde_json::json!({
+                "type": "error",
+                "error": {"type": anthropic_type(status), "message": message},
+            }),
+            Some(Dialect::Gemini) => serde_json::json!({
+                "error": {"code": status.as_u16(), "message": message, "status": gemini_status(status)},
+            }),
+            Some(Dialect::Openai) | Some(Dialect::OpenaiResponses) | None => serde_json::json!({
+                "error": {"message": message, "type": openai_type(status), "code": self.label()},
+            }),
+        };
+        Bytes::from(v.to_string())
+    }
+
+    /// The full error response.
+    pub fn response<B: From<Bytes>>(&self, dialect: Option<Dialect>) -> Response<B> {
+        let mut resp = Response::new(B::from(self.body(dialect)));
+        *resp.status_mut() = self.status();
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        resp
+    }
+}
+
+fn anthropic_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        404 => "not_found_error",
+        400 => "invalid_request_error",
+        504 => "timeout_error",
+        _ => "api_error",
+    }
+}
+
+fn openai_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 404 => "invalid_request_error",
+        401 => "authentication_error",
+        _ => "server_error",
+    }
+}
+
+fn gemini_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        404 => "NOT_FOUND",
+        504 => "DEADLINE_EXCEEDED",
+        _ => "UNAVAILABLE",
+    }
+}
+
+/// The event that ends a stream the upstream broke mid-way, in the dialect's SSE shape:
+/// Anthropic `event: error` with `api_error`, OpenAI a `data: {"error":…}` event. Gemini
+/// streams are simply closed (`None`).
+pub fn midstream_error_event(dialect: Option<Dialect>, detail: &str) -> Option<Bytes> {
+    let message = format!("cachekeeper: upstream stream broke mid-way: {detail}");
+    match dialect {
+        Some(Dialect::Anthropic) => {
+            let v = serde_json::json!({"type":"error","error":{"type":"api_error","message":message}});
+            Some(Bytes::from(format!("event: error\ndata: {v}\n\n")))
+        }
+        Some(Dialect::Gemini) => None,
+        Some(Dialect::Openai) | Some(Dialect::OpenaiResponses) | None => {
+            let v = serde_json::json!({"error":{"message":message,"type":"server_error","code":"upstream_broken"}});
+            Some(Bytes::from(format!("data: {v}\n\n")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_per_dialect() {
+        let e = ProxyError::NoRoute {
+            path: "/x".into(),
+            prefixes: vec!["/anthropic".into(), "/openai".into()],
+        };
+        let a: serde_json::Value =
+            serde_json::from_slice(&e.body(Some(Dialect::Anthropic))).unwrap();
+        assert_eq!(a["type"], "error");
+        assert_eq!(a["error"]["type"], "not_found_error");
+        let msg = a["error"]["message"].as_str().unwrap();
+        assert!(msg.starts_with("cachekeeper:"));
+        assert!(msg.contains("/anthropic, /openai"));
+        let o: serde_json::Value = serde_json::from_slice(&e.body(None)).unwrap();
+        assert_eq!(o["error"]["code"], "no_route");
+        let g: serde_json::Value = serde_json::from_slice(&e.body(Some(Dialect::Gemini))).unwrap();
+        assert_eq!(g["error"]["code"], 404);
+        assert_eq!(g["error"]["status"], "NOT_FOUND");
+        assert_eq!(e.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn midstream_events() {
+        let a = midstream_error_event(Some(Dialect::Anthropic), "reset").unwrap();
+        let s = std::str::from_utf8(&a).unwrap();
+        assert!(s.starts_with("event: error\ndata: {"));
+        assert!(s.contains("\"api_error\""));
+        assert!(s.ends_with("\n\n"));
+        let o = midstream_error_event(Some(Dialect::Openai), "reset").unwrap();
+        assert!(std::str::from_utf8(&o).unwrap().starts_with("data: {\"error\""));
+        assert!(midstream_error_event(Some(Dialect::Gemini), "reset").is_none());
+    }
+}

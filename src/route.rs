@@ -1,0 +1,291 @@
+//! The route table: which upstream a request path goes to, and which dialect its body speaks.
+//!
+//! Matching: the longest `prefix` wins, on a path-segment boundary (`/openai` matches
+//! `/openai` and `/openai/v1/...`, never `/openaix`). The rest of the path and the query are
+//! appended to the upstream base URL unchanged.
+
+use http::Uri;
+
+use crate::config::{Config, Dialect, ImagesConfig};
+
+/// One configured route, ready for matching.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: String,
+    /// Path prefix without a trailing `/` (`""` for a route on `/`).
+    pub prefix: String,
+    /// `http` or `https`.
+    pub scheme: http::uri::Scheme,
+    /// Host and optional port of the upstream.
+    pub authority: http::uri::Authority,
+    /// Path of the upstream base URL without a trailing `/` (often `""`).
+    pub base_path: String,
+    /// Dialect pinned by config; `None` = from the request path.
+    pub dialect: Option<Dialect>,
+    /// Effective image settings (global `[images]` plus `[routes.images]`).
+    pub images: ImagesConfig,
+    /// Log what the passes would do but forward the original bytes.
+    pub dry_run: bool,
+}
+
+/// What a generation path is, for the passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// Produces a model response (`/v1/messages`, `/chat/completions`, `/responses`,
+    /// `:generateContent`, `:streamGenerateContent`).
+    Generate,
+    /// Counts tokens for a body (`/v1/messages/count_tokens`, `:countTokens`): gets the same
+    /// rewrites so the count matches what would be sent.
+    CountTokens,
+}
+
+/// The route table. Built once from the config.
+#[derive(Debug, Clone)]
+pub struct RouteTable {
+    /// Sorted by prefix length, longest first.
+    routes: Vec<Route>,
+}
+
+/// A request matched to a route.
+#[derive(Debug, Clone)]
+pub struct Matched<'a> {
+    pub route: &'a Route,
+    /// The upstream URI: base URL + rest of the path + query.
+    pub upstream_uri: Uri,
+    /// The path after the prefix (always starts with `/` or is empty).
+    pub rest: String,
+}
+
+impl RouteTable {
+    /// Build the table from a validated config.
+    ///
+    /// Errors: a route's `upstream` that is not an absolute http(s) URL (validation normally
+    /// catches this first).
+    pub fn new(config: &Config) -> Result<Self, String> {
+        let mut routes = Vec::with_capacity(config.routes.len());
+        for r in &config.routes {
+            let uri: Uri = r
+                .upstream
+                .parse()
+                .map_err(|e| format!("route {:?}: upstream {:?}: {e}", r.name, r.upstream))?;
+            let (Some(scheme), Some(authority)) = (uri.scheme().cloned(), uri.authority().cloned())
+            else {
+                return Err(format!(
+                    "route {:?}: upstream {:?} is not an absolute URL",
+                    r.name, r.upstream
+                ));
+            };
+            routes.push(Route {
+                name: r.name.clone(),
+                prefix: r.prefix.trim_end_matches('/').to_owned(),
+                scheme,
+                authority,
+                base_path: uri.path().trim_end_matches('/').to_owned(),
+                dialect: r.dialect,
+                images: config.route_images(r),
+                dry_run: r.dry_run.unwrap_or(config.server.dry_run),
+            });
+        }
+        routes.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        Ok(Self { routes })
+    }
+
+    /// The configured prefixes, for the "no route" error.
+    pub fn prefixes(&self) -> Vec<String> {
+        let mut p: Vec<String> = self
+            .routes
+            .iter()
+            .map(|r| {
+                if r.prefix.is_empty() {
+                    "/".to_owned()
+                } else {
+                    r.prefix.clone()
+                }
+            })
+            .collect();
+        p.sort();
+        p
+    }
+
+    /// The routes, longest prefix first.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// Match a request path (and query) to a route; `None` when no prefix matches.
+    pub fn find(&self, path: &str, query: Option<&str>) -> Option<Matched<'_>> {
+        let route = self.routes.iter().find(|r| {
+            path.strip_prefix(r.prefix.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })?;
+        let rest = &path[route.prefix.len()..];
+        let mut pq = String::with_capacity(route.base_path.len() + rest.len() + 1);
+        pq.push_str(&route.base_path);
+        pq.push_str(rest);
+        if pq.is_empty() {
+            pq.push('/');
+        }
+        if let Some(q) = query {
+            pq.push('?');
+            pq.push_str(q);
+        }
+        let upstream_uri = Uri::builder()
+            .scheme(route.scheme.clone())
+            .authority(route.authority.clone())
+            .path_and_query(pq)
+            .build()
+            .ok()?;
+        Some(Matched {
+            route,
+            upstream_uri,
+            rest: rest.to_owned(),
+        })
+    }
+}
+
+/// The dialect a request path speaks and which endpoint it is, or `None` for paths that are
+/// not parsed (files, batches, model lists, ...: tunnelled untouched).
+pub fn classify_path(path: &str) -> Option<(Dialect, Endpoint)> {
+    let path = path.trim_end_matches('/');
+    if path.ends_with("/messages/count_tokens") {
+        return Some((Dialect::Anthropic, Endpoint::CountTokens));
+    }
+    if path.ends_with("/v1/messages") || path == "/messages" || path.ends_with("/messages") {
+        // Anthropic-compatible gateways mount the Messages API under other bases too.
+        return Some((Dialect::Anthropic, Endpoint::Generate));
+    }
+    if path.ends_with("/chat/completions") {
+        return Some((Dialect::Openai, Endpoint::Generate));
+    }
+    if path.ends_with("/responses") {
+        return Some((Dialect::OpenaiResponses, Endpoint::Generate));
+    }
+    let last = path.rsplit('/').next().unwrap_or("");
+    if last.ends_with(":generateContent") || last.ends_with(":streamGenerateContent") {
+        return Some((Dialect::Gemini, Endpoint::Generate));
+    }
+    if last.ends_with(":countTokens") {
+        return Some((Dialect::Gemini, Endpoint::CountTokens));
+    }
+    None
+}
+
+/// The dialect to shape the proxy's own errors in, from the path alone (`None`: unknown, use
+/// OpenAI's shape).
+pub fn error_dialect_for_path(path: &str, pinned: Option<Dialect>) -> Option<Dialect> {
+    pinned.or_else(|| classify_path(path).map(|(d, _)| d)).or_else(|| {
+        if path.contains("/v1beta/") || path.contains("/v1alpha/") {
+            Some(Dialect::Gemini)
+        } else {
+            None
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> RouteTable {
+        let (c, _) = Config::from_toml(
+            r#"
+[[routes]]
+name = "a"
+prefix = "/anthropic"
+upstream = "https://api.anthropic.com"
+[[routes]]
+name = "o"
+prefix = "/openai"
+upstream = "https://api.openai.com/"
+[[routes]]
+name = "o2"
+prefix = "/openai/special"
+upstream = "http://127.0.0.1:9000/base"
+"#,
+        )
+        .unwrap();
+        RouteTable::new(&c).unwrap()
+    }
+
+    #[test]
+    fn longest_prefix_wins_and_rest_is_appended() {
+        let t = table();
+        let m = t.find("/openai/special/v1/chat/completions", None).unwrap();
+        assert_eq!(m.route.name, "o2");
+        assert_eq!(
+            m.upstream_uri.to_string(),
+            "http://127.0.0.1:9000/base/v1/chat/completions"
+        );
+        let m = t.find("/openai/v1/models", Some("limit=5")).unwrap();
+        assert_eq!(m.route.name, "o");
+        assert_eq!(
+            m.upstream_uri.to_string(),
+            "https://api.openai.com/v1/models?limit=5"
+        );
+    }
+
+    #[test]
+    fn prefix_matches_on_segment_boundary_only() {
+        let t = table();
+        assert!(t.find("/openaix/v1", None).is_none());
+        assert!(t.find("/nope", None).is_none());
+        let m = t.find("/anthropic", None).unwrap();
+        assert_eq!(m.upstream_uri.to_string(), "https://api.anthropic.com/");
+    }
+
+    #[test]
+    fn gemini_query_is_kept() {
+        let (c, _) = Config::from_toml(
+            "[[routes]]\nname='g'\nprefix='/gemini'\nupstream='https://generativelanguage.googleapis.com'\n",
+        )
+        .unwrap();
+        let t = RouteTable::new(&c).unwrap();
+        let m = t
+            .find(
+                "/gemini/v1beta/models/gemini-2.5-pro:streamGenerateContent",
+                Some("alt=sse"),
+            )
+            .unwrap();
+        assert_eq!(
+            m.upstream_uri.to_string(),
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
+        );
+    }
+
+    #[test]
+    fn paths_are_classified() {
+        use Dialect::*;
+        assert_eq!(
+            classify_path("/v1/messages"),
+            Some((Anthropic, Endpoint::Generate))
+        );
+        assert_eq!(
+            classify_path("/v1/messages/count_tokens"),
+            Some((Anthropic, Endpoint::CountTokens))
+        );
+        assert_eq!(
+            classify_path("/v1/chat/completions"),
+            Some((Openai, Endpoint::Generate))
+        );
+        assert_eq!(
+            classify_path("/api/v1/chat/completions"),
+            Some((Openai, Endpoint::Generate))
+        );
+        assert_eq!(
+            classify_path("/v1/responses"),
+            Some((OpenaiResponses, Endpoint::Generate))
+        );
+        assert_eq!(
+            classify_path("/v1beta/models/gemini-2.5-pro:generateContent"),
+            Some((Gemini, Endpoint::Generate))
+        );
+        assert_eq!(
+            classify_path("/v1beta/models/gemini-2.5-pro:countTokens"),
+            Some((Gemini, Endpoint::CountTokens))
+        );
+        assert_eq!(classify_path("/v1/models"), None);
+        assert_eq!(classify_path("/v1/files"), None);
+        assert_eq!(classify_path("/v1/messages/batches"), None);
+        assert_eq!(classify_path("/v1/responses/resp_123"), None);
+    }
+}

@@ -1,0 +1,533 @@
+//! The listener and the life of one request.
+//!
+//! Phases, in order (one [`RequestLog`] carries what each phase learned):
+//! 1. **route**: `/healthz`; longest-prefix route match (404 listing the prefixes); the
+//!    client token check; WebSocket upgrades are tunnelled from here.
+//! 2. **body**: generation paths (POST, see [`classify_path`]) are read up to
+//!    `max_rewrite_bytes` and decoded; everything else streams through untouched.
+//! 3. **passes**: [`rewrite_request`] on a blocking thread; any failure forwards the original
+//!    bytes (fail open). `dry_run` logs what would change and forwards the original.
+//! 4. **upstream**: header hygiene, send, `first_byte_timeout_ms`.
+//! 5. **response**: status and headers copied (hop-by-hop dropped, `x-cachekeeper-rewrites`
+//!    and, for event streams, `x-accel-buffering: no` added); the body streams back through
+//!    [`ObservedBody`], which writes the log line when it ends.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Version};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::body::{self, ReadBody};
+use crate::config::{Dialect, Loaded, ServerConfig};
+use crate::error::ProxyError;
+use crate::rewrite::{rewrite_request, RewriteContext, RewriteReport};
+use crate::route::{classify_path, error_dialect_for_path, Matched, RouteTable};
+use crate::stream::ObservedBody;
+use crate::telemetry::{redact_query, Outcome, RequestLog};
+use crate::upstream::{self, BoxError, HttpClient};
+
+/// The body type of every response the proxy sends.
+pub type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Response header that tells the client what the passes did.
+pub const REWRITES_HEADER: &str = "x-cachekeeper-rewrites";
+/// Request header carrying the client token when `[server] client_token` is set.
+pub const TOKEN_HEADER: &str = "x-cachekeeper-token";
+
+/// Shared, read-only state of a running proxy.
+struct AppState {
+    routes: RouteTable,
+    client: HttpClient,
+    server: ServerConfig,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Routes(String),
+    #[error(transparent)]
+    Client(#[from] upstream::ClientBuildError),
+}
+
+/// A bound, not yet running proxy.
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<AppState>,
+}
+
+impl Server {
+    /// Bind the listener (`listen` overrides `[server] listen`; port 0 picks a free port)
+    /// and build the route table and upstream client.
+    pub async fn bind(loaded: &Loaded, listen: Option<SocketAddr>) -> Result<Self, StartError> {
+        let cfg = &loaded.config;
+        let routes = RouteTable::new(cfg).map_err(StartError::Routes)?;
+        let ca = cfg.server.ca_file.as_ref().map(|p| loaded.base_dir.join(p));
+        let client = upstream::build_client(
+            Duration::from_millis(cfg.server.connect_timeout_ms),
+            ca.as_deref(),
+        )?;
+        let addr = listen.unwrap_or(cfg.server.listen);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })?;
+        Ok(Self {
+            listener,
+            state: Arc::new(AppState {
+                routes,
+                client,
+                server: cfg.server.clone(),
+            }),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serve until `shutdown` completes, then stop accepting and let in-flight requests
+    /// (streams included) finish for up to `shutdown_grace_ms`.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        let graceful = GracefulShutdown::new();
+        let builder = auto::Builder::new(TokioExecutor::new());
+        let grace = Duration::from_millis(self.state.server.shutdown_grace_ms);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => {
+                    let (stream, _peer) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            tracing::warn!(target: "cachekeeper::server", error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let state = self.state.clone();
+                    let svc = service_fn(move |req| handle(state.clone(), req));
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+                    let conn = graceful.watch(conn.into_owned());
+                    tokio::spawn(async move {
+                        if let Err(e) = conn.await {
+                            tracing::debug!(target: "cachekeeper::server", error = %e, "connection ended with an error");
+                        }
+                    });
+                }
+                () = &mut shutdown => break,
+            }
+        }
+        drop(self.listener);
+        tracing::info!(target: "cachekeeper::server", grace_ms = grace.as_millis() as u64, "shutting down; waiting for in-flight requests");
+        if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+            tracing::warn!(target: "cachekeeper::server", "grace period over; closing remaining connections");
+        }
+    }
+}
+
+fn text_response(status: StatusCode, text: &'static str) -> Response<ResponseBody> {
+    let mut r = Response::new(full_body(Bytes::from_static(text.as_bytes())));
+    *r.status_mut() = status;
+    r
+}
+
+fn full_body(b: Bytes) -> ResponseBody {
+    Full::new(b).map_err(|never| match never {}).boxed_unsync()
+}
+
+fn ms_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One request, through every phase. Never fails: errors become responses.
+async fn handle(
+    state: Arc<AppState>,
+    req: Request<Incoming>,
+) -> Result<Response<ResponseBody>, Infallible> {
+    let started = Instant::now();
+    let path = req.uri().path().to_owned();
+    if path == "/healthz" && (req.method() == Method::GET || req.method() == Method::HEAD) {
+        return Ok(text_response(StatusCode::OK, "ok\n"));
+    }
+    let mut log = RequestLog {
+        method: req.method().to_string(),
+        path: path.clone(),
+        query: req.uri().query().map(redact_query),
+        body: "passthrough",
+        ..RequestLog::default()
+    };
+
+    // Phase 1: route.
+    let query = req.uri().query().map(str::to_owned);
+    let Some(matched) = state.routes.find(&path, query.as_deref()) else {
+        let err = ProxyError::NoRoute {
+            path: path.clone(),
+            prefixes: state.routes.prefixes(),
+        };
+        return Ok(proxy_error(err, error_dialect_for_path(&path, None), log, started));
+    };
+    log.route = matched.route.name.clone();
+    let class = classify_path(&matched.rest);
+    let dialect = matched.route.dialect.or(class.map(|(d, _)| d));
+    log.dialect = dialect.map(Dialect::as_str);
+    if let Some(expected) = &state.server.client_token {
+        let given = req.headers().get(TOKEN_HEADER).map(HeaderValue::as_bytes);
+        if !given.is_some_and(|g| constant_time_eq(g, expected.as_bytes())) {
+            return Ok(proxy_error(ProxyError::BadClientToken, dialect, log, started));
+        }
+    }
+    if is_upgrade(&req) {
+        return Ok(tunnel_upgrade(&state, matched, req, log, started).await);
+    }
+
+    // Phase 2 + 3: body and passes.
+    let parse = req.method() == Method::POST && class.is_some();
+    let (parts, incoming) = req.into_parts();
+    let mut headers = parts.headers;
+    upstream::upstream_request_headers(&mut headers, false);
+    let mut rewrites_header = "passthrough".to_owned();
+    let upstream_body = if parse {
+        let content_length = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        match body::read_bounded(incoming, state.server.max_rewrite_bytes, content_length).await {
+            Err(e) => {
+                let err = ProxyError::ClientBody(e.to_string());
+                return Ok(proxy_error(err, dialect, log, started));
+            }
+            Ok(ReadBody::TooLarge { head, rest }) => {
+                log.body = "too_large";
+                rewrites_header = "too_large".to_owned();
+                log.bytes_in = content_length.unwrap_or(0);
+                log.bytes_out = log.bytes_in;
+                body::streamed(head, rest)
+            }
+            Ok(ReadBody::Buffered(original)) => {
+                log.bytes_in = original.len() as u64;
+                let sent = run_passes(
+                    &matched,
+                    dialect.unwrap_or(Dialect::Openai),
+                    &mut headers,
+                    original,
+                    state.server.max_rewrite_bytes,
+                    &mut log,
+                )
+                .await;
+                rewrites_header = rewrites_summary(&log, matched.route.dry_run);
+                log.bytes_out = sent.len() as u64;
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(sent.len()));
+                body::full(sent)
+            }
+        }
+    } else {
+        body::streamed(Vec::new(), incoming)
+    };
+
+    // Phase 4: upstream.
+    let mut up = Request::new(upstream_body);
+    *up.method_mut() = parts.method;
+    *up.uri_mut() = matched.upstream_uri.clone();
+    *up.version_mut() = Version::HTTP_11;
+    *up.headers_mut() = headers;
+    let upstream_name = upstream_label(&matched);
+    let first_byte = Duration::from_millis(state.server.first_byte_timeout_ms);
+    let sent = tokio::time::timeout(first_byte, state.client.request(up)).await;
+    let resp = match sent {
+        Err(_) => {
+            let err = ProxyError::FirstByteTimeout {
+                upstream: upstream_name,
+                ms: state.server.first_byte_timeout_ms,
+            };
+            return Ok(proxy_error(err, dialect, log, started));
+        }
+        Ok(Err(e)) => {
+            let err = classify_client_error(&e, upstream_name, state.server.connect_timeout_ms);
+            return Ok(proxy_error(err, dialect, log, started));
+        }
+        Ok(Ok(resp)) => resp,
+    };
+    log.ttfb_ms = Some(ms_since(started));
+
+    // Phase 5: response.
+    let (mut rparts, rbody) = resp.into_parts();
+    log.status = rparts.status.as_u16();
+    upstream::strip_hop_by_hop(&mut rparts.headers, false);
+    let is_sse = rparts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("text/event-stream"));
+    if is_sse {
+        rparts
+            .headers
+            .insert("x-accel-buffering", HeaderValue::from_static("no"));
+        // An error event may be appended if the upstream breaks mid-way.
+        rparts.headers.remove(header::CONTENT_LENGTH);
+    }
+    if let Ok(v) = HeaderValue::from_str(&rewrites_header) {
+        rparts.headers.insert(REWRITES_HEADER, v);
+    }
+    let idle = Duration::from_millis(state.server.idle_timeout_ms);
+    let observed = ObservedBody::new(rbody, idle, is_sse.then_some(dialect), log, started);
+    Ok(Response::from_parts(rparts, observed.boxed_unsync()))
+}
+
+/// Decode, run the passes and decide which bytes go upstream. Fails open: any failure
+/// returns the original bytes (with their original headers).
+async fn run_passes(
+    matched: &Matched<'_>,
+    dialect: Dialect,
+    headers: &mut http::HeaderMap,
+    original: Bytes,
+    limit: u64,
+    log: &mut RequestLog,
+) -> Bytes {
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let images = matched.route.images.clone();
+    let dry_run = matched.route.dry_run;
+    let route = matched.route.name.clone();
+    let input = original.clone();
+    let joined = tokio::task::spawn_blocking(move || {
+        let decoded = body::decode(encoding.as_deref(), &input, limit)?;
+        let ctx = RewriteContext {
+            dialect,
+            images: &images,
+        };
+        Some(rewrite_request(&ctx, &decoded))
+    })
+    .await;
+    let outcome = match joined {
+        Ok(Some(Ok(outcome))) => outcome,
+        Ok(Some(Err(e))) => {
+            log.body = "unparsed";
+            tracing::info!(target: "cachekeeper::rewrite", route = %route, reason = %e, "body left unchanged");
+            return original;
+        }
+        Ok(None) => {
+            log.body = "unparsed";
+            tracing::info!(target: "cachekeeper::rewrite", route = %route, "body could not be decoded; left unchanged");
+            return original;
+        }
+        Err(e) => {
+            log.body = "pass_failed";
+            tracing::warn!(target: "cachekeeper::rewrite", route = %route, error = %e, "a rewrite pass failed; forwarding the original request");
+            return original;
+        }
+    };
+    apply_report(log, &outcome.report);
+    for reason in &outcome.report.reasons {
+        tracing::info!(target: "cachekeeper::rewrite", route = %route, dry_run, reason = %reason, "rewrite");
+    }
+    match outcome.body {
+        None => {
+            log.body = "unchanged";
+            original
+        }
+        Some(_) if dry_run => {
+            log.body = "dry_run";
+            original
+        }
+        Some(new) => {
+            log.body = "rewritten";
+            // The passes worked on the decoded body; send it decoded.
+            headers.remove(header::CONTENT_ENCODING);
+            Bytes::from(new)
+        }
+    }
+}
+
+fn apply_report(log: &mut RequestLog, report: &RewriteReport) {
+    log.model = report.model.clone();
+    log.images_seen = report.images_seen;
+    log.images_retired = report.images_retired;
+    log.carriers_retired = report.carriers_retired;
+}
+
+/// The `x-cachekeeper-rewrites` value: what the passes did, as counts.
+fn rewrites_summary(log: &RequestLog, dry_run: bool) -> String {
+    let mut s = format!(
+        "images_seen={}; images_retired={}; carriers_retired={}; body={}",
+        log.images_seen, log.images_retired, log.carriers_retired, log.body
+    );
+    if dry_run {
+        s.push_str("; dry_run=1");
+    }
+    s
+}
+
+fn upstream_label(m: &Matched<'_>) -> String {
+    format!("{}://{}", m.route.scheme, m.route.authority)
+}
+
+fn classify_client_error(
+    e: &hyper_util::client::legacy::Error,
+    upstream: String,
+    connect_timeout_ms: u64,
+) -> ProxyError {
+    let detail = error_chain(e);
+    if e.is_connect() {
+        if has_timed_out(e) {
+            return ProxyError::ConnectTimeout {
+                upstream,
+                ms: connect_timeout_ms,
+            };
+        }
+        return ProxyError::UpstreamConnect { upstream, detail };
+    }
+    ProxyError::UpstreamBroken { upstream, detail }
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+fn has_timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        cur = c.source();
+    }
+    false
+}
+
+fn proxy_error(
+    err: ProxyError,
+    dialect: Option<Dialect>,
+    mut log: RequestLog,
+    started: Instant,
+) -> Response<ResponseBody> {
+    log.status = err.status().as_u16();
+    log.error = Some(err.label());
+    tracing::warn!(
+        target: "cachekeeper::server",
+        route = %log.route,
+        error = %err,
+        kind = err.label(),
+        retryable = err.retryable(),
+        "request failed in the proxy"
+    );
+    log.emit(Outcome::ProxyError, ms_since(started));
+    err.response::<Bytes>(dialect).map(full_body)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use sha2::{Digest, Sha256};
+    // Compare digests so neither length nor content leaks through timing.
+    Sha256::digest(a) == Sha256::digest(b)
+}
+
+fn is_upgrade(req: &Request<Incoming>) -> bool {
+    req.headers().contains_key(header::UPGRADE)
+        && req
+            .headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+}
+
+/// Tunnel a WebSocket (or any HTTP/1.1 upgrade): forward the handshake, and on `101` copy
+/// bytes both ways until either side closes.
+async fn tunnel_upgrade(
+    state: &AppState,
+    matched: Matched<'_>,
+    mut req: Request<Incoming>,
+    mut log: RequestLog,
+    started: Instant,
+) -> Response<ResponseBody> {
+    let client_upgrade = hyper::upgrade::on(&mut req);
+    let (parts, _) = req.into_parts();
+    let mut headers = parts.headers;
+    upstream::upstream_request_headers(&mut headers, true);
+    let mut up = Request::new(
+        Empty::<Bytes>::new()
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *up.method_mut() = parts.method;
+    *up.uri_mut() = matched.upstream_uri.clone();
+    *up.version_mut() = Version::HTTP_11;
+    *up.headers_mut() = headers;
+    let upstream_name = upstream_label(&matched);
+    let resp = match state.client.request(up).await {
+        Ok(r) => r,
+        Err(e) => {
+            let err =
+                classify_client_error(&e, upstream_name, state.server.connect_timeout_ms);
+            return proxy_error(err, None, log, started);
+        }
+    };
+    log.status = resp.status().as_u16();
+    log.ttfb_ms = Some(ms_since(started));
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let (mut rparts, rbody) = resp.into_parts();
+        upstream::strip_hop_by_hop(&mut rparts.headers, false);
+        let observed = ObservedBody::new(
+            rbody,
+            Duration::from_millis(state.server.idle_timeout_ms),
+            None,
+            log,
+            started,
+        );
+        return Response::from_parts(rparts, observed.boxed_unsync());
+    }
+    let mut resp = resp;
+    let upstream_upgrade = hyper::upgrade::on(&mut resp);
+    let route = log.route.clone();
+    tokio::spawn(async move {
+        match tokio::try_join!(client_upgrade, upstream_upgrade) {
+            Ok((client_io, upstream_io)) => {
+                let mut c = TokioIo::new(client_io);
+                let mut u = TokioIo::new(upstream_io);
+                if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
+                    tracing::debug!(target: "cachekeeper::server", route = %route, error = %e, "upgraded tunnel closed");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(target: "cachekeeper::server", route = %route, error = %e, "upgrade failed");
+            }
+        }
+    });
+    log.emit(Outcome::Upgraded, ms_since(started));
+    let (rparts, _) = resp.into_parts();
+    Response::from_parts(
+        rparts,
+        Empty::<Bytes>::new()
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    )
+}
