@@ -1,0 +1,270 @@
+"""Fixtures: an in-process mock upstream, the real cachekeeper binary in front of it, SDK clients.
+
+The proxy binary comes from ``$CACHEKEEPER_BIN`` (default ``target/debug/cachekeeper`` under the
+repo root; ``bash scripts/test.sh`` builds it first). A missing binary is a test error with a
+clear message, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers import ANTHROPIC_KEY, OPENAI_KEY, REPO_ROOT  # noqa: E402
+from mock_upstream import MockUpstream  # noqa: E402
+
+HEALTH_TIMEOUT_S = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, max_bytes: int = 8000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return "<no log>"
+    if len(data) > max_bytes:
+        data = b"...\n" + data[-max_bytes:]
+    return data.decode("utf-8", "replace")
+
+
+@dataclass
+class Proxy:
+    proc: subprocess.Popen[bytes]
+    base_url: str  # http://127.0.0.1:PORT
+    config_path: Path
+    stdout_path: Path
+    stderr_path: Path
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return f"{self.base_url}/anthropic"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.base_url}/openai/v1"
+
+    def logs(self) -> str:
+        return (
+            f"--- cachekeeper stderr ({self.stderr_path}) ---\n{_tail(self.stderr_path)}\n"
+            f"--- cachekeeper stdout ({self.stdout_path}) ---\n{_tail(self.stdout_path)}"
+        )
+
+    def assert_alive(self) -> None:
+        rc = self.proc.poll()
+        if rc is not None:
+            pytest.fail(f"cachekeeper exited with code {rc} during the tests\n{self.logs()}", pytrace=False)
+
+
+def _binary() -> Path:
+    env = os.environ.get("CACHEKEEPER_BIN")
+    path = Path(env) if env else REPO_ROOT / "target" / "debug" / "cachekeeper"
+    if not path.is_absolute():
+        path = REPO_ROOT / path
+    if not path.is_file() or not os.access(path, os.X_OK):
+        pytest.fail(
+            f"cachekeeper binary not found at {path}. Build it first (`cargo build`, or run "
+            f"`bash scripts/test.sh`), or point CACHEKEEPER_BIN at it.",
+            pytrace=False,
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def mock_upstream() -> Iterator[MockUpstream]:
+    mock = MockUpstream().start()
+    yield mock
+    mock.stop()
+
+
+@pytest.fixture(scope="session")
+def proxy(mock_upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    binary = _binary()
+    tmp = tmp_path_factory.mktemp("cachekeeper")
+    port = _free_port()
+    listen = f"127.0.0.1:{port}"
+    config = tmp / "proxy.toml"
+    config.write_text(
+        f"""# written by tests/e2e/conftest.py
+[server]
+listen = "{listen}"
+
+[state]
+path = "{tmp / 'cachekeeper.db'}"
+
+[[routes]]
+name = "anthropic"
+prefix = "/anthropic"
+upstream = "{mock_upstream.url}"
+
+[[routes]]
+name = "openai"
+prefix = "/openai"
+upstream = "{mock_upstream.url}"
+""",
+        encoding="utf-8",
+    )
+    stdout_path, stderr_path = tmp / "stdout.log", tmp / "stderr.log"
+    env = dict(os.environ)
+    env.setdefault("RUST_LOG", "info")
+    env.setdefault("RUST_BACKTRACE", "1")
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        env.pop(var, None)
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(
+            [str(binary), "serve", "--config", str(config), "--listen", listen],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp,
+            env=env,
+        )
+    p = Proxy(proc, f"http://{listen}", config, stdout_path, stderr_path)
+    try:
+        _wait_healthy(p)
+        yield p
+    finally:
+        _stop(proc)
+        # keep the logs where a developer can find them after a failed run
+        print(f"\n[e2e] cachekeeper logs kept in {tmp}", file=sys.stderr)
+
+
+def _wait_healthy(p: Proxy) -> None:
+    deadline = time.monotonic() + HEALTH_TIMEOUT_S
+    last_err = "no attempt"
+    while time.monotonic() < deadline:
+        rc = p.proc.poll()
+        if rc is not None:
+            pytest.fail(
+                f"cachekeeper exited with code {rc} before /healthz answered\n"
+                f"config:\n{p.config_path.read_text()}\n{p.logs()}",
+                pytrace=False,
+            )
+        try:
+            with urllib.request.urlopen(f"{p.base_url}/healthz", timeout=2) as r:
+                if r.status == 200:
+                    return
+                last_err = f"status {r.status}"
+        except urllib.error.HTTPError as e:
+            last_err = f"status {e.code}"
+        except OSError as e:
+            last_err = repr(e)
+        time.sleep(0.1)
+    pytest.fail(
+        f"cachekeeper /healthz did not answer 200 within {HEALTH_TIMEOUT_S:.0f}s (last: {last_err})\n{p.logs()}",
+        pytrace=False,
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def upstream(proxy: Proxy, mock_upstream: MockUpstream) -> Iterator[MockUpstream]:
+    """The mock upstream, emptied for this test, behind a live proxy."""
+    proxy.assert_alive()
+    mock_upstream.clear()
+    yield mock_upstream
+    proxy.assert_alive()
+
+
+# ---------------------------------------------------------------------------------------------
+# SDK clients that remember exactly what they sent
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SentRequest:
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Capture:
+    requests: list[SentRequest] = field(default_factory=list)
+
+    def hook(self, request: Any) -> None:
+        body = request.read()
+        self.requests.append(SentRequest(request.method, str(request.url), dict(request.headers), bytes(body)))
+
+    def last(self) -> SentRequest:
+        assert self.requests, "the SDK sent nothing"
+        return self.requests[-1]
+
+
+@pytest.fixture
+def sent() -> Capture:
+    return Capture()
+
+
+@pytest.fixture
+def anthropic_client(proxy: Proxy, sent: Capture) -> Iterator[Any]:
+    import anthropic
+
+    http = anthropic.DefaultHttpxClient(event_hooks={"request": [sent.hook]})
+    # This SDK sends the key as `Authorization: Bearer`; Claude Code and older SDKs send
+    # `x-api-key`. Send both so the tests check that each reaches the upstream untouched.
+    client = anthropic.Anthropic(
+        base_url=proxy.anthropic_base_url,
+        api_key=ANTHROPIC_KEY,
+        default_headers={"x-api-key": ANTHROPIC_KEY},
+        max_retries=0,
+        timeout=30.0,
+        http_client=http,
+    )
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def openai_client(proxy: Proxy, sent: Capture) -> Iterator[Any]:
+    import openai
+
+    http = openai.DefaultHttpxClient(event_hooks={"request": [sent.hook]})
+    client = openai.OpenAI(
+        base_url=proxy.openai_base_url, api_key=OPENAI_KEY, max_retries=0, timeout=30.0, http_client=http
+    )
+    yield client
+    client.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Failure reports carry the proxy's logs
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        p = getattr(item, "funcargs", {}).get("proxy")
+        if isinstance(p, Proxy):
+            report.sections.append(("cachekeeper logs", p.logs()))

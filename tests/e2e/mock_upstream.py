@@ -1,0 +1,757 @@
+"""A small mock LLM provider for cachekeeper's end-to-end tests and agent trials.
+
+Speaks just enough of each wire format for the official SDKs and real agents to complete a turn:
+
+- Anthropic Messages: ``POST .../v1/messages`` (JSON and SSE), ``POST .../v1/messages/count_tokens``
+- OpenAI Chat: ``POST .../chat/completions`` (JSON and SSE ``data:`` chunks, ``[DONE]``,
+  the ``stream_options.include_usage`` chunk)
+- OpenAI Responses: ``POST .../responses`` (JSON and SSE ``event:``/``data:`` pairs)
+- Gemini: ``POST .../models/{model}:generateContent``, ``:streamGenerateContent?alt=sse``,
+  ``:countTokens``
+- Model lists: ``GET .../models`` (Anthropic, OpenAI or Gemini shape, by request headers / path)
+
+Every request is recorded (method, path, query, headers, raw body bytes) in ``MockUpstream.requests``
+so tests can assert exactly what the proxy forwarded. Streaming responses are sent with chunked
+transfer encoding, one flush per SSE event and a small delay between events, so a buffering proxy
+is observable.
+
+Per-request knobs, as request headers (they pass through cachekeeper like any other header):
+
+- ``x-mock-gate: NAME`` -- after the first SSE event, wait (up to ``gate_timeout`` s) until the
+  test calls ``mock.gate(NAME).set()``. ``RecordedRequest.gate_released`` says whether it was set
+  in time: a proxy that buffers the stream makes the client miss the first event until timeout.
+- ``x-mock-status: CODE`` -- answer with that HTTP status and the dialect's error body.
+- ``x-mock-reply: TEXT`` -- reply text instead of the default.
+
+Run standalone for the agent trials::
+
+    python tests/e2e/mock_upstream.py --port 9100 [--record requests.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import sys
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+DEFAULT_REPLY = "Hello from the mock upstream."
+
+# Usage figures every response reports, so tests can assert what the SDK parsed.
+ANTHROPIC_USAGE = {
+    "input_tokens": 12,
+    "cache_creation_input_tokens": 0,
+    "cache_read_input_tokens": 5120,
+    "output_tokens": 7,
+}
+OPENAI_USAGE = {
+    "prompt_tokens": 2006,
+    "completion_tokens": 7,
+    "total_tokens": 2013,
+    "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
+    "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+}
+RESPONSES_USAGE = {
+    "input_tokens": 2006,
+    "input_tokens_details": {"cached_tokens": 1920},
+    "output_tokens": 7,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 2013,
+}
+GEMINI_USAGE = {
+    "promptTokenCount": 2006,
+    "cachedContentTokenCount": 1920,
+    "candidatesTokenCount": 7,
+    "totalTokenCount": 2013,
+}
+CREATED = 1_764_500_000  # fixed timestamp: responses are deterministic
+
+
+@dataclass
+class RecordedRequest:
+    """One request as the mock received it."""
+
+    method: str
+    path: str  # without the query
+    query: str  # raw query string, '' if none
+    headers: list[tuple[str, str]]  # in arrival order, names as sent
+    body: bytes  # raw bytes as received (after de-chunking, before content decoding)
+    received_at: float = 0.0
+    gate_released: bool | None = None  # None: no gate asked
+    events_sent: int = 0
+    completed: bool = False  # the whole response was written
+    client_gone: bool = False  # the connection broke while answering
+
+    def header(self, name: str) -> str | None:
+        """Value of the first header called ``name`` (case-insensitive), or None."""
+        lname = name.lower()
+        for k, v in self.headers:
+            if k.lower() == lname:
+                return v
+        return None
+
+    def header_all(self, name: str) -> list[str]:
+        lname = name.lower()
+        return [v for k, v in self.headers if k.lower() == lname]
+
+    @property
+    def decoded_body(self) -> bytes:
+        """The body with any ``content-encoding`` (gzip, deflate) undone."""
+        enc = (self.header("content-encoding") or "").strip().lower()
+        if enc == "gzip":
+            return gzip.decompress(self.body)
+        if enc == "deflate":
+            return zlib.decompress(self.body)
+        return self.body
+
+    def json(self) -> Any:
+        return json.loads(self.decoded_body)
+
+    @property
+    def query_params(self) -> dict[str, list[str]]:
+        return parse_qs(self.query, keep_blank_values=True)
+
+
+class MockUpstream:
+    """The mock server; run it in a background thread with :meth:`start`."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        sse_delay: float = 0.02,
+        gate_timeout: float = 10.0,
+        reply_text: str = DEFAULT_REPLY,
+        on_request: Callable[[RecordedRequest], None] | None = None,
+    ) -> None:
+        self.sse_delay = sse_delay
+        self.gate_timeout = gate_timeout
+        self.reply_text = reply_text
+        self.on_request = on_request
+        self.requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._gates: dict[str, threading.Event] = {}
+        self._counter = 0
+        mock = self
+
+        class Handler(_Handler):
+            upstream = mock
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "MockUpstream":
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="mock-upstream", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        for g in list(self._gates.values()):
+            g.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> "MockUpstream":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- recording ---------------------------------------------------------------------------
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self._gates.clear()
+
+    def record(self, req: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(req)
+        if self.on_request is not None:
+            self.on_request(req)
+
+    def matching(self, method: str | None = None, path_suffix: str | None = None) -> list[RecordedRequest]:
+        with self._lock:
+            reqs = list(self.requests)
+        return [
+            r
+            for r in reqs
+            if (method is None or r.method == method)
+            and (path_suffix is None or r.path.endswith(path_suffix))
+        ]
+
+    def last(self, method: str | None = None, path_suffix: str | None = None) -> RecordedRequest:
+        found = self.matching(method, path_suffix)
+        if not found:
+            with self._lock:
+                seen = [(r.method, r.path) for r in self.requests]
+            raise AssertionError(
+                f"mock upstream got no {method or 'any'} request for *{path_suffix or ''}; got {seen}"
+            )
+        return found[-1]
+
+    def gate(self, name: str) -> threading.Event:
+        with self._lock:
+            return self._gates.setdefault(name, threading.Event())
+
+    def next_id(self) -> int:
+        with self._lock:
+            self._counter += 1
+            return self._counter
+
+
+# ---------------------------------------------------------------------------------------------
+# Request handler
+# ---------------------------------------------------------------------------------------------
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    upstream: MockUpstream  # set by the subclass built in MockUpstream.__init__
+    protocol_version = "HTTP/1.1"
+    server_version = "mock-upstream/1"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass  # quiet; the records are the log
+
+    # every method goes through one dispatcher
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_GET
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def _read_body(self) -> bytes:
+        te = (self.headers.get("transfer-encoding") or "").lower()
+        if "chunked" in te:
+            out = bytearray()
+            while True:
+                line = self.rfile.readline()
+                if not line:
+                    break
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    # trailers until the blank line
+                    while True:
+                        t = self.rfile.readline()
+                        if t in (b"\r\n", b"\n", b""):
+                            break
+                    break
+                out += self.rfile.read(size)
+                self.rfile.readline()  # CRLF after the chunk
+            return bytes(out)
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send_json(self, status: int, obj: Any, extra_headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(obj, separators=(",", ":")).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for k, v in (extra_headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        self.wfile.flush()
+        self.rec.completed = True
+
+    def _start_sse(self, extra_headers: dict[str, str] | None = None) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        for k, v in (extra_headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.flush()
+
+    def _chunk(self, data: bytes) -> None:
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError) as e:
+            self.rec.client_gone = True
+            raise _ClientGone() from e
+
+    def _send_events(self, events: list[bytes]) -> None:
+        """Write SSE events one chunk (and one flush) each, pausing between them."""
+        up = self.upstream
+        gate_name = self.rec.header("x-mock-gate")
+        for i, ev in enumerate(events):
+            if i > 0 and up.sse_delay:
+                time.sleep(up.sse_delay)
+            self._chunk(ev)
+            self.rec.events_sent += 1
+            if i == 0 and gate_name:
+                self.rec.gate_released = up.gate(gate_name).wait(up.gate_timeout)
+        self._chunk(b"")  # terminating zero-length chunk
+        self.rec.completed = True
+
+    def _dispatch(self) -> None:
+        split = urlsplit(self.path)
+        body = self._read_body()
+        self.rec = RecordedRequest(
+            method=self.command,
+            path=split.path,
+            query=split.query,
+            headers=list(self.headers.items()),
+            body=body,
+            received_at=time.monotonic(),
+        )
+        self.upstream.record(self.rec)
+        try:
+            self._route(split.path)
+        except _ClientGone:
+            self.close_connection = True
+        except (BrokenPipeError, ConnectionResetError):
+            self.rec.client_gone = True
+            self.close_connection = True
+
+    def _json_body(self) -> dict[str, Any]:
+        try:
+            obj = self.rec.json()
+        except Exception:  # noqa: BLE001 - the mock answers anything that is not JSON with {}
+            return {}
+        return obj if isinstance(obj, dict) else {}
+
+    def _route(self, path: str) -> None:
+        m = self.command
+        req = self._json_body() if m == "POST" else {}
+        forced = self.rec.header("x-mock-status")
+        dialect = _dialect_of(path, self.rec)
+        if forced:
+            return self._send_json(int(forced), _error_body(dialect, int(forced)))
+        if m == "POST" and path.endswith("/messages/count_tokens"):
+            return self._send_json(200, {"input_tokens": _rough_tokens(self.rec.body)})
+        if m == "POST" and path.endswith("/messages"):
+            return self._anthropic(req)
+        if m == "POST" and path.endswith("/chat/completions"):
+            return self._openai_chat(req)
+        if m == "POST" and path.endswith("/responses"):
+            return self._responses(req)
+        if m == "POST" and ":streamGenerateContent" in path:
+            return self._gemini(req, path, stream=True)
+        if m == "POST" and ":generateContent" in path:
+            return self._gemini(req, path, stream=False)
+        if m == "POST" and ":countTokens" in path:
+            return self._send_json(200, {"totalTokens": _rough_tokens(self.rec.body)})
+        if m in ("GET", "HEAD") and path.rstrip("/").endswith("/models"):
+            return self._send_json(200, _models_list(dialect))
+        if m in ("GET", "HEAD") and "/models/" in path:
+            return self._send_json(200, _model_info(dialect, path.rsplit("/", 1)[-1]))
+        if m in ("GET", "HEAD") and path in ("/", ""):
+            return self._send_json(200, {"ok": True})
+        return self._send_json(404, _error_body(dialect, 404, f"mock upstream: no handler for {m} {path}"))
+
+    def _reply_text(self) -> str:
+        return self.rec.header("x-mock-reply") or self.upstream.reply_text
+
+    # -- Anthropic Messages --------------------------------------------------------------------
+    def _anthropic(self, req: dict[str, Any]) -> None:
+        n = self.upstream.next_id()
+        model = req.get("model") or "claude-mock"
+        text = self._reply_text()
+        msg_id = f"msg_mock_{n:04d}"
+        hdrs = {"request-id": f"req_mock_{n:04d}"}
+        if not req.get("stream"):
+            return self._send_json(
+                200,
+                {
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [{"type": "text", "text": text}],
+                    "stop_reason": "end_turn",
+                    "stop_sequence": None,
+                    "usage": dict(ANTHROPIC_USAGE),
+                },
+                hdrs,
+            )
+        start_usage = dict(ANTHROPIC_USAGE, output_tokens=1)
+        events = [
+            _sse_named(
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": msg_id,
+                        "type": "message",
+                        "role": "assistant",
+                        "model": model,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": start_usage,
+                    },
+                },
+            ),
+            _sse_named(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            ),
+            _sse_named("ping", {"type": "ping"}),
+        ]
+        for piece in _pieces(text):
+            events.append(
+                _sse_named(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+                )
+            )
+        events += [
+            _sse_named("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            _sse_named(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": ANTHROPIC_USAGE["output_tokens"]},
+                },
+            ),
+            _sse_named("message_stop", {"type": "message_stop"}),
+        ]
+        self._start_sse(hdrs)
+        self._send_events(events)
+
+    # -- OpenAI Chat Completions ---------------------------------------------------------------
+    def _openai_chat(self, req: dict[str, Any]) -> None:
+        n = self.upstream.next_id()
+        model = req.get("model") or "gpt-mock"
+        text = self._reply_text()
+        cid = f"chatcmpl-mock-{n:04d}"
+        hdrs = {"x-request-id": f"req_mock_{n:04d}"}
+        if not req.get("stream"):
+            return self._send_json(
+                200,
+                {
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": CREATED,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text, "refusal": None},
+                            "logprobs": None,
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": OPENAI_USAGE,
+                    "system_fingerprint": "fp_mock",
+                },
+                hdrs,
+            )
+        include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
+            obj: dict[str, Any] = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": CREATED,
+                "model": model,
+                "system_fingerprint": "fp_mock",
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            }
+            if include_usage:
+                obj["usage"] = None
+            return _sse_data(obj)
+
+        events = [chunk({"role": "assistant", "content": "", "refusal": None}, None)]
+        events += [chunk({"content": p}, None) for p in _pieces(text)]
+        events.append(chunk({}, "stop"))
+        if include_usage:
+            events.append(
+                _sse_data(
+                    {
+                        "id": cid,
+                        "object": "chat.completion.chunk",
+                        "created": CREATED,
+                        "model": model,
+                        "system_fingerprint": "fp_mock",
+                        "choices": [],
+                        "usage": OPENAI_USAGE,
+                    }
+                )
+            )
+        events.append(b"data: [DONE]\n\n")
+        self._start_sse(hdrs)
+        self._send_events(events)
+
+    # -- OpenAI Responses ----------------------------------------------------------------------
+    def _responses(self, req: dict[str, Any]) -> None:
+        n = self.upstream.next_id()
+        model = req.get("model") or "gpt-mock"
+        text = self._reply_text()
+        rid = f"resp_mock_{n:04d}"
+        mid = f"msg_mock_{n:04d}"
+        hdrs = {"x-request-id": f"req_mock_{n:04d}"}
+        part_done = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        item_done = {
+            "id": mid,
+            "type": "message",
+            "status": "completed",
+            "role": "assistant",
+            "content": [part_done],
+        }
+
+        def response_obj(status: str, output: list[Any], usage: Any) -> dict[str, Any]:
+            return {
+                "id": rid,
+                "object": "response",
+                "created_at": CREATED,
+                "status": status,
+                "error": None,
+                "incomplete_details": None,
+                "instructions": req.get("instructions"),
+                "max_output_tokens": req.get("max_output_tokens"),
+                "model": model,
+                "output": output,
+                "parallel_tool_calls": req.get("parallel_tool_calls", True),
+                "previous_response_id": req.get("previous_response_id"),
+                "reasoning": {"effort": None, "summary": None},
+                "store": req.get("store", True),
+                "temperature": req.get("temperature", 1.0),
+                "text": {"format": {"type": "text"}},
+                "tool_choice": req.get("tool_choice", "auto"),
+                "tools": req.get("tools", []),
+                "top_p": req.get("top_p", 1.0),
+                "truncation": "disabled",
+                "usage": usage,
+                "user": None,
+                "metadata": {},
+            }
+
+        if not req.get("stream"):
+            return self._send_json(200, response_obj("completed", [item_done], RESPONSES_USAGE), hdrs)
+
+        seq = iter(range(1_000_000))
+
+        def ev(kind: str, payload: dict[str, Any]) -> bytes:
+            return _sse_named(kind, {"type": kind, "sequence_number": next(seq), **payload})
+
+        events = [
+            ev("response.created", {"response": response_obj("in_progress", [], None)}),
+            ev("response.in_progress", {"response": response_obj("in_progress", [], None)}),
+            ev(
+                "response.output_item.added",
+                {
+                    "output_index": 0,
+                    "item": {"id": mid, "type": "message", "status": "in_progress", "role": "assistant", "content": []},
+                },
+            ),
+            ev(
+                "response.content_part.added",
+                {
+                    "item_id": mid,
+                    "output_index": 0,
+                    "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+                },
+            ),
+        ]
+        for p in _pieces(text):
+            events.append(
+                ev(
+                    "response.output_text.delta",
+                    {"item_id": mid, "output_index": 0, "content_index": 0, "delta": p, "logprobs": []},
+                )
+            )
+        events += [
+            ev(
+                "response.output_text.done",
+                {"item_id": mid, "output_index": 0, "content_index": 0, "text": text, "logprobs": []},
+            ),
+            ev("response.content_part.done", {"item_id": mid, "output_index": 0, "content_index": 0, "part": part_done}),
+            ev("response.output_item.done", {"output_index": 0, "item": item_done}),
+            ev("response.completed", {"response": response_obj("completed", [item_done], RESPONSES_USAGE)}),
+        ]
+        self._start_sse(hdrs)
+        self._send_events(events)
+
+    # -- Gemini ----------------------------------------------------------------------------------
+    def _gemini(self, req: dict[str, Any], path: str, stream: bool) -> None:
+        model = path.rsplit("/", 1)[-1].split(":", 1)[0] or "gemini-mock"
+        text = self._reply_text()
+        gen = req.get("generationConfig") or {}
+        if gen.get("responseMimeType") == "application/json":
+            # Gemini CLI asks for JSON in side calls (e.g. who speaks next); give it valid JSON.
+            text = json.dumps({"reasoning": "mock upstream", "next_speaker": "user"})
+
+        def resp(parts_text: str, final: bool) -> dict[str, Any]:
+            cand: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": parts_text}]}, "index": 0}
+            if final:
+                cand["finishReason"] = "STOP"
+            out: dict[str, Any] = {"candidates": [cand], "modelVersion": model, "responseId": "mock-gemini"}
+            out["usageMetadata"] = (
+                dict(GEMINI_USAGE)
+                if final
+                else {"promptTokenCount": GEMINI_USAGE["promptTokenCount"], "totalTokenCount": GEMINI_USAGE["promptTokenCount"]}
+            )
+            return out
+
+        if not stream:
+            return self._send_json(200, resp(text, True))
+        pieces = _pieces(text)
+        events = [_sse_data(resp(p, i == len(pieces) - 1)) for i, p in enumerate(pieces)]
+        self._start_sse()
+        self._send_events(events)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _sse_named(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _sse_data(data: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _pieces(text: str, n: int = 3) -> list[str]:
+    """Split ``text`` into up to ``n`` non-empty pieces (the streamed deltas)."""
+    if len(text) < n:
+        return [text]
+    step = -(-len(text) // n)
+    return [text[i : i + step] for i in range(0, len(text), step)]
+
+
+def _rough_tokens(body: bytes) -> int:
+    return max(1, len(body) // 4)
+
+
+def _dialect_of(path: str, rec: RecordedRequest) -> str:
+    if ":" in path.rsplit("/", 1)[-1] or "/v1beta/" in path or rec.header("x-goog-api-key"):
+        return "gemini"
+    if path.endswith("/messages") or "/messages/" in path or rec.header("anthropic-version") or rec.header("x-api-key"):
+        return "anthropic"
+    return "openai"
+
+
+def _error_body(dialect: str, status: int, message: str | None = None) -> dict[str, Any]:
+    message = message or f"mock upstream: forced status {status}"
+    if dialect == "anthropic":
+        kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    if dialect == "gemini":
+        return {"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}}
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+
+
+MODEL_IDS = ["mock-model-large", "mock-model-small"]
+
+
+def _models_list(dialect: str) -> dict[str, Any]:
+    if dialect == "anthropic":
+        data = [_model_info("anthropic", m) for m in MODEL_IDS]
+        return {"data": data, "has_more": False, "first_id": MODEL_IDS[0], "last_id": MODEL_IDS[-1]}
+    if dialect == "gemini":
+        return {"models": [_model_info("gemini", m) for m in MODEL_IDS]}
+    return {"object": "list", "data": [_model_info("openai", m) for m in MODEL_IDS]}
+
+
+def _model_info(dialect: str, model_id: str) -> dict[str, Any]:
+    if dialect == "anthropic":
+        return {"type": "model", "id": model_id, "display_name": model_id, "created_at": "2026-01-01T00:00:00Z"}
+    if dialect == "gemini":
+        return {
+            "name": f"models/{model_id}",
+            "displayName": model_id,
+            "inputTokenLimit": 1_048_576,
+            "outputTokenLimit": 65_536,
+            "supportedGenerationMethods": ["generateContent", "countTokens"],
+        }
+    return {"id": model_id, "object": "model", "created": CREATED, "owned_by": "mock"}
+
+
+# ---------------------------------------------------------------------------------------------
+# standalone
+# ---------------------------------------------------------------------------------------------
+
+
+def _redacted_headers(rec: RecordedRequest) -> dict[str, str]:
+    secret = {"authorization", "x-api-key", "x-goog-api-key", "cookie"}
+    return {k: ("<redacted>" if k.lower() in secret else v) for k, v in rec.headers}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=9100)
+    ap.add_argument("--sse-delay", type=float, default=0.02, help="seconds between SSE events")
+    ap.add_argument("--reply", default=DEFAULT_REPLY, help="reply text")
+    ap.add_argument("--record", metavar="FILE", help="append one JSON line per request (bodies as sha256 + length)")
+    ap.add_argument("--record-bodies", metavar="DIR", help="also write each raw request body to DIR/NNNN.body")
+    args = ap.parse_args(argv)
+
+    rec_lock = threading.Lock()
+    count = [0]
+
+    def on_request(rec: RecordedRequest) -> None:
+        with rec_lock:
+            count[0] += 1
+            n = count[0]
+        line = f"[mock] #{n} {rec.method} {rec.path}{'?' + rec.query if rec.query else ''} ({len(rec.body)} bytes)"
+        print(line, file=sys.stderr, flush=True)
+        if args.record:
+            entry = {
+                "n": n,
+                "method": rec.method,
+                "path": rec.path,
+                "query": rec.query,
+                "headers": _redacted_headers(rec),
+                "body_len": len(rec.body),
+                "body_sha256": hashlib.sha256(rec.body).hexdigest(),
+            }
+            with rec_lock, open(args.record, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+        if args.record_bodies:
+            import os
+
+            os.makedirs(args.record_bodies, exist_ok=True)
+            with open(os.path.join(args.record_bodies, f"{n:04d}.body"), "wb") as f:
+                f.write(rec.body)
+
+    mock = MockUpstream(args.host, args.port, sse_delay=args.sse_delay, reply_text=args.reply, on_request=on_request)
+    mock.start()
+    print(f"mock upstream listening on {mock.url}", file=sys.stderr, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        mock.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
