@@ -106,3 +106,221 @@ pub fn rewrite_request(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::images::probe::fake;
+    use crate::texts::RETIRED_IMAGE;
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine as _;
+    use serde_json::{json, Value};
+
+    /// xorshift64*: a fixed-seed generator for the hand-rolled property tests.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    fn b64_png(w: u32, h: u32, pad: usize) -> String {
+        STANDARD.encode(fake::png(w, h, pad))
+    }
+
+    fn anthropic_source(rng: &mut Rng) -> Value {
+        match rng.below(8) {
+            0 => json!({"type": "url", "url": "https://example.com/a.png"}),
+            1 => json!({"type": "base64", "media_type": "image/png", "data": "!!corrupt!!"}),
+            2 => json!({"type": "file", "file_id": "file_1"}),
+            3 | 4 => json!({"type": "base64", "media_type": "image/png",
+                            "data": b64_png(2400, 1350, rng.below(200) as usize)}),
+            _ => json!({"type": "base64", "media_type": "image/png",
+                        "data": b64_png(1568, 882, rng.below(200) as usize)}),
+        }
+    }
+
+    fn anthropic_image(rng: &mut Rng) -> Value {
+        let mut img = json!({"type": "image"});
+        if !rng.chance(5) {
+            img["source"] = anthropic_source(rng);
+        }
+        if rng.chance(10) {
+            img["cache_control"] = json!({"type": "ephemeral"});
+        }
+        img
+    }
+
+    fn random_anthropic(rng: &mut Rng) -> Value {
+        let mut messages = Vec::new();
+        let turns = rng.below(40);
+        for t in 0..turns {
+            let mut user = vec![json!({"type": "text", "text": format!("turn {t}")})];
+            for _ in 0..rng.below(3) {
+                if rng.chance(30) {
+                    user.push(anthropic_image(rng));
+                }
+            }
+            for s in 0..1 + rng.below(3) {
+                let mut content = vec![json!({"type": "text", "text": "ok", "x_unknown": [1, 2]})];
+                for _ in 0..rng.below(4) {
+                    content.push(anthropic_image(rng));
+                }
+                messages.push(json!({"role": "assistant", "content": [
+                    {"type": "tool_use", "id": format!("toolu_{t}_{s}"), "name": "shot", "input": {}}
+                ]}));
+                user.push(json!({"type": "tool_result", "tool_use_id": format!("toolu_{t}_{s}"),
+                                 "content": content}));
+            }
+            messages.push(json!({"role": "user", "content": user}));
+        }
+        json!({"model": "claude-test", "max_tokens": 10, "messages": messages, "zzz": {"k": "\u{e9}\\/"}})
+    }
+
+    fn openai_image(rng: &mut Rng) -> Value {
+        let url = match rng.below(6) {
+            0 => "https://example.com/a.png".to_owned(),
+            1 => "data:image/png;base64,@@@".to_owned(),
+            2 | 3 => format!("data:image/png;base64,{}", b64_png(2400, 1350, rng.below(200) as usize)),
+            _ => format!("data:image/png;base64,{}", b64_png(1568, 882, rng.below(200) as usize)),
+        };
+        if rng.chance(20) {
+            json!({"type": "image_url", "image_url": url})
+        } else {
+            json!({"type": "image_url", "image_url": {"url": url, "detail": "high"}})
+        }
+    }
+
+    fn random_openai(rng: &mut Rng) -> Value {
+        let mut messages = vec![json!({"role": "system", "content": "be brief"})];
+        for t in 0..rng.below(40) {
+            let mut user = vec![json!({"type": "text", "text": format!("turn {t}")})];
+            if rng.chance(20) {
+                user.push(openai_image(rng));
+            }
+            messages.push(json!({"role": "user", "content": user}));
+            messages.push(json!({"role": "assistant", "content": null,
+                                 "tool_calls": [{"id": format!("call_{t}"), "type": "function"}]}));
+            let mut tool = vec![json!({"type": "text", "text": "done"})];
+            if rng.chance(50) {
+                for _ in 0..1 + rng.below(3) {
+                    tool.push(openai_image(rng));
+                }
+            }
+            messages.push(json!({"role": "tool", "tool_call_id": format!("call_{t}"), "content": tool}));
+            if rng.chance(50) {
+                messages.push(json!({"role": "user", "content": [
+                    {"type": "text", "text": "screenshot"}, openai_image(rng)]}));
+            }
+        }
+        json!({"model": "gpt-test", "messages": messages, "stream": true})
+    }
+
+    fn random_config(rng: &mut Rng) -> ImagesConfig {
+        let max_blocks = [20, 5, 10][rng.below(3) as usize];
+        ImagesConfig {
+            max_blocks,
+            max_blocks_small: [100, 30, max_blocks][rng.below(3) as usize].max(max_blocks),
+            max_bytes: [24_000_000, 20_000, 5_000][rng.below(3) as usize],
+            evict_batch: 1 + rng.below(8) as usize,
+            evict_floor: rng.below(4) as usize,
+            ..ImagesConfig::default()
+        }
+    }
+
+    fn count_retired(v: &Value) -> usize {
+        match v {
+            Value::String(s) if s == RETIRED_IMAGE => 1,
+            Value::Array(a) => a.iter().map(count_retired).sum(),
+            Value::Object(o) => o.values().map(count_retired).sum(),
+            _ => 0,
+        }
+    }
+
+    fn check_property(dialect: Dialect, body: &[u8], images: &ImagesConfig) -> bool {
+        let ctx = RewriteContext { dialect, images };
+        let first = rewrite_request(&ctx, body).unwrap();
+        let again = rewrite_request(&ctx, body).unwrap();
+        assert_eq!(first.body, again.body, "deterministic");
+        assert_eq!(first.report, again.report);
+        let Some(new_body) = first.body else {
+            assert_eq!(first.report.images_retired, 0);
+            return false;
+        };
+        // Valid JSON, exactly `images_retired` replacement texts, nothing else renamed.
+        let before: Value = serde_json::from_slice(body).unwrap();
+        let after: Value = serde_json::from_slice(&new_body).unwrap();
+        assert_eq!(count_retired(&after), first.report.images_retired);
+        assert_eq!(first.report.reasons.len() >= first.report.carriers_retired, true);
+        assert_eq!(before["model"], after["model"]);
+        assert_eq!(
+            before["messages"].as_array().map(Vec::len),
+            after["messages"].as_array().map(Vec::len)
+        );
+        // Idempotence: rewriting the rewritten body changes nothing.
+        let second = rewrite_request(&ctx, &new_body).unwrap();
+        assert_eq!(second.body, None, "second pass changed the body");
+        assert_eq!(second.report.images_retired, 0);
+        true
+    }
+
+    #[test]
+    fn property_anthropic_idempotent_and_deterministic() {
+        let mut rng = Rng(0x5EED_0001);
+        let mut rewritten = 0;
+        for _ in 0..150 {
+            let cfg = random_config(&mut rng);
+            let body = serde_json::to_vec(&random_anthropic(&mut rng)).unwrap();
+            rewritten += usize::from(check_property(Dialect::Anthropic, &body, &cfg));
+        }
+        assert!(rewritten > 30, "only {rewritten} bodies were rewritten");
+    }
+
+    #[test]
+    fn property_openai_idempotent_and_deterministic() {
+        let mut rng = Rng(0x5EED_0002);
+        let mut rewritten = 0;
+        for _ in 0..150 {
+            let mut cfg = random_config(&mut rng);
+            cfg.agent_images_in_user_turns = rng.chance(70);
+            let body = serde_json::to_vec(&random_openai(&mut rng)).unwrap();
+            rewritten += usize::from(check_property(Dialect::Openai, &body, &cfg));
+        }
+        assert!(rewritten > 30, "only {rewritten} bodies were rewritten");
+    }
+
+    #[test]
+    fn other_dialects_read_the_model_only() {
+        let cfg = ImagesConfig::default();
+        for dialect in [Dialect::OpenaiResponses, Dialect::Gemini] {
+            let ctx = RewriteContext { dialect, images: &cfg };
+            let out = rewrite_request(&ctx, br#"{"model":"m","input":[{"type":"input_image"}]}"#)
+                .unwrap();
+            assert_eq!(out.body, None);
+            assert_eq!(out.report.model.as_deref(), Some("m"));
+            assert!(matches!(
+                rewrite_request(&ctx, b"{\"model\":"),
+                Err(RewriteError::NotJson(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn nothing_to_change_is_none() {
+        let cfg = ImagesConfig::default();
+        let ctx = RewriteContext { dialect: Dialect::Anthropic, images: &cfg };
+        let out = rewrite_request(&ctx, br#"{"model":"claude","messages":[{"role":"user","content":"hi"}]}"#)
+            .unwrap();
+        assert_eq!(out.body, None);
+        assert_eq!(out.report.model.as_deref(), Some("claude"));
+    }
+}
