@@ -64,7 +64,9 @@ fn concat(mut chunks: Vec<Bytes>, total: u64) -> Bytes {
 
 /// A buffered body for the upstream.
 pub fn full(bytes: Bytes) -> UpstreamBody {
-    Full::new(bytes).map_err(|never| match never {}).boxed_unsync()
+    Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 /// The client's body streamed upstream as it arrives, after the chunks already read.

@@ -208,7 +208,9 @@ impl ImagesConfig {
             agent_images_in_user_turns: o
                 .agent_images_in_user_turns
                 .unwrap_or(self.agent_images_in_user_turns),
-            transcode_cache_bytes: o.transcode_cache_bytes.unwrap_or(self.transcode_cache_bytes),
+            transcode_cache_bytes: o
+                .transcode_cache_bytes
+                .unwrap_or(self.transcode_cache_bytes),
         }
     }
 
@@ -431,9 +433,9 @@ impl Config {
                         && u.query().is_none() => {}
                 _ => {
                     return invalid(format!(
-                        "{at}: upstream {:?} must be an http:// or https:// base URL without a query",
-                        r.upstream
-                    ))
+                    "{at}: upstream {:?} must be an http:// or https:// base URL without a query",
+                    r.upstream
+                ))
                 }
             }
             if let Some(p) = &r.provider {

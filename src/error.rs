@@ -167,7 +167,8 @@ pub fn midstream_error_event(dialect: Option<Dialect>, detail: &str) -> Option<B
     let message = format!("cachekeeper: upstream stream broke mid-way: {detail}");
     match dialect {
         Some(Dialect::Anthropic) => {
-            let v = serde_json::json!({"type":"error","error":{"type":"api_error","message":message}});
+            let v =
+                serde_json::json!({"type":"error","error":{"type":"api_error","message":message}});
             Some(Bytes::from(format!("event: error\ndata: {v}\n\n")))
         }
         Some(Dialect::Gemini) => None,
@@ -211,7 +212,9 @@ mod tests {
         assert!(s.contains("\"api_error\""));
         assert!(s.ends_with("\n\n"));
         let o = midstream_error_event(Some(Dialect::Openai), "reset").unwrap();
-        assert!(std::str::from_utf8(&o).unwrap().starts_with("data: {\"error\""));
+        assert!(std::str::from_utf8(&o)
+            .unwrap()
+            .starts_with("data: {\"error\""));
         assert!(midstream_error_event(Some(Dialect::Gemini), "reset").is_none());
     }
 }

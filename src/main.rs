@@ -12,7 +12,11 @@ use cachekeeper::server::Server;
 use cachekeeper::telemetry;
 
 #[derive(Parser)]
-#[command(name = "cachekeeper", version, about = "Reverse proxy that keeps LLM prompt caches warm")]
+#[command(
+    name = "cachekeeper",
+    version,
+    about = "Reverse proxy that keeps LLM prompt caches warm"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -73,7 +77,11 @@ fn check(path: &std::path::Path) -> ExitCode {
     println!("config OK: {}", path.display());
     println!("listen: {}", loaded.config.server.listen);
     for r in table.routes() {
-        let prefix = if r.prefix.is_empty() { "/" } else { r.prefix.as_str() };
+        let prefix = if r.prefix.is_empty() {
+            "/"
+        } else {
+            r.prefix.as_str()
+        };
         println!(
             "route {:<12} {:<16} -> {}://{}{}  dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={}",
             r.name,
@@ -102,7 +110,10 @@ fn serve(path: &std::path::Path, listen: Option<SocketAddr>) -> ExitCode {
     for w in &loaded.warnings {
         tracing::warn!(target: "cachekeeper::config", "{w}");
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

@@ -173,13 +173,15 @@ pub fn classify_path(path: &str) -> Option<(Dialect, Endpoint)> {
 /// The dialect to shape the proxy's own errors in, from the path alone (`None`: unknown, use
 /// OpenAI's shape).
 pub fn error_dialect_for_path(path: &str, pinned: Option<Dialect>) -> Option<Dialect> {
-    pinned.or_else(|| classify_path(path).map(|(d, _)| d)).or_else(|| {
-        if path.contains("/v1beta/") || path.contains("/v1alpha/") {
-            Some(Dialect::Gemini)
-        } else {
-            None
-        }
-    })
+    pinned
+        .or_else(|| classify_path(path).map(|(d, _)| d))
+        .or_else(|| {
+            if path.contains("/v1beta/") || path.contains("/v1alpha/") {
+                Some(Dialect::Gemini)
+            } else {
+                None
+            }
+        })
 }
 
 #[cfg(test)]

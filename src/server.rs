@@ -138,7 +138,10 @@ impl Server {
         }
         drop(self.listener);
         tracing::info!(target: "cachekeeper::server", grace_ms = grace.as_millis() as u64, "shutting down; waiting for in-flight requests");
-        if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+        if tokio::time::timeout(grace, graceful.shutdown())
+            .await
+            .is_err()
+        {
             tracing::warn!(target: "cachekeeper::server", "grace period over; closing remaining connections");
         }
     }
@@ -183,7 +186,12 @@ async fn handle(
             path: path.clone(),
             prefixes: state.routes.prefixes(),
         };
-        return Ok(proxy_error(err, error_dialect_for_path(&path, None), log, started));
+        return Ok(proxy_error(
+            err,
+            error_dialect_for_path(&path, None),
+            log,
+            started,
+        ));
     };
     log.route = matched.route.name.clone();
     let class = classify_path(&matched.rest);
@@ -192,7 +200,12 @@ async fn handle(
     if let Some(expected) = &state.server.client_token {
         let given = req.headers().get(TOKEN_HEADER).map(HeaderValue::as_bytes);
         if !given.is_some_and(|g| constant_time_eq(g, expected.as_bytes())) {
-            return Ok(proxy_error(ProxyError::BadClientToken, dialect, log, started));
+            return Ok(proxy_error(
+                ProxyError::BadClientToken,
+                dialect,
+                log,
+                started,
+            ));
         }
     }
     if is_upgrade(&req) {
@@ -457,7 +470,10 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
             .get_all(header::CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
 }
 
 /// Tunnel a WebSocket (or any HTTP/1.1 upgrade): forward the handshake, and on `101` copy
@@ -486,8 +502,7 @@ async fn tunnel_upgrade(
     let resp = match state.client.request(up).await {
         Ok(r) => r,
         Err(e) => {
-            let err =
-                classify_client_error(&e, upstream_name, state.server.connect_timeout_ms);
+            let err = classify_client_error(&e, upstream_name, state.server.connect_timeout_ms);
             return proxy_error(err, None, log, started);
         }
     };

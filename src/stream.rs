@@ -59,7 +59,11 @@ impl ObservedBody {
     }
 
     /// The stream broke: end it with the dialect's error event (event streams) or an error.
-    fn broken(&mut self, outcome: Outcome, detail: String) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn broken(
+        &mut self,
+        outcome: Outcome,
+        detail: String,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         tracing::warn!(
             target: "cachekeeper::stream",
             route = self.log.as_ref().map(|l| l.route.as_str()).unwrap_or("-"),
@@ -147,5 +151,3 @@ impl Drop for ObservedBody {
         }
     }
 }
-
-

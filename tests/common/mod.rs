@@ -1,0 +1,229 @@
+//! Test harness: an in-process mock upstream (hyper) and an in-process proxy, both on
+//! ephemeral loopback ports.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+
+pub type MockBody = BoxBody<Bytes, std::io::Error>;
+
+/// A request as the mock upstream received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path_and_query: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+pub type Handler = Arc<dyn Fn(&Recorded) -> Response<MockBody> + Send + Sync>;
+
+pub struct Mock {
+    pub addr: SocketAddr,
+    pub requests: Arc<Mutex<Vec<Recorded>>>,
+}
+
+impl Mock {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+    pub fn last(&self) -> Recorded {
+        self.requests
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("no request")
+    }
+    pub fn count(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+}
+
+pub fn full(b: impl Into<Bytes>) -> MockBody {
+    Full::new(b.into()).map_err(|never| match never {}).boxed()
+}
+
+pub fn json_response(status: u16, body: &str) -> Response<MockBody> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(full(body.to_owned()))
+        .unwrap()
+}
+
+/// A streaming body fed by a channel: send `Ok(bytes)` for a chunk, `Err(_)` to break the
+/// connection mid-body, drop the sender to end it.
+pub fn channel_body() -> (mpsc::Sender<Result<Bytes, std::io::Error>>, MockBody) {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item.map(Frame::data), rx))
+    });
+    (tx, StreamBody::new(stream).boxed())
+}
+
+pub fn sse_response(body: MockBody) -> Response<MockBody> {
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(body)
+        .unwrap()
+}
+
+/// Start a mock upstream whose responses come from `handler`.
+pub async fn start_mock(handler: Handler) -> Mock {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let reqs = requests.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let handler = handler.clone();
+            let reqs = reqs.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let handler = handler.clone();
+                    let reqs = reqs.clone();
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body
+                            .collect()
+                            .await
+                            .map(|c| c.to_bytes())
+                            .unwrap_or_default();
+                        let rec = Recorded {
+                            method: parts.method.to_string(),
+                            path_and_query: parts
+                                .uri
+                                .path_and_query()
+                                .map(|p| p.to_string())
+                                .unwrap_or_default(),
+                            headers: parts.headers,
+                            body,
+                        };
+                        reqs.lock().unwrap().push(rec.clone());
+                        Ok::<_, Infallible>(handler(&rec))
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Mock { addr, requests }
+}
+
+pub struct Proxy {
+    pub addr: SocketAddr,
+    pub shutdown: Option<oneshot::Sender<()>>,
+    pub done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Proxy {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+    /// Signal shutdown and wait for the server to finish.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(done) = self.done.take() {
+            let _ = done.await;
+        }
+    }
+}
+
+/// A config with `anthropic` and `openai` routes pointing at `upstream`, plus `extra` TOML.
+pub fn config_for(upstream: &str, extra: &str) -> String {
+    format!(
+        r#"
+{extra}
+
+[[routes]]
+name = "anthropic"
+prefix = "/anthropic"
+upstream = "{upstream}"
+
+[[routes]]
+name = "openai"
+prefix = "/openai"
+upstream = "{upstream}"
+
+[[routes]]
+name = "gemini"
+prefix = "/gemini"
+upstream = "{upstream}"
+"#
+    )
+}
+
+/// Start the proxy in-process from TOML text, on an ephemeral port.
+pub async fn start_proxy(toml_text: &str) -> Proxy {
+    let (config, warnings) = cachekeeper::config::Config::from_toml(toml_text).unwrap();
+    let loaded = cachekeeper::config::Loaded {
+        config,
+        base_dir: std::env::temp_dir(),
+        warnings,
+    };
+    let server = cachekeeper::server::Server::bind(&loaded, Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    let done = tokio::spawn(server.run(async move {
+        let _ = rx.await;
+    }));
+    Proxy {
+        addr,
+        shutdown: Some(tx),
+        done: Some(done),
+    }
+}
+
+pub type TestClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+pub fn client() -> TestClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// POST `body` to `url` with extra headers; returns status, headers and the whole body.
+pub async fn send(
+    client: &TestClient,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> (u16, HeaderMap, Bytes) {
+    let mut b = Request::builder()
+        .method("POST")
+        .uri(url)
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = client
+        .request(b.body(Full::new(body.into())).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, body)
+}

@@ -1,0 +1,512 @@
+//! Integration tests: the proxy in-process between a hyper client and a hyper mock upstream.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, Mutex as AsyncMutex};
+
+fn echo_ok() -> Handler {
+    Arc::new(|_r: &Recorded| json_response(200, r#"{"ok":true}"#))
+}
+
+#[tokio::test]
+async fn healthz_answers_200() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let c = client();
+    let resp = c
+        .request(
+            http::Request::get(proxy.url("/healthz"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn body_with_nothing_to_change_goes_upstream_byte_identical() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    // Odd spacing, key order and escapes that a re-serializer would change.
+    let body = "{ \"model\":\"claude-x\",  \"max_tokens\": 10,\n\"messages\":[{\"role\":\"user\",\"content\":\"h\\u00e9llo \\/ x\"}], \"zzz\": 1.50 }";
+    let (status, headers, resp) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages?beta=true"),
+        &[
+            ("x-api-key", "sk-ant-secret"),
+            ("anthropic-version", "2023-06-01"),
+            ("x-cachekeeper-debug", "1"),
+            ("connection", "keep-alive"),
+        ],
+        body,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(&resp[..], br#"{"ok":true}"#);
+    let rec = mock.last();
+    assert_eq!(rec.body, body.as_bytes());
+    assert_eq!(rec.path_and_query, "/v1/messages?beta=true");
+    assert_eq!(rec.headers["x-api-key"], "sk-ant-secret");
+    assert_eq!(rec.headers["anthropic-version"], "2023-06-01");
+    assert_eq!(rec.headers["host"], mock.addr.to_string());
+    assert_eq!(rec.headers["content-length"], body.len().to_string());
+    assert!(rec.headers.get("x-cachekeeper-debug").is_none());
+    let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(rewrites.contains("body=unchanged"), "{rewrites}");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn every_method_and_non_generation_path_is_tunnelled() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let c = client();
+    for method in ["GET", "DELETE", "PUT", "PATCH", "OPTIONS"] {
+        let resp = c
+            .request(
+                http::Request::builder()
+                    .method(method)
+                    .uri(proxy.url("/openai/v1/files/file-1?x=1"))
+                    .header("authorization", "Bearer sk-secret")
+                    .body(Full::new(Bytes::from_static(b"raw")))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{method}");
+        let h = resp.headers()["x-cachekeeper-rewrites"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(h, "passthrough");
+        let rec = mock.last();
+        assert_eq!(rec.method, method);
+        assert_eq!(rec.path_and_query, "/v1/files/file-1?x=1");
+        assert_eq!(rec.headers["authorization"], "Bearer sk-secret");
+        assert_eq!(&rec.body[..], b"raw");
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_route_is_404_in_dialect_shape_listing_prefixes() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let (status, _, body) = send(&client(), &proxy.url("/nope/v1/messages"), &[], "{}").await;
+    assert_eq!(status, 404);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["type"], "error");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("cachekeeper:"), "{msg}");
+    assert!(
+        msg.contains("/anthropic") && msg.contains("/openai"),
+        "{msg}"
+    );
+    let (status, _, body) = send(
+        &client(),
+        &proxy.url("/nope/v1/chat/completions"),
+        &[],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 404);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"]["code"], "no_route");
+    assert_eq!(mock.count(), 0);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn upstream_refused_is_502_and_timeout_is_504() {
+    // A port with nothing listening.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let proxy = start_proxy(&config_for(&format!("http://{dead_addr}"), "")).await;
+    let (status, _, body) = send(&client(), &proxy.url("/anthropic/v1/messages"), &[], "{}").await;
+    assert_eq!(status, 502);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "api_error");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("cachekeeper: cannot reach upstream"));
+    proxy.stop().await;
+
+    // An upstream that accepts but never answers.
+    let slow: Handler = Arc::new(|_r: &Recorded| {
+        let (tx, body) = channel_body();
+        std::mem::forget(tx);
+        http::Response::builder().status(200).body(body).unwrap()
+    });
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let _ = slow;
+    let proxy = start_proxy(&config_for(
+        &format!("http://{silent_addr}"),
+        "[server]\nfirst_byte_timeout_ms = 300\n",
+    ))
+    .await;
+    let (status, _, body) = send(
+        &client(),
+        &proxy.url("/openai/v1/chat/completions"),
+        &[],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 504);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"]["code"], "first_byte_timeout");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_bodies_go_upstream_unchanged() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let cases: &[&[u8]] = &[
+        br#"{"model":"claude","messages":[{"role":"user","content":"#, // truncated JSON
+        br#"{"model":"claude","messages":"not a list"}"#,               // wrong type
+        br#"{"model":"claude","messages":{"role":"user"}}"#,            // wrong type
+        br#"[1,2,3]"#,                                                  // not an object
+        b"\xff\xfe not utf-8",
+        br#"{"model":"c","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"!!!not base64!!!"}}]}]}"#,
+        br#"{"model":"c","messages":[{"role":"user","content":[{"type":"image"}]}]}"#, // missing source
+        br#""#,
+    ];
+    for (i, body) in cases.iter().enumerate() {
+        for path in ["/anthropic/v1/messages", "/openai/v1/chat/completions"] {
+            let (status, _, _) = send(&client(), &proxy.url(path), &[], body.to_vec()).await;
+            assert_eq!(status, 200, "case {i} {path}");
+            assert_eq!(&mock.last().body[..], *body, "case {i} {path}");
+        }
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn body_over_max_rewrite_bytes_is_streamed_through() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    // 70 MB: over the 64 MiB default.
+    let mut body = Vec::with_capacity(70_000_100);
+    body.extend_from_slice(br#"{"model":"claude","messages":[{"role":"user","content":""#);
+    body.resize(70_000_000, b'a');
+    body.extend_from_slice(br#""}]}"#);
+    let (status, headers, _) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages"),
+        &[],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-cachekeeper-rewrites"], "too_large");
+    let rec = mock.last();
+    assert_eq!(rec.body.len(), body.len());
+    assert!(rec.body == body);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn gzip_body_that_needs_no_change_keeps_its_encoding() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let plain = br#"{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(plain).unwrap();
+    let gz = enc.finish().unwrap();
+    let (status, headers, _) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages"),
+        &[("content-encoding", "gzip")],
+        gz.clone(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let rec = mock.last();
+    assert_eq!(rec.body, gz);
+    assert_eq!(rec.headers["content-encoding"], "gzip");
+    assert!(headers["x-cachekeeper-rewrites"]
+        .to_str()
+        .unwrap()
+        .contains("body=unchanged"));
+    proxy.stop().await;
+}
+
+/// The client gets the first event before the upstream has sent the second.
+#[tokio::test]
+async fn sse_is_streamed_event_by_event() {
+    let (go_tx, go_rx) = mpsc::channel::<()>(1);
+    let go_rx = Arc::new(AsyncMutex::new(go_rx));
+    let handler: Handler = Arc::new(move |_r: &Recorded| {
+        let (tx, body) = channel_body();
+        let go_rx = go_rx.clone();
+        tokio::spawn(async move {
+            let first = "event: message_start\ndata: {\"type\":\"message_start\"}\n\n";
+            tx.send(Ok(Bytes::from(first))).await.unwrap();
+            // Wait until the test has seen the first event at the client.
+            go_rx.lock().await.recv().await;
+            let second = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+            tx.send(Ok(Bytes::from(second))).await.unwrap();
+        });
+        sse_response(body)
+    });
+    let mock = start_mock(handler).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let c = client();
+    let req = http::Request::post(proxy.url("/anthropic/v1/messages"))
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"c","stream":true,"messages":[]}"#,
+        )))
+        .unwrap();
+    let resp = c.request(req).await.unwrap();
+    assert_eq!(resp.headers()["x-accel-buffering"], "no");
+    assert!(resp.headers().contains_key("x-cachekeeper-rewrites"));
+    let mut body = resp.into_body();
+    let first = tokio::time::timeout(Duration::from_secs(5), body.frame())
+        .await
+        .expect("first event must arrive before the second is sent")
+        .unwrap()
+        .unwrap()
+        .into_data()
+        .unwrap();
+    assert!(std::str::from_utf8(&first)
+        .unwrap()
+        .contains("message_start"));
+    go_tx.send(()).await.unwrap();
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert!(std::str::from_utf8(&rest).unwrap().contains("message_stop"));
+    proxy.stop().await;
+}
+
+async fn midstream_reset(path: &str) -> String {
+    let handler: Handler = Arc::new(|_r: &Recorded| {
+        let (tx, body) = channel_body();
+        tokio::spawn(async move {
+            tx.send(Ok(Bytes::from_static(b"data: {\"id\":\"1\"}\n\n")))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            tx.send(Err(std::io::Error::other("boom"))).await.unwrap();
+        });
+        sse_response(body)
+    });
+    let mock = start_mock(handler).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let c = client();
+    let req = http::Request::post(proxy.url(path))
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"m","stream":true,"messages":[]}"#,
+        )))
+        .unwrap();
+    let resp = c.request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    // The proxy keeps serving.
+    let (status, _, _) = send(&c, &proxy.url("/openai/v1/models"), &[], "").await;
+    assert_eq!(status, 200);
+    proxy.stop().await;
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn upstream_reset_mid_stream_ends_with_the_dialects_error_event() {
+    let a = midstream_reset("/anthropic/v1/messages").await;
+    assert!(a.starts_with("data: {\"id\":\"1\"}\n\n"), "{a}");
+    assert!(a.contains("event: error\ndata: {"), "{a}");
+    assert!(a.contains("\"api_error\""), "{a}");
+    let o = midstream_reset("/openai/v1/chat/completions").await;
+    assert!(o.contains("data: {\"error\":{"), "{o}");
+    let g =
+        midstream_reset("/gemini/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse").await;
+    assert_eq!(g, "data: {\"id\":\"1\"}\n\n");
+}
+
+#[tokio::test]
+async fn client_disconnect_mid_stream_cancels_the_upstream_request() {
+    let (cancelled_tx, cancelled_rx) = oneshot::channel::<u32>();
+    let cancelled_tx = Arc::new(std::sync::Mutex::new(Some(cancelled_tx)));
+    let handler: Handler = Arc::new(move |_r: &Recorded| {
+        let (tx, body) = channel_body();
+        let cancelled_tx = cancelled_tx.clone();
+        tokio::spawn(async move {
+            let mut sent = 0u32;
+            loop {
+                if tx
+                    .send(Ok(Bytes::from_static(b"data: {\"x\":1}\n\n")))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                sent += 1;
+                if sent > 400 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if let Some(t) = cancelled_tx.lock().unwrap().take() {
+                let _ = t.send(sent);
+            }
+        });
+        sse_response(body)
+    });
+    let mock = start_mock(handler).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    // A raw connection we can cut.
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let body = r#"{"model":"m","stream":true,"messages":[]}"#;
+    let req = format!(
+        "POST /openai/v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(std::str::from_utf8(&buf[..n])
+        .unwrap()
+        .starts_with("HTTP/1.1 200"));
+    drop(s);
+    let sent = tokio::time::timeout(Duration::from_secs(5), cancelled_rx)
+        .await
+        .expect("upstream stream must be cancelled when the client goes away")
+        .unwrap();
+    assert!(sent < 400, "upstream kept streaming: {sent}");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn client_token_is_required_when_configured_and_never_forwarded() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(
+        &mock.url(),
+        "[server]\nclient_token = \"s3cret\"\n",
+    ))
+    .await;
+    let (status, _, body) = send(&client(), &proxy.url("/anthropic/v1/messages"), &[], "{}").await;
+    assert_eq!(status, 401);
+    assert!(std::str::from_utf8(&body)
+        .unwrap()
+        .contains("authentication_error"));
+    let (status, _, _) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages"),
+        &[("x-cachekeeper-token", "s3cret")],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(mock.last().headers.get("x-cachekeeper-token").is_none());
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn graceful_shutdown_lets_an_in_flight_stream_finish() {
+    let (go_tx, go_rx) = mpsc::channel::<()>(1);
+    let go_rx = Arc::new(AsyncMutex::new(go_rx));
+    let handler: Handler = Arc::new(move |_r: &Recorded| {
+        let (tx, body) = channel_body();
+        let go_rx = go_rx.clone();
+        tokio::spawn(async move {
+            tx.send(Ok(Bytes::from_static(b"data: 1\n\n")))
+                .await
+                .unwrap();
+            go_rx.lock().await.recv().await;
+            tx.send(Ok(Bytes::from_static(b"data: 2\n\n")))
+                .await
+                .unwrap();
+        });
+        sse_response(body)
+    });
+    let mock = start_mock(handler).await;
+    let mut proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let c = client();
+    let req = http::Request::post(proxy.url("/openai/v1/chat/completions"))
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let resp = c.request(req).await.unwrap();
+    let mut body = resp.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(&first[..], b"data: 1\n\n");
+    // Shut down while the stream is open, then let the upstream finish.
+    let _ = proxy.shutdown.take().unwrap().send(());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    go_tx.send(()).await.unwrap();
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert_eq!(&rest[..], b"data: 2\n\n");
+    tokio::time::timeout(Duration::from_secs(5), proxy.done.take().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    // No longer accepting.
+    assert!(tokio::net::TcpStream::connect(proxy.addr).await.is_err());
+}
+
+#[tokio::test]
+async fn websocket_upgrade_is_tunnelled() {
+    // An upstream that answers 101 and echoes bytes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).await.unwrap();
+            got.extend_from_slice(&buf[..n]);
+        }
+        let head = String::from_utf8_lossy(&got).to_ascii_lowercase();
+        assert!(head.contains("upgrade: websocket"), "{head}");
+        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n")
+            .await
+            .unwrap();
+        loop {
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            s.write_all(&buf[..n]).await.unwrap();
+        }
+    });
+    let proxy = start_proxy(&config_for(&format!("http://{up_addr}"), "")).await;
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(b"GET /openai/v1/realtime HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 101"));
+    s.write_all(b"ping-bytes").await.unwrap();
+    let mut echo = vec![0u8; 10];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut echo))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&echo, b"ping-bytes");
+    drop(s);
+    proxy.stop().await;
+}
