@@ -61,6 +61,10 @@ class Proxy:
     def openai_base_url(self) -> str:
         return f"{self.base_url}/openai/v1"
 
+    @property
+    def gemini_base_url(self) -> str:
+        return f"{self.base_url}/gemini"
+
     def logs(self) -> str:
         return (
             f"--- cachekeeper stderr ({self.stderr_path}) ---\n{_tail(self.stderr_path)}\n"
@@ -117,6 +121,11 @@ upstream = "{mock_upstream.url}"
 [[routes]]
 name = "openai"
 prefix = "/openai"
+upstream = "{mock_upstream.url}"
+
+[[routes]]
+name = "gemini"
+prefix = "/gemini"
 upstream = "{mock_upstream.url}"
 """,
         encoding="utf-8",

@@ -209,6 +209,14 @@ class MockUpstream:
             )
         return found[-1]
 
+    def wait_completed(self, rec: RecordedRequest, timeout: float = 5.0) -> bool:
+        """Wait until the mock has written the whole response to ``rec`` (the client may see the
+        last event before the handler has written the final zero-length chunk)."""
+        deadline = time.monotonic() + timeout
+        while not rec.completed and not rec.client_gone and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return rec.completed
+
     def gate(self, name: str) -> threading.Event:
         with self._lock:
             return self._gates.setdefault(name, threading.Event())

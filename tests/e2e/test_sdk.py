@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import anthropic
@@ -41,6 +42,24 @@ CLAUDE = "claude-sonnet-4-5"
 GPT = "gpt-4.1"
 REWRITES_HEADER = "x-cachekeeper-rewrites"
 BATCH = 8  # images.evict_batch default
+
+
+def _rewrites(headers: Any) -> dict[str, str]:
+    """Parse ``x-cachekeeper-rewrites: images_seen=21; images_retired=8; ...`` into a dict."""
+    value = headers.get(REWRITES_HEADER)
+    assert value is not None, f"response lacks {REWRITES_HEADER}: {dict(headers)}"
+    out: dict[str, str] = {}
+    for part in value.split(";"):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _assert_event_stream_headers(headers: Any) -> None:
+    assert headers.get("content-type", "").startswith("text/event-stream")
+    assert headers.get("x-accel-buffering") == "no", "event streams must tell a fronting nginx not to buffer"
+    assert REWRITES_HEADER in headers
 
 
 def _assert_forwarded_identical(upstream: MockUpstream, sent: Capture, path_suffix: str) -> None:
@@ -123,11 +142,10 @@ def test_anthropic_messages_stream(anthropic_client: anthropic.Anthropic, upstre
     assert final.stop_reason == "end_turn"
     assert final.usage.cache_read_input_tokens == ANTHROPIC_USAGE["cache_read_input_tokens"]
     assert final.usage.output_tokens == ANTHROPIC_USAGE["output_tokens"]
-    assert headers.get("content-type", "").startswith("text/event-stream")
-    assert REWRITES_HEADER in headers
+    _assert_event_stream_headers(headers)
 
     rec = upstream.last("POST", "/v1/messages")
-    assert rec.completed, "the mock did not finish writing the stream"
+    assert upstream.wait_completed(rec), "the mock did not finish writing the stream"
     _assert_credentials_untouched(rec, sent)
     _assert_forwarded_identical(upstream, sent, "/v1/messages")
     assert json.loads(rec.body)["stream"] is True
@@ -147,7 +165,7 @@ def test_anthropic_create_stream_true(anthropic_client: anthropic.Anthropic, ups
     assert text == DEFAULT_REPLY
     delta = next(e for e in events if e.type == "message_delta")
     assert delta.usage.output_tokens == ANTHROPIC_USAGE["output_tokens"]
-    assert REWRITES_HEADER in stream.response.headers
+    _assert_event_stream_headers(stream.response.headers)
     _assert_forwarded_identical(upstream, sent, "/v1/messages")
 
 
@@ -245,11 +263,10 @@ def test_openai_stream_include_usage(openai_client: openai.OpenAI, upstream: Moc
     assert last.choices == [] and last.usage is not None, "include_usage chunk must come last"
     assert last.usage.completion_tokens == OPENAI_USAGE["completion_tokens"]
     assert last.usage.prompt_tokens_details.cached_tokens == OPENAI_USAGE["prompt_tokens_details"]["cached_tokens"]
-    assert stream.response.headers.get("content-type", "").startswith("text/event-stream")
-    assert REWRITES_HEADER in stream.response.headers
+    _assert_event_stream_headers(stream.response.headers)
 
     rec = upstream.last("POST", "/chat/completions")
-    assert rec.completed
+    assert upstream.wait_completed(rec), "the mock did not finish writing the stream"
     assert rec.header("authorization") == f"Bearer {OPENAI_KEY}"
     _assert_credentials_untouched(rec, sent)
     _assert_forwarded_identical(upstream, sent, "/chat/completions")
@@ -288,6 +305,67 @@ def test_openai_models_list(openai_client: openai.OpenAI, upstream: MockUpstream
     rec = upstream.last("GET", "/v1/models")
     assert rec.header("authorization") == f"Bearer {OPENAI_KEY}"
     assert rec.body == b""
+
+
+# =============================================================================================
+# OpenAI Responses (Codex's wire format) and Gemini: forwarded untouched, streamed
+# =============================================================================================
+
+
+def test_openai_responses_create(openai_client: openai.OpenAI, upstream: MockUpstream, sent: Capture) -> None:
+    raw = openai_client.responses.with_raw_response.create(model=GPT, input="Say hello.")
+    r = raw.parse()
+    assert r.output_text == DEFAULT_REPLY
+    assert r.usage is not None and r.usage.input_tokens_details.cached_tokens == 1920
+    assert REWRITES_HEADER in raw.headers
+    rec = upstream.last("POST", "/responses")
+    assert rec.path == "/v1/responses"
+    _assert_credentials_untouched(rec, sent)
+    _assert_forwarded_identical(upstream, sent, "/responses")
+
+
+def test_openai_responses_stream(openai_client: openai.OpenAI, upstream: MockUpstream, sent: Capture) -> None:
+    with openai_client.responses.stream(model=GPT, input=[{"role": "user", "content": "Say hello."}]) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == DEFAULT_REPLY
+    assert final.output_text == DEFAULT_REPLY
+    assert final.usage is not None and final.usage.output_tokens == 7
+    _assert_forwarded_identical(upstream, sent, "/responses")
+
+
+def test_gemini_stream_generate_content(proxy: Proxy, upstream: MockUpstream) -> None:
+    body = json.dumps({"contents": [{"role": "user", "parts": [{"text": "Say hello."}]}]}).encode()
+    url = f"{proxy.gemini_base_url}/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    headers = {"x-goog-api-key": "AIza-e2e-test-key", "content-type": "application/json"}
+    with httpx2.stream("POST", url, content=body, headers=headers, timeout=30) as r:
+        assert r.status_code == 200
+        _assert_event_stream_headers(r.headers)
+        events = [json.loads(line[len("data: ") :]) for line in r.iter_lines() if line.startswith("data: ")]
+    text = "".join(p["text"] for e in events for p in e["candidates"][0]["content"]["parts"])
+    assert text == DEFAULT_REPLY
+    assert events[-1]["candidates"][0]["finishReason"] == "STOP"
+    rec = upstream.last("POST", ":streamGenerateContent")
+    assert rec.path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    assert rec.query == "alt=sse"
+    assert rec.header("x-goog-api-key") == "AIza-e2e-test-key"
+    assert rec.body == body
+
+
+def test_gemini_key_query_is_forwarded_but_not_logged(proxy: Proxy, upstream: MockUpstream) -> None:
+    secret = "AIza-e2e-secret-in-query-42"
+    body = json.dumps({"contents": [{"role": "user", "parts": [{"text": "Say hello."}]}]}).encode()
+    url = f"{proxy.gemini_base_url}/v1beta/models/gemini-2.5-flash:generateContent?key={secret}"
+    r = httpx2.post(url, content=body, headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 200
+    assert r.json()["candidates"][0]["content"]["parts"][0]["text"] == DEFAULT_REPLY
+    rec = upstream.last("POST", ":generateContent")
+    assert rec.query_params.get("key") == [secret]
+    assert rec.body == body
+    time.sleep(0.2)  # the log line is written when the response body ends
+    logs = proxy.stderr_path.read_text(errors="replace") + proxy.stdout_path.read_text(errors="replace")
+    assert secret not in logs, "the Gemini key= query parameter leaked into the proxy's logs"
+    assert ANTHROPIC_KEY not in logs and OPENAI_KEY not in logs, "a credential leaked into the proxy's logs"
 
 
 # =============================================================================================
@@ -344,7 +422,10 @@ def test_anthropic_eviction_retires_oldest_batch(
     n = 21
     messages = anthropic_session(n, LARGE)
     headers = _anthropic_send(anthropic_client, messages, stream)
-    assert REWRITES_HEADER in headers
+    counts = _rewrites(headers)
+    assert counts.get("images_seen") == str(n), counts
+    assert counts.get("images_retired") == str(BATCH), counts
+    assert counts.get("carriers_retired") == str(BATCH), counts
 
     rec = upstream.last("POST", "/v1/messages")
     got = json.loads(rec.body)["messages"]
@@ -376,7 +457,10 @@ def test_openai_eviction_retires_oldest_batch(
     n = 21
     messages = openai_session(n, LARGE)
     headers = _openai_send(openai_client, messages, stream)
-    assert REWRITES_HEADER in headers
+    counts = _rewrites(headers)
+    assert counts.get("images_seen") == str(n), counts
+    assert counts.get("images_retired") == str(BATCH), counts
+    assert counts.get("carriers_retired") == str(BATCH), counts
 
     rec = upstream.last("POST", "/chat/completions")
     got = json.loads(rec.body)["messages"]
@@ -428,7 +512,8 @@ def test_anthropic_no_eviction_below_ceiling(
     anthropic_client: anthropic.Anthropic, upstream: MockUpstream, sent: Capture, n: int, size: tuple[int, int]
 ) -> None:
     headers = _anthropic_send(anthropic_client, anthropic_session(n, size), stream=False)
-    assert REWRITES_HEADER in headers
+    counts = _rewrites(headers)
+    assert counts.get("images_seen") == str(n) and counts.get("images_retired") == "0", counts
     _assert_forwarded_identical(upstream, sent, "/v1/messages")
 
 
@@ -437,7 +522,8 @@ def test_openai_no_eviction_below_ceiling(
     openai_client: openai.OpenAI, upstream: MockUpstream, sent: Capture, n: int, size: tuple[int, int]
 ) -> None:
     headers = _openai_send(openai_client, openai_session(n, size), stream=True)
-    assert REWRITES_HEADER in headers
+    counts = _rewrites(headers)
+    assert counts.get("images_seen") == str(n) and counts.get("images_retired") == "0", counts
     _assert_forwarded_identical(upstream, sent, "/chat/completions")
 
 
