@@ -607,8 +607,13 @@ class _Handler(BaseHTTPRequestHandler):
         text = self._reply_text()
         gen = req.get("generationConfig") or {}
         if gen.get("responseMimeType") == "application/json":
-            # Gemini CLI asks for JSON in side calls (e.g. who speaks next); give it valid JSON.
-            text = json.dumps({"reasoning": "mock upstream", "next_speaker": "user"})
+            # Gemini CLI asks for JSON in side calls (routing, who speaks next): answer with an
+            # object that fits the schema it sent.
+            schema = gen.get("responseJsonSchema") or gen.get("responseSchema") or {}
+            value = _from_schema(schema)
+            if not isinstance(value, dict) or not value:
+                value = {"reasoning": "mock upstream", "next_speaker": "user"}
+            text = json.dumps(value)
 
         def resp(parts_text: str, final: bool) -> dict[str, Any]:
             cand: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": parts_text}]}, "index": 0}
@@ -649,6 +654,37 @@ def _pieces(text: str, n: int = 3) -> list[str]:
         return [text]
     step = -(-len(text) // n)
     return [text[i : i + step] for i in range(0, len(text), step)]
+
+
+def _from_schema(schema: Any, depth: int = 0) -> Any:
+    """A small value that satisfies a JSON / OpenAPI schema (types may be upper-case)."""
+    if not isinstance(schema, dict) or depth > 8:
+        return None
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key):
+            return _from_schema(schema[key][0], depth + 1)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if str(k).lower() != "null"), "null")
+    kind = str(kind or ("object" if "properties" in schema else "string")).lower()
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {k: _from_schema(v, depth + 1) for k, v in props.items()}
+    if kind == "array":
+        n = int(schema.get("minItems") or 0)
+        return [_from_schema(schema.get("items") or {}, depth + 1) for _ in range(n)]
+    if kind in ("number", "integer"):
+        lo = schema.get("minimum")
+        return lo if isinstance(lo, (int, float)) else 1
+    if kind == "boolean":
+        return False
+    if kind == "null":
+        return None
+    return "mock upstream"
 
 
 def _rough_tokens(body: bytes) -> int:

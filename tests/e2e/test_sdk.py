@@ -38,7 +38,7 @@ from mock_upstream import ANTHROPIC_USAGE, DEFAULT_REPLY, MODEL_IDS, OPENAI_USAG
 if TYPE_CHECKING:
     from conftest import Capture, Proxy
 
-CLAUDE = "claude-sonnet-4-5"
+CLAUDE = "claude-e2e-test-model"  # not a real model: keeps the SDK from warning about deprecations
 GPT = "gpt-4.1"
 REWRITES_HEADER = "x-cachekeeper-rewrites"
 BATCH = 8  # images.evict_batch default

@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""Try real coding agents through cachekeeper, offline, against the mock upstream.
+
+Run BY HAND (not in CI): it installs agents from npm / PyPI when asked and takes a minute or two.
+
+    cargo build
+    python3 tests/agents/try_agents.py --install            # every agent
+    python3 tests/agents/try_agents.py claude aider          # just these, already installed
+
+What it does:
+1. starts the mock provider (tests/e2e/mock_upstream.py) in-process on a free loopback port;
+2. writes a proxy.toml with /anthropic, /openai and /gemini routes to it and starts
+   `cachekeeper serve --config ... --listen 127.0.0.1:<free port>`;
+3. runs each agent once, non-interactively, with only its base URL pointed at cachekeeper and a
+   fake key, in a throw-away HOME (your own agent configs are neither read nor touched);
+4. passes an agent when it exits 0, prints the mock's reply (unique per agent), and the mock saw
+   its generation request arrive through the proxy.
+
+Agents: claude (Claude Code, npm @anthropic-ai/claude-code), codex (Codex CLI, npm @openai/codex,
+Responses API), gemini (Gemini CLI, npm @google/gemini-cli), hermes (PyPI hermes-agent, OpenAI
+Chat route), hermes-anthropic (the same, Anthropic route), aider (PyPI aider-chat).
+With --install, npm agents go global (`npm i -g`) and PyPI agents into their own venvs under
+~/.cache/cachekeeper-agents/ (they pin many packages; keep them out of the test venv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+
+from mock_upstream import MockUpstream, RecordedRequest  # noqa: E402
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cachekeeper-agents"
+PROMPT = "Say hello in one short sentence. Do not use any tools."
+TIMEOUT_S = 240
+
+NPM_PACKAGES = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "gemini": "@google/gemini-cli"}
+PYPI_PACKAGES = {"hermes": "hermes-agent", "aider": "aider-chat"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Ctx:
+    proxy: str  # http://127.0.0.1:PORT
+    work: Path  # scratch dir for this run
+    reply: str  # what the mock answers to this agent
+
+
+@dataclass
+class Agent:
+    name: str
+    exe: str  # command name (npm) or venv-relative name (PyPI)
+    setup: Callable[[Ctx, Path], tuple[list[str], dict[str, str]]]  # (argv, env) given home dir
+    generation_paths: tuple[str, ...]  # a request whose path ends with one of these must reach the mock
+    pypi: str | None = None
+    npm: str | None = None
+
+
+def venv_bin(pkg_key: str, exe: str) -> Path:
+    return CACHE / f"venv-{pkg_key}" / "bin" / exe
+
+
+# --------------------------------------------------------------------------------------------
+# one set-up per agent: exactly what a user would do, nothing more
+# --------------------------------------------------------------------------------------------
+
+
+def setup_claude(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+    env = {
+        "ANTHROPIC_BASE_URL": f"{ctx.proxy}/anthropic",
+        "ANTHROPIC_API_KEY": "sk-ant-mock-key",
+        # quiet, offline: no telemetry, error reports or update checks
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    return ["claude", "-p", PROMPT], env
+
+
+def setup_codex(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            model = "gpt-5.1-codex"
+            model_provider = "cachekeeper"
+
+            [model_providers.cachekeeper]
+            name = "cachekeeper"
+            base_url = "{ctx.proxy}/openai/v1"
+            env_key = "OPENAI_API_KEY"
+            wire_api = "responses"
+            """
+        )
+    )
+    env = {"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": "sk-mock-key"}
+    return ["codex", "exec", "--skip-git-repo-check", PROMPT], env
+
+
+def setup_gemini(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+    gdir = home / ".gemini"
+    gdir.mkdir(parents=True, exist_ok=True)
+    (gdir / "settings.json").write_text(
+        json.dumps(
+            {
+                "security": {"auth": {"selectedType": "gemini-api-key"}},
+                "privacy": {"usageStatisticsEnabled": False},
+                "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+            }
+        )
+    )
+    env = {
+        "GOOGLE_GEMINI_BASE_URL": f"{ctx.proxy}/gemini",
+        "GEMINI_API_KEY": "AIza-mock-key",
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+    }
+    return ["gemini", "-p", PROMPT], env
+
+
+def _hermes(route: str, model: str, key: str) -> Callable[[Ctx, Path], tuple[list[str], dict[str, str]]]:
+    def setup(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+        hh = home / ".hermes"
+        hh.mkdir(parents=True, exist_ok=True)
+        (hh / "config.yaml").write_text(
+            textwrap.dedent(
+                f"""\
+                model:
+                  provider: custom
+                  base_url: {ctx.proxy}{route}
+                  default: {model}
+                  api_key: {key}
+                """
+            )
+        )
+        return [str(venv_bin("hermes", "hermes")), "-z", PROMPT], {"HERMES_HOME": str(hh)}
+
+    return setup
+
+
+def setup_aider(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+    argv = [
+        str(venv_bin("aider", "aider")),
+        "--openai-api-base", f"{ctx.proxy}/openai/v1",
+        "--model", "openai/gpt-4.1",
+        "--no-git", "--yes-always", "--no-check-update", "--no-show-release-notes",
+        "--no-analytics", "--no-pretty", "--stream",
+        "--message", PROMPT,
+    ]  # fmt: skip
+    env = {"OPENAI_API_KEY": "sk-mock-key", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    return argv, env
+
+
+AGENTS = {
+    a.name: a
+    for a in [
+        Agent("claude", "claude", setup_claude, ("/v1/messages",), npm=NPM_PACKAGES["claude"]),
+        Agent("codex", "codex", setup_codex, ("/v1/responses",), npm=NPM_PACKAGES["codex"]),
+        Agent("gemini", "gemini", setup_gemini, (":streamGenerateContent", ":generateContent"), npm=NPM_PACKAGES["gemini"]),
+        Agent("hermes", "hermes", _hermes("/openai/v1", "gpt-4.1", "sk-mock-key"), ("/v1/chat/completions",), pypi="hermes"),
+        Agent(
+            "hermes-anthropic",
+            "hermes",
+            _hermes("/anthropic", "claude-opus-4-8", "sk-ant-mock-key"),
+            ("/v1/messages",),
+            pypi="hermes",
+        ),
+        Agent("aider", "aider", setup_aider, ("/v1/chat/completions",), pypi="aider"),
+    ]
+}
+
+
+def is_installed(agent: Agent) -> bool:
+    if agent.pypi:
+        return venv_bin(agent.pypi, agent.exe).exists()
+    return shutil.which(agent.exe) is not None
+
+
+def install(agent: Agent) -> None:
+    if agent.npm:
+        print(f"[install] npm i -g {agent.npm}", flush=True)
+        subprocess.run(["npm", "i", "-g", agent.npm], check=True)
+    elif agent.pypi:
+        venv = CACHE / f"venv-{agent.pypi}"
+        print(f"[install] {PYPI_PACKAGES[agent.pypi]} into {venv}", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "--disable-pip-version-check", "-q", PYPI_PACKAGES[agent.pypi]],
+            check=True,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# proxy
+# --------------------------------------------------------------------------------------------
+
+
+def start_proxy(binary: Path, mock: MockUpstream, work: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    port = free_port()
+    listen = f"127.0.0.1:{port}"
+    cfg = work / "proxy.toml"
+    cfg.write_text(
+        textwrap.dedent(
+            f"""\
+            [server]
+            listen = "{listen}"
+
+            [state]
+            path = "{work / 'cachekeeper.db'}"
+
+            [[routes]]
+            name = "anthropic"
+            prefix = "/anthropic"
+            upstream = "{mock.url}"
+
+            [[routes]]
+            name = "openai"
+            prefix = "/openai"
+            upstream = "{mock.url}"
+
+            [[routes]]
+            name = "gemini"
+            prefix = "/gemini"
+            upstream = "{mock.url}"
+            """
+        )
+    )
+    log = work / "cachekeeper.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(
+            [str(binary), "serve", "--config", str(cfg), "--listen", listen],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    base = f"http://{listen}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"cachekeeper exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{base}/healthz", timeout=2) as r:
+                if r.status == 200:
+                    return proc, base, log
+        except OSError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    sys.exit(f"cachekeeper /healthz did not answer within 30 s:\n{log.read_text()}")
+
+
+# --------------------------------------------------------------------------------------------
+# trial
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    agent: str
+    ok: bool
+    detail: str
+    seconds: float
+    requests: list[str] = field(default_factory=list)
+
+
+def run_agent(agent: Agent, mock: MockUpstream, proxy: str, work: Path, verbose: bool) -> Result:
+    if not is_installed(agent):
+        return Result(agent.name, False, "not installed (run with --install)", 0.0)
+    home = work / f"home-{agent.name}"
+    cwd = work / f"cwd-{agent.name}"
+    home.mkdir(parents=True, exist_ok=True)
+    cwd.mkdir(parents=True, exist_ok=True)
+    (cwd / "hello.py").write_text("print('hello')\n")
+    reply = f"Hello from the mock upstream, {agent.name}."
+    mock.reply_text = reply
+    mock.clear()
+    argv, extra = agent.setup(Ctx(proxy, work, reply), home)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and "BASE_URL" not in k}
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        env.pop(var, None)
+    env.update({"HOME": str(home), "NO_COLOR": "1", "CI": "1", "TERM": "dumb"}, **extra)
+    print(f"\n=== {agent.name}: {shlex.join(argv)}", flush=True)
+    for k, v in extra.items():
+        print(f"    {k}={v}")
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT_S
+        )
+        rc, out = p.returncode, (p.stdout + p.stderr).decode("utf-8", "replace")
+    except subprocess.TimeoutExpired as e:
+        rc, out = -1, ((e.stdout or b"") + (e.stderr or b"")).decode("utf-8", "replace") + "\n<timed out>"
+    dt = time.monotonic() - t0
+    (work / f"{agent.name}.out").write_text(out)
+    seen: list[RecordedRequest] = list(mock.requests)
+    reqs = [f"{r.method} {r.path}{'?' + r.query if r.query else ''}" for r in seen]
+    generations = [r for r in seen if r.method == "POST" and any(r.path.endswith(g) for g in agent.generation_paths)]
+    if verbose or rc != 0:
+        print(textwrap.indent(out[-3000:], "    | "))
+    problems = []
+    if rc != 0:
+        problems.append(f"exit code {rc}")
+    if reply not in out:
+        problems.append("the mock's reply is not in the agent's output")
+    if not generations:
+        problems.append(f"no generation request ({', '.join(agent.generation_paths)}) reached the mock")
+    streamed = sum(1 for r in generations if _wants_stream(r))
+    detail = "; ".join(problems) or f"turn completed; {len(generations)} generation request(s), {streamed} streamed"
+    return Result(agent.name, not problems, detail, dt, reqs)
+
+
+def _wants_stream(r: RecordedRequest) -> bool:
+    if "alt=sse" in r.query or ":streamGenerateContent" in r.path:
+        return True
+    try:
+        return bool(r.json().get("stream"))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("agents", nargs="*", help=f"agents to try (default: all of {', '.join(AGENTS)})")
+    ap.add_argument("--install", action="store_true", help="install missing agents from npm / PyPI first")
+    ap.add_argument("--bin", default=os.environ.get("CACHEKEEPER_BIN", str(REPO / "target" / "debug" / "cachekeeper")))
+    ap.add_argument("--keep", action="store_true", help="keep the scratch dir (agent outputs, proxy log)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print each agent's output")
+    args = ap.parse_args()
+    names = args.agents or list(AGENTS)
+    unknown = [n for n in names if n not in AGENTS]
+    if unknown:
+        ap.error(f"unknown agent(s) {unknown}; choose from {list(AGENTS)}")
+    binary = Path(args.bin)
+    if not binary.is_file():
+        sys.exit(f"cachekeeper binary not found at {binary}; run `cargo build` or pass --bin")
+    if args.install:
+        for n in names:
+            if not is_installed(AGENTS[n]):
+                install(AGENTS[n])
+
+    work = Path(tempfile.mkdtemp(prefix="cachekeeper-agents-"))
+    mock = MockUpstream().start()
+    proc, base, log = start_proxy(binary, mock, work)
+    print(f"mock upstream {mock.url}; cachekeeper {base}; scratch {work}")
+    results: list[Result] = []
+    try:
+        for n in names:
+            results.append(run_agent(AGENTS[n], mock, base, work, args.verbose))
+            if proc.poll() is not None:
+                print(f"cachekeeper died during {n}:\n{log.read_text()[-3000:]}")
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        mock.stop()
+
+    print("\n=== summary")
+    for r in results:
+        print(f"{'PASS' if r.ok else 'FAIL'}  {r.agent:<17} {r.seconds:6.1f}s  {r.detail}")
+        for q in r.requests:
+            print(f"        {q}")
+    passed = sum(r.ok for r in results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    if args.keep or passed != len(results):
+        print(f"outputs and cachekeeper.log kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
