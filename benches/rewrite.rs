@@ -1,1 +1,118 @@
-fn main() {}
+//! Micro-benchmarks of the request rewrite (batch image eviction) beside a plain
+//! `serde_json::Value` parse + serialize of the same body.
+//!
+//! Bodies:
+//! - `24mb_21img`: a ~24 MB Anthropic request, 21 screenshots of ~1.1 MB base64 each
+//!   (2400×1350 PNG headers, so the strict 20 applies): 8 carriers retired.
+//! - `23mb_20img`: the same with 20 screenshots: nothing to change (`body: None`).
+//! - `20kb_text`: a 20 KB request without images.
+//!
+//! Run: `cargo bench --bench rewrite` (small sample sizes: the CI box has 2 cores).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use cachekeeper::config::{Dialect, ImagesConfig};
+use cachekeeper::rewrite::{rewrite_request, RewriteContext};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+/// Deterministic filler bytes (xorshift), so base64 looks like real image data.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// A PNG header of 2400×1350 followed by `len` noise bytes, base64.
+fn screenshot(seed: u64, len: usize) -> String {
+    let mut v = b"\x89PNG\r\n\x1a\n".to_vec();
+    v.extend_from_slice(&13u32.to_be_bytes());
+    v.extend_from_slice(b"IHDR");
+    v.extend_from_slice(&2400u32.to_be_bytes());
+    v.extend_from_slice(&1350u32.to_be_bytes());
+    v.extend_from_slice(&[8, 6, 0, 0, 0]);
+    v.extend_from_slice(&noise(seed, len));
+    STANDARD.encode(v)
+}
+
+/// An Anthropic body: a system prompt and `text_bytes` of conversation text, then `images`
+/// tool results of one ~1.1 MB screenshot each.
+fn anthropic_body(images: usize, text_bytes: usize) -> Vec<u8> {
+    let mut messages = Vec::new();
+    let filler = "lorem ipsum dolor sit amet ".repeat(text_bytes / 27 / 2 + 1);
+    messages.push(format!(
+        r#"{{"role":"user","content":[{{"type":"text","text":"{filler}"}}]}}"#
+    ));
+    messages.push(format!(
+        r#"{{"role":"assistant","content":[{{"type":"text","text":"{filler}"}}]}}"#
+    ));
+    for t in 0..images {
+        messages.push(format!(
+            r#"{{"role":"assistant","content":[{{"type":"tool_use","id":"toolu_{t}","name":"computer","input":{{"action":"screenshot"}}}}]}}"#
+        ));
+        messages.push(format!(
+            r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"toolu_{t}","content":[{{"type":"text","text":"screen {t}"}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":"{}"}}}}]}}]}}"#,
+            screenshot(t as u64 + 1, 825_000)
+        ));
+    }
+    format!(
+        r#"{{"model":"claude-sonnet-4-5","max_tokens":4096,"stream":true,"system":"You drive a computer.","messages":[{}]}}"#,
+        messages.join(",")
+    )
+    .into_bytes()
+}
+
+fn value_round_trip(body: &[u8]) -> Vec<u8> {
+    let v: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(_) => return Vec::new(),
+    };
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+fn bench(c: &mut Criterion) {
+    let images = ImagesConfig::default();
+    let ctx = RewriteContext {
+        dialect: Dialect::Anthropic,
+        images: &images,
+    };
+    let bodies = [
+        ("24mb_21img", anthropic_body(21, 900_000), Some(8)),
+        ("23mb_20img", anthropic_body(20, 900_000), None),
+        ("20kb_text", anthropic_body(0, 20_000), None),
+    ];
+    let mut group = c.benchmark_group("rewrite");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    for (name, body, retired) in &bodies {
+        // Check the scenario before timing it.
+        match rewrite_request(&ctx, body) {
+            Ok(out) => {
+                assert_eq!(out.body.is_some(), retired.is_some(), "{name}");
+                assert_eq!(Some(out.report.carriers_retired).filter(|n| *n > 0), *retired);
+            }
+            Err(e) => panic!("{name}: {e}"),
+        }
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(BenchmarkId::new("eviction", name), body, |b, body| {
+            b.iter(|| rewrite_request(&ctx, black_box(body)))
+        });
+        group.bench_with_input(BenchmarkId::new("value_parse_serialize", name), body, |b, body| {
+            b.iter(|| value_round_trip(black_box(body)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

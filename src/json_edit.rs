@@ -20,7 +20,11 @@ pub struct Edit {
 pub enum EditError {
     /// An edit reaches past the end of the body or has `start > end`.
     #[error("edit {start}..{end} is outside the body of {len} bytes")]
-    OutOfBounds { start: usize, end: usize, len: usize },
+    OutOfBounds {
+        start: usize,
+        end: usize,
+        len: usize,
+    },
     /// Two edits overlap.
     #[error("edits overlap at byte {at}")]
     Overlap { at: usize },
@@ -88,9 +92,18 @@ mod tests {
         let out = splice(
             b"0123456789",
             vec![
-                Edit { range: 7..9, replacement: b"xy".to_vec() },
-                Edit { range: 1..3, replacement: b"ABCD".to_vec() },
-                Edit { range: 5..5, replacement: b"-".to_vec() },
+                Edit {
+                    range: 7..9,
+                    replacement: b"xy".to_vec(),
+                },
+                Edit {
+                    range: 1..3,
+                    replacement: b"ABCD".to_vec(),
+                },
+                Edit {
+                    range: 5..5,
+                    replacement: b"-".to_vec(),
+                },
             ],
         )
         .unwrap();
@@ -99,7 +112,10 @@ mod tests {
 
     #[test]
     fn splice_rejects_overlap_and_out_of_bounds() {
-        let e = |r: Range<usize>| Edit { range: r, replacement: vec![] };
+        let e = |r: Range<usize>| Edit {
+            range: r,
+            replacement: vec![],
+        };
         assert_eq!(
             splice(b"0123", vec![e(0..2), e(1..3)]),
             Err(EditError::Overlap { at: 1 })

@@ -51,7 +51,10 @@ pub enum RewriteError {
     NotJson(String),
     /// Valid JSON of a shape the dialect does not describe (e.g. `messages` not an array).
     #[error("body does not have the {dialect} shape: {detail}")]
-    Shape { dialect: &'static str, detail: String },
+    Shape {
+        dialect: &'static str,
+        detail: String,
+    },
 }
 
 /// Run every request pass for the dialect on `body`.
@@ -66,9 +69,7 @@ pub fn rewrite_request(
 ) -> Result<RewriteOutcome, RewriteError> {
     let (model, inventory) = match ctx.dialect {
         Dialect::Anthropic => dialect::anthropic::inventory(body)?,
-        Dialect::Openai => {
-            dialect::openai::inventory(body, ctx.images.agent_images_in_user_turns)?
-        }
+        Dialect::Openai => dialect::openai::inventory(body, ctx.images.agent_images_in_user_turns)?,
         Dialect::OpenaiResponses | Dialect::Gemini => {
             let model = dialect::model_only(body, ctx.dialect.as_str())?;
             return Ok(RewriteOutcome {
@@ -178,8 +179,10 @@ mod tests {
                 messages.push(json!({"role": "assistant", "content": [
                     {"type": "tool_use", "id": format!("toolu_{t}_{s}"), "name": "shot", "input": {}}
                 ]}));
-                user.push(json!({"type": "tool_result", "tool_use_id": format!("toolu_{t}_{s}"),
-                                 "content": content}));
+                user.push(
+                    json!({"type": "tool_result", "tool_use_id": format!("toolu_{t}_{s}"),
+                                 "content": content}),
+                );
             }
             messages.push(json!({"role": "user", "content": user}));
         }
@@ -190,8 +193,14 @@ mod tests {
         let url = match rng.below(6) {
             0 => "https://example.com/a.png".to_owned(),
             1 => "data:image/png;base64,@@@".to_owned(),
-            2 | 3 => format!("data:image/png;base64,{}", b64_png(2400, 1350, rng.below(200) as usize)),
-            _ => format!("data:image/png;base64,{}", b64_png(1568, 882, rng.below(200) as usize)),
+            2 | 3 => format!(
+                "data:image/png;base64,{}",
+                b64_png(2400, 1350, rng.below(200) as usize)
+            ),
+            _ => format!(
+                "data:image/png;base64,{}",
+                b64_png(1568, 882, rng.below(200) as usize)
+            ),
         };
         if rng.chance(20) {
             json!({"type": "image_url", "image_url": url})
@@ -216,7 +225,9 @@ mod tests {
                     tool.push(openai_image(rng));
                 }
             }
-            messages.push(json!({"role": "tool", "tool_call_id": format!("call_{t}"), "content": tool}));
+            messages.push(
+                json!({"role": "tool", "tool_call_id": format!("call_{t}"), "content": tool}),
+            );
             if rng.chance(50) {
                 messages.push(json!({"role": "user", "content": [
                     {"type": "text", "text": "screenshot"}, openai_image(rng)]}));
@@ -260,7 +271,10 @@ mod tests {
         let before: Value = serde_json::from_slice(body).unwrap();
         let after: Value = serde_json::from_slice(&new_body).unwrap();
         assert_eq!(count_retired(&after), first.report.images_retired);
-        assert_eq!(first.report.reasons.len() >= first.report.carriers_retired, true);
+        assert_eq!(
+            first.report.reasons.len() >= first.report.carriers_retired,
+            true
+        );
         assert_eq!(before["model"], after["model"]);
         assert_eq!(
             before["messages"].as_array().map(Vec::len),
@@ -302,7 +316,10 @@ mod tests {
     fn other_dialects_read_the_model_only() {
         let cfg = ImagesConfig::default();
         for dialect in [Dialect::OpenaiResponses, Dialect::Gemini] {
-            let ctx = RewriteContext { dialect, images: &cfg };
+            let ctx = RewriteContext {
+                dialect,
+                images: &cfg,
+            };
             let out = rewrite_request(&ctx, br#"{"model":"m","input":[{"type":"input_image"}]}"#)
                 .unwrap();
             assert_eq!(out.body, None);
@@ -317,9 +334,15 @@ mod tests {
     #[test]
     fn nothing_to_change_is_none() {
         let cfg = ImagesConfig::default();
-        let ctx = RewriteContext { dialect: Dialect::Anthropic, images: &cfg };
-        let out = rewrite_request(&ctx, br#"{"model":"claude","messages":[{"role":"user","content":"hi"}]}"#)
-            .unwrap();
+        let ctx = RewriteContext {
+            dialect: Dialect::Anthropic,
+            images: &cfg,
+        };
+        let out = rewrite_request(
+            &ctx,
+            br#"{"model":"claude","messages":[{"role":"user","content":"hi"}]}"#,
+        )
+        .unwrap();
         assert_eq!(out.body, None);
         assert_eq!(out.report.model.as_deref(), Some("claude"));
     }

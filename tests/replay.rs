@@ -50,7 +50,11 @@ fn anthropic_image(data: &str) -> String {
 
 /// Anthropic session: an upload at turn 1, then per turn an assistant tool_use and a user
 /// tool_result carrying one screenshot.
-fn anthropic_session(turns: usize, upload: (u32, u32), shot: (u32, u32)) -> (String, Vec<Vec<String>>) {
+fn anthropic_session(
+    turns: usize,
+    upload: (u32, u32),
+    shot: (u32, u32),
+) -> (String, Vec<Vec<String>>) {
     let upload_msg = format!(
         r#"{{"role":"user","content":[{{"type":"text","text":"Fix the layout in this mockup"}},{}]}}"#,
         anthropic_image(&png(upload.0, upload.1, 999, 64))
@@ -71,18 +75,26 @@ fn anthropic_session(turns: usize, upload: (u32, u32), shot: (u32, u32)) -> (Str
 }
 
 fn openai_image(data: &str) -> String {
-    json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}}).to_string()
+    json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}})
+        .to_string()
 }
 
 /// OpenAI Chat session: a system prompt, an upload at turn 1, then per turn an assistant
 /// tool call and its screenshot — in the tool message on even turns, in a user message right
 /// after the tool message on odd turns (how agents work around OpenAI's tool-image rule).
-fn openai_session(turns: usize, upload: (u32, u32), shot: (u32, u32)) -> (String, Vec<Vec<String>>) {
+fn openai_session(
+    turns: usize,
+    upload: (u32, u32),
+    shot: (u32, u32),
+) -> (String, Vec<Vec<String>>) {
     let upload_msg = format!(
         r#"{{"role":"user","content":[{{"type":"text","text":"Fix the layout in this mockup"}},{}]}}"#,
         openai_image(&png(upload.0, upload.1, 999, 64))
     );
-    let mut messages = vec![r#"{"role":"system","content":"You are a computer-use agent."}"#.to_owned(), upload_msg.clone()];
+    let mut messages = vec![
+        r#"{"role":"system","content":"You are a computer-use agent."}"#.to_owned(),
+        upload_msg.clone(),
+    ];
     let mut per_turn = Vec::new();
     for t in 1..=turns {
         messages.push(format!(
@@ -94,8 +106,12 @@ fn openai_session(turns: usize, upload: (u32, u32), shot: (u32, u32)) -> (String
                 r#"{{"role":"tool","tool_call_id":"call_{t}","content":[{{"type":"text","text":"screen {t}"}},{img}]}}"#
             ));
         } else {
-            messages.push(format!(r#"{{"role":"tool","tool_call_id":"call_{t}","content":"screen {t} follows"}}"#));
-            messages.push(format!(r#"{{"role":"user","content":[{{"type":"text","text":"screenshot"}},{img}]}}"#));
+            messages.push(format!(
+                r#"{{"role":"tool","tool_call_id":"call_{t}","content":"screen {t} follows"}}"#
+            ));
+            messages.push(format!(
+                r#"{{"role":"user","content":[{{"type":"text","text":"screenshot"}},{img}]}}"#
+            ));
         }
         per_turn.push(messages.clone());
     }
@@ -113,10 +129,17 @@ fn replay(dialect: Dialect, head: &str, upload_msg: &str, per_turn: &[Vec<String
         let body = body_with(head, messages);
         let (fwd, out) = forwarded(dialect, &cfg, &body);
         let text = String::from_utf8(fwd.clone()).unwrap();
-        assert!(text.contains(upload_msg), "turn {turn}: the upload was touched");
+        assert!(
+            text.contains(upload_msg),
+            "turn {turn}: the upload was touched"
+        );
         let parsed: Value = serde_json::from_slice(&fwd).unwrap();
-        let kept_images = text.matches("base64,").count() + text.matches("\"type\":\"base64\"").count();
-        assert!(kept_images <= cfg.max_blocks, "turn {turn}: {kept_images} images forwarded");
+        let kept_images =
+            text.matches("base64,").count() + text.matches("\"type\":\"base64\"").count();
+        assert!(
+            kept_images <= cfg.max_blocks,
+            "turn {turn}: {kept_images} images forwarded"
+        );
         assert_eq!(out.report.images_seen, turn + 1, "turn {turn}");
         assert_eq!(out.report.reasons.len(), out.report.carriers_retired);
         let retired = out.report.carriers_retired;
@@ -124,17 +147,27 @@ fn replay(dialect: Dialect, head: &str, upload_msg: &str, per_turn: &[Vec<String
             let prefix = &prev_fwd[..prev_fwd.len() - 2];
             assert_eq!(&prev_fwd[prev_fwd.len() - 2..], b"]}");
             if retired == *prev_retired {
-                assert!(fwd.starts_with(prefix), "turn {turn}: earlier bytes changed without a step");
+                assert!(
+                    fwd.starts_with(prefix),
+                    "turn {turn}: earlier bytes changed without a step"
+                );
             } else {
-                assert!(retired > *prev_retired, "turn {turn}: retire count went down");
-                assert!(!fwd.starts_with(prefix), "turn {turn}: a step must rewrite the prefix");
+                assert!(
+                    retired > *prev_retired,
+                    "turn {turn}: retire count went down"
+                );
+                assert!(
+                    !fwd.starts_with(prefix),
+                    "turn {turn}: a step must rewrite the prefix"
+                );
                 steps.push(turn);
             }
         } else if retired > 0 {
             steps.push(turn);
         }
         // Retired carriers keep their ids.
-        let ids = parsed.to_string().matches("toolu_").count() + parsed.to_string().matches("call_").count();
+        let ids = parsed.to_string().matches("toolu_").count()
+            + parsed.to_string().matches("call_").count();
         assert!(ids >= 2 * turn, "turn {turn}: ids lost");
         prev = Some((fwd, retired));
     }
@@ -146,10 +179,16 @@ fn anthropic_40_turns_large_screenshots_step_in_batches() {
     let (upload, per_turn) = anthropic_session(40, (2600, 1400), LARGE);
     let head = r#""model":"claude-test","max_tokens":1024"#;
     // 1 upload + n screenshots > 20 at n = 20; the kept 12 refill to 20 at n = 27, etc.
-    assert_eq!(replay(Dialect::Anthropic, head, &upload, &per_turn), vec![20, 28, 36]);
+    assert_eq!(
+        replay(Dialect::Anthropic, head, &upload, &per_turn),
+        vec![20, 28, 36]
+    );
     let last = body_with(head, &per_turn[39]);
     let out = run(Dialect::Anthropic, &ImagesConfig::default(), &last);
-    assert_eq!((out.report.carriers_retired, out.report.images_retired), (24, 24));
+    assert_eq!(
+        (out.report.carriers_retired, out.report.images_retired),
+        (24, 24)
+    );
     assert_eq!(
         out.report.reasons[0],
         "retired carrier messages[2].content[0] (tool_use_id toolu_1): 1 image block; reason: 41 blocks > ceiling 20"
@@ -161,7 +200,10 @@ fn anthropic_40_turns_large_screenshots_step_in_batches() {
 fn openai_40_turns_large_screenshots_step_in_batches() {
     let (upload, per_turn) = openai_session(40, (2600, 1400), LARGE);
     let head = r#""model":"gpt-test","stream":true"#;
-    assert_eq!(replay(Dialect::Openai, head, &upload, &per_turn), vec![20, 28, 36]);
+    assert_eq!(
+        replay(Dialect::Openai, head, &upload, &per_turn),
+        vec![20, 28, 36]
+    );
 }
 
 #[test]
@@ -177,7 +219,12 @@ fn small_screenshots_are_never_retired() {
     let (_, per_turn) = openai_session(40, SMALL, SMALL);
     for (i, messages) in per_turn.iter().enumerate() {
         let body = body_with(r#""model":"m""#, messages);
-        assert_eq!(run(Dialect::Openai, &cfg, &body).body, None, "openai turn {}", i + 1);
+        assert_eq!(
+            run(Dialect::Openai, &cfg, &body).body,
+            None,
+            "openai turn {}",
+            i + 1
+        );
     }
 }
 
@@ -196,7 +243,10 @@ fn one_large_upload_keeps_the_strict_ceiling() {
 fn tool_result(id: &str, shots: &[String]) -> String {
     let mut content = vec![format!(r#"{{"type":"text","text":"{id} output"}}"#)];
     content.extend(shots.iter().map(|s| anthropic_image(s)));
-    format!(r#"{{"type":"tool_result","tool_use_id":"{id}","content":[{}]}}"#, content.join(","))
+    format!(
+        r#"{{"type":"tool_result","tool_use_id":"{id}","content":[{}]}}"#,
+        content.join(",")
+    )
 }
 
 #[test]
@@ -204,17 +254,30 @@ fn three_image_tool_results_retire_as_units() {
     // 8 tool results × 3 large images = 24 blocks: the quantum shrinks to window - floor = 3.
     let mut messages = Vec::new();
     for t in 0..8u32 {
-        let shots: Vec<String> = (0..3).map(|k| png(LARGE.0, LARGE.1, t * 10 + k, 16)).collect();
-        messages.push(format!(r#"{{"role":"user","content":[{}]}}"#, tool_result(&format!("toolu_{t}"), &shots)));
+        let shots: Vec<String> = (0..3)
+            .map(|k| png(LARGE.0, LARGE.1, t * 10 + k, 16))
+            .collect();
+        messages.push(format!(
+            r#"{{"role":"user","content":[{}]}}"#,
+            tool_result(&format!("toolu_{t}"), &shots)
+        ));
     }
     let body = body_with(r#""model":"m""#, &messages);
     let (fwd, out) = forwarded(Dialect::Anthropic, &ImagesConfig::default(), &body);
-    assert_eq!((out.report.carriers_retired, out.report.images_retired), (3, 9));
+    assert_eq!(
+        (out.report.carriers_retired, out.report.images_retired),
+        (3, 9)
+    );
     assert!(out.report.reasons[0].contains("3 image blocks; reason: 24 blocks > ceiling 20"));
     let v: Value = serde_json::from_slice(&fwd).unwrap();
     for t in 0..8 {
         let content = &v["messages"][t]["content"][0]["content"];
-        let images = content.as_array().unwrap().iter().filter(|b| b["type"] == "image").count();
+        let images = content
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["type"] == "image")
+            .count();
         assert_eq!(images, if t < 3 { 0 } else { 3 }, "message {t}");
         assert_eq!(content[0]["text"], format!("toolu_{t} output"));
         if t < 3 {
@@ -232,22 +295,41 @@ fn sibling_tool_results_retire_oldest_first() {
     let mut messages = Vec::new();
     for m in 0..7u32 {
         let siblings: Vec<String> = (0..3)
-            .map(|s| tool_result(&format!("toolu_{m}_{s}"), &[png(LARGE.0, LARGE.1, m * 10 + s, 8)]))
+            .map(|s| {
+                tool_result(
+                    &format!("toolu_{m}_{s}"),
+                    &[png(LARGE.0, LARGE.1, m * 10 + s, 8)],
+                )
+            })
             .collect();
-        messages.push(format!(r#"{{"role":"user","content":[{}]}}"#, siblings.join(",")));
+        messages.push(format!(
+            r#"{{"role":"user","content":[{}]}}"#,
+            siblings.join(",")
+        ));
     }
     let body = body_with(r#""model":"m""#, &messages);
     let (fwd, out) = forwarded(Dialect::Anthropic, &ImagesConfig::default(), &body);
     assert_eq!(out.report.carriers_retired, 8);
     let v: Value = serde_json::from_slice(&fwd).unwrap();
-    let retired = |m: usize, s: usize| v["messages"][m]["content"][s]["content"][1]["text"] == RETIRED_IMAGE;
+    let retired =
+        |m: usize, s: usize| v["messages"][m]["content"][s]["content"][1]["text"] == RETIRED_IMAGE;
     for m in 0..7 {
         for s in 0..3 {
-            assert_eq!(retired(m, s), m < 2 || (m == 2 && s < 2), "message {m} sibling {s}");
-            assert_eq!(v["messages"][m]["content"][s]["tool_use_id"], format!("toolu_{m}_{s}"));
+            assert_eq!(
+                retired(m, s),
+                m < 2 || (m == 2 && s < 2),
+                "message {m} sibling {s}"
+            );
+            assert_eq!(
+                v["messages"][m]["content"][s]["tool_use_id"],
+                format!("toolu_{m}_{s}")
+            );
         }
     }
-    assert_eq!(out.report.reasons[7].split(':').next(), Some("retired carrier messages[2].content[1] (tool_use_id toolu_2_1)"));
+    assert_eq!(
+        out.report.reasons[7].split(':').next(),
+        Some("retired carrier messages[2].content[1] (tool_use_id toolu_2_1)")
+    );
 }
 
 #[test]
@@ -255,24 +337,43 @@ fn untouched_bytes_are_byte_exact_and_cache_control_is_kept() {
     // Odd but valid formatting, unknown fields and escapes must survive verbatim.
     let mut messages = Vec::new();
     for t in 0..21u32 {
-        let cc = if t == 0 { r#", "cache_control" : {"type":"ephemeral","ttl":"1h"}"# } else { "" };
+        let cc = if t == 0 {
+            r#", "cache_control" : {"type":"ephemeral","ttl":"1h"}"#
+        } else {
+            ""
+        };
         messages.push(format!(
             "{{ \"role\":\"user\", \"x-extra\": [1, 2.50, \"\\u00e9\"],\n \"content\": [ {{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_{t}\",\"is_error\":false,\"content\":[{{\"type\":\"image\",\"source\":{{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"{}\"}}{cc}}}]}} ] }}",
             png(LARGE.0, LARGE.1, t, 8)
         ));
     }
-    let body = format!("{{ \"model\" : \"m\",\n  \"messages\": [{}],\"tail\":{{\"k\":null}} }}", messages.join(",\n"));
-    let (fwd, out) = forwarded(Dialect::Anthropic, &ImagesConfig::default(), body.as_bytes());
+    let body = format!(
+        "{{ \"model\" : \"m\",\n  \"messages\": [{}],\"tail\":{{\"k\":null}} }}",
+        messages.join(",\n")
+    );
+    let (fwd, out) = forwarded(
+        Dialect::Anthropic,
+        &ImagesConfig::default(),
+        body.as_bytes(),
+    );
     assert_eq!(out.report.carriers_retired, 8);
     // Rebuild the expected bytes by hand: only the 8 oldest image blocks differ.
     let mut expected = body.clone();
     for t in 0..8u32 {
-        let cc = if t == 0 { r#", "cache_control" : {"type":"ephemeral","ttl":"1h"}"# } else { "" };
+        let cc = if t == 0 {
+            r#", "cache_control" : {"type":"ephemeral","ttl":"1h"}"#
+        } else {
+            ""
+        };
         let block = format!(
             "{{\"type\":\"image\",\"source\":{{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"{}\"}}{cc}}}",
             png(LARGE.0, LARGE.1, t, 8)
         );
-        let cc_out = if t == 0 { r#","cache_control":{"type":"ephemeral","ttl":"1h"}"# } else { "" };
+        let cc_out = if t == 0 {
+            r#","cache_control":{"type":"ephemeral","ttl":"1h"}"#
+        } else {
+            ""
+        };
         let text = format!("{{\"type\":\"text\",\"text\":\"{RETIRED_IMAGE}\"{cc_out}}}");
         assert_eq!(expected.matches(&block).count(), 1);
         expected = expected.replace(&block, &text);
@@ -303,11 +404,26 @@ fn bad_input_truncated_json() {
     let body = body_with(r#""model":"m""#, &per_turn[2]);
     for cut in [1, body.len() / 2, body.len() - 1] {
         for dialect in [Dialect::Anthropic, Dialect::Openai] {
-            let r = rewrite_request(&RewriteContext { dialect, images: &cfg }, &body[..cut]);
-            assert!(matches!(r, Err(RewriteError::NotJson(_))), "cut {cut}: {r:?}");
+            let r = rewrite_request(
+                &RewriteContext {
+                    dialect,
+                    images: &cfg,
+                },
+                &body[..cut],
+            );
+            assert!(
+                matches!(r, Err(RewriteError::NotJson(_))),
+                "cut {cut}: {r:?}"
+            );
         }
     }
-    let r = rewrite_request(&RewriteContext { dialect: Dialect::Anthropic, images: &cfg }, b"not json");
+    let r = rewrite_request(
+        &RewriteContext {
+            dialect: Dialect::Anthropic,
+            images: &cfg,
+        },
+        b"not json",
+    );
     assert!(matches!(r, Err(RewriteError::NotJson(_))));
 }
 
@@ -315,13 +431,35 @@ fn bad_input_truncated_json() {
 fn bad_input_messages_of_the_wrong_type() {
     let cfg = ImagesConfig::default();
     for dialect in [Dialect::Anthropic, Dialect::Openai] {
-        for body in [r#"{"model":"m","messages":"hello"}"#, r#"{"messages":{"role":"user"}}"#, r#"{"messages":7}"#, "[]", "\"str\""] {
-            let r = rewrite_request(&RewriteContext { dialect, images: &cfg }, body.as_bytes());
-            assert!(matches!(r, Err(RewriteError::Shape { .. })), "{body}: {r:?}");
+        for body in [
+            r#"{"model":"m","messages":"hello"}"#,
+            r#"{"messages":{"role":"user"}}"#,
+            r#"{"messages":7}"#,
+            "[]",
+            "\"str\"",
+        ] {
+            let r = rewrite_request(
+                &RewriteContext {
+                    dialect,
+                    images: &cfg,
+                },
+                body.as_bytes(),
+            );
+            assert!(
+                matches!(r, Err(RewriteError::Shape { .. })),
+                "{body}: {r:?}"
+            );
         }
         // null / absent messages: nothing to do.
         for body in [r#"{"model":"m","messages":null}"#, r#"{"model":"m"}"#] {
-            let out = rewrite_request(&RewriteContext { dialect, images: &cfg }, body.as_bytes()).unwrap();
+            let out = rewrite_request(
+                &RewriteContext {
+                    dialect,
+                    images: &cfg,
+                },
+                body.as_bytes(),
+            )
+            .unwrap();
             assert_eq!((out.body, out.report.model.as_deref()), (None, Some("m")));
         }
     }
@@ -333,21 +471,45 @@ fn bad_input_corrupt_base64_counts_as_a_large_image() {
     let cfg = ImagesConfig::default();
     let mut messages = Vec::new();
     for t in 0..21u32 {
-        let data = if t == 20 { "%%%not-base64%%%".to_owned() } else { png(SMALL.0, SMALL.1, t, 8) };
-        messages.push(format!(r#"{{"role":"user","content":[{}]}}"#, tool_result(&format!("toolu_{t}"), &[data])));
+        let data = if t == 20 {
+            "%%%not-base64%%%".to_owned()
+        } else {
+            png(SMALL.0, SMALL.1, t, 8)
+        };
+        messages.push(format!(
+            r#"{{"role":"user","content":[{}]}}"#,
+            tool_result(&format!("toolu_{t}"), &[data])
+        ));
     }
     let body = body_with(r#""model":"m""#, &messages);
     let out = run(Dialect::Anthropic, &cfg, &body);
-    assert_eq!((out.report.images_seen, out.report.carriers_retired), (21, 8));
+    assert_eq!(
+        (out.report.images_seen, out.report.carriers_retired),
+        (21, 8)
+    );
     assert!(out.body.is_some());
     // The same in OpenAI Chat.
     let mut messages = Vec::new();
     for t in 0..21u32 {
-        let data = if t == 20 { "%%%".to_owned() } else { png(SMALL.0, SMALL.1, t, 8) };
-        messages.push(format!(r#"{{"role":"tool","tool_call_id":"c{t}","content":[{}]}}"#, openai_image(&data)));
+        let data = if t == 20 {
+            "%%%".to_owned()
+        } else {
+            png(SMALL.0, SMALL.1, t, 8)
+        };
+        messages.push(format!(
+            r#"{{"role":"tool","tool_call_id":"c{t}","content":[{}]}}"#,
+            openai_image(&data)
+        ));
     }
-    let out = run(Dialect::Openai, &cfg, &body_with(r#""model":"m""#, &messages));
-    assert_eq!((out.report.images_seen, out.report.carriers_retired), (21, 8));
+    let out = run(
+        Dialect::Openai,
+        &cfg,
+        &body_with(r#""model":"m""#, &messages),
+    );
+    assert_eq!(
+        (out.report.images_seen, out.report.carriers_retired),
+        (21, 8)
+    );
 }
 
 #[test]
@@ -355,26 +517,44 @@ fn bad_input_missing_source_is_a_block() {
     let cfg = ImagesConfig::default();
     let mut messages = Vec::new();
     for t in 0..21u32 {
-        let image = if t % 2 == 0 { r#"{"type":"image"}"#.to_owned() } else { anthropic_image(&png(SMALL.0, SMALL.1, t, 8)) };
+        let image = if t % 2 == 0 {
+            r#"{"type":"image"}"#.to_owned()
+        } else {
+            anthropic_image(&png(SMALL.0, SMALL.1, t, 8))
+        };
         messages.push(format!(
             r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"toolu_{t}","content":[{image}]}}]}}"#
         ));
     }
     let body = body_with(r#""model":"m""#, &messages);
     let (fwd, out) = forwarded(Dialect::Anthropic, &cfg, &body);
-    assert_eq!((out.report.images_seen, out.report.carriers_retired), (21, 8));
+    assert_eq!(
+        (out.report.images_seen, out.report.carriers_retired),
+        (21, 8)
+    );
     let v: Value = serde_json::from_slice(&fwd).unwrap();
-    assert_eq!(v["messages"][0]["content"][0]["content"][0]["text"], RETIRED_IMAGE);
+    assert_eq!(
+        v["messages"][0]["content"][0]["content"][0]["text"],
+        RETIRED_IMAGE
+    );
 }
 
 #[test]
 fn uploads_alone_over_the_ceiling_keep_the_floor() {
     // hermes-reference §1.8: 21 uploads + 5 screenshots → exactly 3 screenshots kept.
     let cfg = ImagesConfig::default();
-    let uploads: Vec<String> = (0..21).map(|u| anthropic_image(&png(LARGE.0, LARGE.1, 500 + u, 8))).collect();
-    let mut messages = vec![format!(r#"{{"role":"user","content":[{}]}}"#, uploads.join(","))];
+    let uploads: Vec<String> = (0..21)
+        .map(|u| anthropic_image(&png(LARGE.0, LARGE.1, 500 + u, 8)))
+        .collect();
+    let mut messages = vec![format!(
+        r#"{{"role":"user","content":[{}]}}"#,
+        uploads.join(",")
+    )];
     for t in 0..5u32 {
-        messages.push(format!(r#"{{"role":"user","content":[{}]}}"#, tool_result(&format!("toolu_{t}"), &[png(LARGE.0, LARGE.1, t, 8)])));
+        messages.push(format!(
+            r#"{{"role":"user","content":[{}]}}"#,
+            tool_result(&format!("toolu_{t}"), &[png(LARGE.0, LARGE.1, t, 8)])
+        ));
     }
     let body = body_with(r#""model":"m""#, &messages);
     let (fwd, out) = forwarded(Dialect::Anthropic, &cfg, &body);
@@ -390,7 +570,10 @@ fn golden_fixtures() {
     // regenerate after an intended change).
     let cfg = ImagesConfig::default();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
-    for (dir, dialect) in [("anthropic", Dialect::Anthropic), ("openai", Dialect::Openai)] {
+    for (dir, dialect) in [
+        ("anthropic", Dialect::Anthropic),
+        ("openai", Dialect::Openai),
+    ] {
         let request = std::fs::read(root.join(dir).join("evict.request.json")).unwrap();
         let expected_path = root.join(dir).join("evict.expected.json");
         let (fwd, out) = forwarded(dialect, &cfg, &request);
@@ -399,6 +582,10 @@ fn golden_fixtures() {
             std::fs::write(&expected_path, &fwd).unwrap();
         }
         let expected = std::fs::read(&expected_path).unwrap();
-        assert!(fwd == expected, "{dir}: output differs from {}", expected_path.display());
+        assert!(
+            fwd == expected,
+            "{dir}: output differs from {}",
+            expected_path.display()
+        );
     }
 }

@@ -9,17 +9,25 @@
 //!   `url` / `file` sources and for a block without `source`. Those are unprobeable, hence large.
 //!   (See `../shared/wire-formats.md` §2.2.)
 
-use serde::Deserialize;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::{parse_body, raw_is, raw_str, retired_text_block, string_value, Items};
+use super::{
+    drain_seq, parse_body, raw_is, raw_str, retired_text_block,
+    string_value, Items, List,
+};
 use crate::images::{Carrier, Inventory};
 use crate::json_edit::{span_of, Edit};
 use crate::rewrite::RewriteError;
 
 const DIALECT: &str = "anthropic";
 
-#[derive(Deserialize)]
+/// The body: one skimming pass decodes messages and their top-level blocks; the blocks inside
+/// a `tool_result` are kept raw (their spans are what a retirement replaces).
+#[derive(serde::Deserialize)]
 struct Body<'a> {
     #[serde(borrow, default)]
     model: Option<&'a RawValue>,
@@ -27,85 +35,180 @@ struct Body<'a> {
     messages: Option<Vec<Message<'a>>>,
 }
 
-#[derive(Deserialize)]
+#[derive(serde::Deserialize)]
 struct Message<'a> {
     #[serde(borrow, default)]
-    content: Option<Items<'a>>,
+    content: Option<List<Block<'a>>>,
 }
 
-/// A content block: the fields any image pass reads; all others are skipped.
-#[derive(Deserialize)]
+/// A content block: the fields the image pass reads; all others are skipped. Decoding never
+/// fails on a field's type or a duplicate key (the last one wins), and a non-object decodes
+/// to an empty block, so odd blocks cannot make the body fail.
+#[derive(Default)]
 struct Block<'a> {
-    #[serde(rename = "type", borrow, default)]
     kind: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     tool_use_id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    content: Option<Items<'a>>,
-    #[serde(borrow, default)]
-    source: Option<Source<'a>>,
-    #[serde(borrow, default)]
-    cache_control: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct Source<'a> {
-    #[serde(borrow, default)]
-    data: Option<&'a RawValue>,
-}
-
-/// Fallback when [`Block`] does not decode (e.g. `source` is not an object).
-#[derive(Deserialize)]
-struct LooseBlock<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    content: Option<Items<'a>>,
-    #[serde(borrow, default)]
-    tool_use_id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    cache_control: Option<&'a RawValue>,
-}
-
-/// A decoded block: its type, and for images the bytes and probe text.
-struct Seen<'a> {
-    kind: Option<&'a RawValue>,
     content: Option<Vec<&'a RawValue>>,
-    tool_use_id: Option<&'a RawValue>,
+    source: Option<Source<'a>>,
     cache_control: Option<&'a RawValue>,
-    /// Image bytes as sent and its base64 text (raw JSON string text), when it has one.
-    image: (u64, Option<&'a str>),
 }
 
-fn decode(raw: &RawValue) -> Option<Seen<'_>> {
-    match serde_json::from_str::<Block<'_>>(raw.get()) {
-        Ok(b) => {
-            let data = b.source.and_then(|s| s.data);
-            let image = match data {
-                None => (0, None),
-                Some(d) => match raw_str(d) {
-                    Some(text) => (text.len() as u64, Some(text)),
-                    None => (d.get().len() as u64, None),
-                },
-            };
-            Some(Seen {
-                kind: b.kind,
-                content: b.content.and_then(|c| c.0),
-                tool_use_id: b.tool_use_id,
-                cache_control: b.cache_control,
-                image,
-            })
+/// An image block's `source`, read leniently.
+enum Source<'a> {
+    /// An object; `data` when it has one.
+    Object { data: Option<&'a RawValue> },
+    /// Not an object: a string of this many bytes, or another value (0).
+    Bogus(u64),
+}
+
+enum Field {
+    Type,
+    ToolUseId,
+    Content,
+    Source,
+    CacheControl,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Field;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Field, E> {
+                Ok(match s {
+                    "type" => Field::Type,
+                    "tool_use_id" => Field::ToolUseId,
+                    "content" => Field::Content,
+                    "source" => Field::Source,
+                    "cache_control" => Field::CacheControl,
+                    _ => Field::Other,
+                })
+            }
         }
-        Err(_) => {
-            let b = serde_json::from_str::<LooseBlock<'_>>(raw.get()).ok()?;
-            Some(Seen {
-                kind: b.kind,
-                content: b.content.and_then(|c| c.0),
-                tool_use_id: b.tool_use_id,
-                cache_control: b.cache_control,
-                // Bytes as sent: the whole block, since its source could not be read.
-                image: (raw.get().len() as u64, None),
-            })
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Block<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(BlockVisitor(PhantomData))
+    }
+}
+
+struct BlockVisitor<'a>(PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for BlockVisitor<'a> {
+    type Value = Block<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a content block")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut b = Block::default();
+        while let Some(field) = map.next_key::<Field>()? {
+            match field {
+                Field::Type => b.kind = Some(map.next_value()?),
+                Field::ToolUseId => b.tool_use_id = Some(map.next_value()?),
+                Field::Content => b.content = map.next_value::<Items<'a>>()?.0,
+                Field::Source => b.source = Some(map.next_value()?),
+                Field::CacheControl => b.cache_control = Some(map.next_value()?),
+                Field::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(b)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        drain_seq(seq)?;
+        Ok(Block::default())
+    }
+    scalars_as!(Block::default());
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Source<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SourceVisitor(PhantomData))
+    }
+}
+
+struct SourceVisitor<'a>(PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for SourceVisitor<'a> {
+    type Value = Source<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an image source")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut data = None;
+        while let Some(key) = map.next_key::<DataKey>()? {
+            if key.0 {
+                data = Some(map.next_value::<&'de RawValue>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(Source::Object { data })
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        drain_seq(seq)?;
+        Ok(Source::Bogus(0))
+    }
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(Source::Bogus(s.len() as u64))
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Source::Bogus(0))
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Source::Bogus(0))
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Source::Bogus(0))
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Source::Bogus(0))
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Source::Bogus(0))
+    }
+}
+
+/// A map key: whether it is `data`.
+struct DataKey(bool);
+
+impl<'de> Deserialize<'de> for DataKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = DataKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<DataKey, E> {
+                Ok(DataKey(s == "data"))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'a> Block<'a> {
+    /// For an image block: its bytes as sent and its base64 text (raw JSON string text), when
+    /// it has one. A missing source is 0 bytes; a `url` / `file` source has no `data` (0 bytes).
+    fn image(&self) -> (u64, Option<&'a str>) {
+        match &self.source {
+            None | Some(Source::Object { data: None }) => (0, None),
+            Some(Source::Bogus(len)) => (*len, None),
+            Some(Source::Object { data: Some(d) }) => match raw_str(d) {
+                Some(text) => (text.len() as u64, Some(text)),
+                None => (d.get().len() as u64, None),
+            },
         }
     }
 }
@@ -123,13 +226,12 @@ pub fn inventory(body: &[u8]) -> Result<(Option<String>, Inventory), RewriteErro
     let model = string_value(parsed.model);
     let mut inv = Inventory::default();
     for (mi, message) in parsed.messages.unwrap_or_default().iter().enumerate() {
-        let Some(Items(Some(blocks))) = &message.content else {
+        let Some(List(Some(blocks))) = &message.content else {
             continue;
         };
-        for (bi, raw) in blocks.iter().enumerate() {
-            let Some(block) = decode(raw) else { continue };
+        for (bi, block) in blocks.iter().enumerate() {
             if raw_is(block.kind, "image") {
-                let (bytes, probe) = block.image;
+                let (bytes, probe) = block.image();
                 inv.observe(bytes, probe);
                 inv.reserve(bytes);
             } else if raw_is(block.kind, "tool_result") {
@@ -141,11 +243,13 @@ pub fn inventory(body: &[u8]) -> Result<(Option<String>, Inventory), RewriteErro
                     edits: Vec::new(),
                 };
                 for inner_raw in block.content.iter().flatten() {
-                    let Some(inner) = decode(inner_raw) else { continue };
+                    let Ok(inner) = serde_json::from_str::<Block<'_>>(inner_raw.get()) else {
+                        continue;
+                    };
                     if !raw_is(inner.kind, "image") {
                         continue;
                     }
-                    let (bytes, probe) = inner.image;
+                    let (bytes, probe) = inner.image();
                     inv.observe(bytes, probe);
                     carrier.blocks += 1;
                     carrier.bytes = carrier.bytes.saturating_add(bytes);
@@ -184,18 +288,21 @@ mod tests {
         assert_eq!((inv.reserved_blocks, inv.reserved_bytes), (1, 4));
         assert_eq!(inv.carriers.len(), 2);
         assert_eq!(inv.carriers[0].path, "messages[1].content[0]");
-        assert_eq!(inv.carriers[0].label.as_deref(), Some("tool_use_id toolu_1"));
+        assert_eq!(
+            inv.carriers[0].label.as_deref(),
+            Some("tool_use_id toolu_1")
+        );
         assert_eq!((inv.carriers[0].blocks, inv.carriers[0].bytes), (1, 0));
         assert_eq!(inv.carriers[1].path, "messages[1].content[2]");
         assert_eq!(inv.carriers[1].blocks, 2);
         assert!(!inv.many_image_safe);
-        // The bogus-source block falls back: bytes as sent (whole block), cache_control kept.
+        // The bogus-source block: bytes as sent (its string), cache_control kept.
         let first = &inv.carriers[1].edits[0];
         assert_eq!(
             &body[first.range.clone()],
             br#"{"type":"image","source":"bogus","cache_control":{"type":"ephemeral"}}"#
         );
-        assert_eq!(inv.carriers[1].bytes, first.range.len() as u64);
+        assert_eq!(inv.carriers[1].bytes, 5);
         assert_eq!(
             std::str::from_utf8(&first.replacement).unwrap(),
             r#"{"type":"text","text":"[image removed by cachekeeper to stay within provider limits]","cache_control":{"type":"ephemeral"}}"#
@@ -212,8 +319,8 @@ mod tests {
             inventory(br#"{"messages":[{"content":[1,2]}"#),
             Err(RewriteError::NotJson(_))
         ));
-        let (_, inv) = inventory(br#"{"messages":[{"content":[1,{"type":5}]}],"x":{}}"#).unwrap();
-        assert_eq!(inv.images_seen, 0);
+        let (_, inv) = inventory(br#"{"messages":[{"content":[1,{"type":5},[2],null,{"type":"tool_result","content":[7,{"type":"image","source":[1],"type":"image"}]}]}],"x":{}}"#).unwrap();
+        assert_eq!((inv.images_seen, inv.carriers.len()), (1, 1));
         let (m, inv) = inventory(br#"{"system":"s"}"#).unwrap();
         assert_eq!((m, inv.images_seen), (None, 0));
     }

@@ -5,16 +5,41 @@
 //! ([`crate::json_edit::span_of`]) and edits spliced in without re-serializing anything. Fields
 //! a module does not name are skipped (but still validated) and always preserved.
 
-pub mod anthropic;
-pub mod openai;
 
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::rewrite::RewriteError;
+
+/// Visitor methods that map every scalar (string, number, bool, null) to `$value`.
+macro_rules! scalars_as {
+    ($value:expr) => {
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+}
+
+pub mod anthropic;
+pub mod openai;
 
 /// A body's top level, for dialects whose images are not handled yet: only `model` is read.
 #[derive(serde::Deserialize)]
@@ -84,54 +109,52 @@ pub(crate) fn string_value(raw: Option<&RawValue>) -> Option<String> {
     raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
 }
 
-/// A `content` field: `Some(elements)` when it is an array (each element kept raw), `None`
-/// for a string, `null` or anything else. Never fails on the value's type.
-#[derive(Debug, Default)]
-pub(crate) struct Items<'a>(pub Option<Vec<&'a RawValue>>);
+/// A `content` field: `Some(elements)` when it is an array, `None` for a string, `null` or
+/// anything else. Never fails on the value's type (only when an element fails).
+#[derive(Debug)]
+pub(crate) struct List<T>(pub Option<Vec<T>>);
 
-impl<'de: 'a, 'a> Deserialize<'de> for Items<'a> {
+/// A `content` array with each element kept raw (so its span can be taken).
+pub(crate) type Items<'a> = List<&'a RawValue>;
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for List<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ItemsVisitor(PhantomData))
+        d.deserialize_any(ListVisitor(PhantomData))
     }
 }
 
-struct ItemsVisitor<'a>(PhantomData<&'a ()>);
+struct ListVisitor<T>(PhantomData<T>);
 
-impl<'de: 'a, 'a> Visitor<'de> for ItemsVisitor<'a> {
-    type Value = Items<'a>;
+impl<'de, T: Deserialize<'de>> Visitor<'de> for ListVisitor<T> {
+    type Value = List<T>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(item) = seq.next_element::<&'de RawValue>()? {
+        while let Some(item) = seq.next_element::<T>()? {
             items.push(item);
         }
-        Ok(Items(Some(items)))
+        Ok(List(Some(items)))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Items(None))
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        drain_map(map)?;
+        Ok(List(None))
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(Items(None))
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Items(None))
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Items(None))
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Items(None))
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Items(None))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Items(None))
-    }
+    scalars_as!(List(None));
+}
+
+/// Skip the rest of a map.
+pub(crate) fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+/// Skip the rest of a sequence.
+pub(crate) fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+    while seq.next_element::<IgnoredAny>()?.is_some() {}
+    Ok(())
 }
 
 /// Build the replacement of a retired image: a text block with the fixed sentence, carrying

@@ -18,7 +18,7 @@ use std::marker::PhantomData;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::{parse_body, raw_is, raw_str, retired_text_block, string_value, Items};
+use super::{parse_body, raw_is, raw_str, retired_text_block, string_value, Items, List};
 use crate::images::{Carrier, Inventory};
 use crate::json_edit::{span_of, Edit};
 use crate::rewrite::RewriteError;
@@ -160,7 +160,7 @@ pub fn inventory(
         let is_user = raw_is(message.role, "user");
         let was_after_tool = after_tool;
         after_tool = is_tool;
-        let Some(Items(Some(parts))) = &message.content else {
+        let Some(List(Some(parts))) = &message.content else {
             continue;
         };
         let mut images = Vec::new();
@@ -187,7 +187,9 @@ pub fn inventory(
                     breakpoint: part.prompt_cache_breakpoint,
                 });
             } else if raw_is(part.kind, "text") {
-                text_len += part.text.map_or(0, |t| raw_str(t).map_or(t.get().len(), str::len));
+                text_len += part
+                    .text
+                    .map_or(0, |t| raw_str(t).map_or(t.get().len(), str::len));
             } else {
                 only_images_and_text = false;
             }
@@ -196,10 +198,10 @@ pub fn inventory(
             continue;
         }
         let label = if is_tool {
-            Some(
-                string_value(message.tool_call_id)
-                    .map_or_else(|| "tool message".to_owned(), |id| format!("tool_call_id {id}")),
-            )
+            Some(string_value(message.tool_call_id).map_or_else(
+                || "tool message".to_owned(),
+                |id| format!("tool_call_id {id}"),
+            ))
         } else if is_user
             && agent_images_in_user_turns
             && was_after_tool
@@ -245,7 +247,8 @@ pub fn inventory(
 mod tests {
     use super::*;
 
-    const IMG: &str = r#"{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"high"}}"#;
+    const IMG: &str =
+        r#"{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"high"}}"#;
 
     fn body(messages: &[String]) -> Vec<u8> {
         format!(r#"{{"model":"gpt-x","messages":[{}]}}"#, messages.join(",")).into_bytes()
@@ -265,15 +268,21 @@ mod tests {
         assert_eq!(inv.reserved_bytes, 26);
         assert_eq!(inv.carriers.len(), 1);
         assert_eq!(inv.carriers[0].blocks, 2);
-        assert_eq!(inv.carriers[0].label.as_deref(), Some("tool_call_id call_1"));
+        assert_eq!(
+            inv.carriers[0].label.as_deref(),
+            Some("tool_call_id call_1")
+        );
     }
 
     #[test]
     fn user_turn_after_tool_is_a_carrier_only_when_short() {
         let tool = r#"{"role":"tool","tool_call_id":"c","content":"done"}"#.to_owned();
-        let short = format!(r#"{{"role":"user","content":[{{"type":"text","text":"screenshot"}},{IMG}]}}"#);
+        let short =
+            format!(r#"{{"role":"user","content":[{{"type":"text","text":"screenshot"}},{IMG}]}}"#);
         let long_text = "x".repeat(SHORT_TEXT_CHARS + 1);
-        let long = format!(r#"{{"role":"user","content":[{{"type":"text","text":"{long_text}"}},{IMG}]}}"#);
+        let long = format!(
+            r#"{{"role":"user","content":[{{"type":"text","text":"{long_text}"}},{IMG}]}}"#
+        );
         let bare = r#"{"role":"user","content":[{"type":"image_url","image_url":"data:image/png;base64,AAAA"}]}"#.to_owned();
 
         let (_, inv) = inventory(&body(&[tool.clone(), short.clone()]), true).unwrap();

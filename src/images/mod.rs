@@ -105,7 +105,9 @@ pub fn evict(inv: Inventory, limits: &Limits) -> Eviction {
     let retire = policy::retire_count(&load, limits);
     let limit = limits.block_limit(inv.many_image_safe);
     let blocks_total = inv.reserved_blocks + carrier_blocks.iter().sum::<usize>();
-    let bytes_total = inv.reserved_bytes.saturating_add(carrier_bytes.iter().sum::<u64>());
+    let bytes_total = inv
+        .reserved_bytes
+        .saturating_add(carrier_bytes.iter().sum::<u64>());
     let mut why = Vec::new();
     if blocks_total > limit {
         why.push(format!("{blocks_total} blocks > ceiling {limit}"));
@@ -155,7 +157,10 @@ mod tests {
             label: Some(format!("tool_call_id call_{i}")),
             blocks,
             bytes: 10,
-            edits: vec![Edit { range: i..i + 1, replacement: vec![] }],
+            edits: vec![Edit {
+                range: i..i + 1,
+                replacement: vec![],
+            }],
         }
     }
 
@@ -191,7 +196,11 @@ mod tests {
         }
         let ev = evict(inv, &Limits::default());
         assert_eq!(ev.carriers_retired, 2);
-        assert!(ev.reasons[2].contains("newest 3 carriers are kept"), "{:?}", ev.reasons);
+        assert!(
+            ev.reasons[2].contains("newest 3 carriers are kept"),
+            "{:?}",
+            ev.reasons
+        );
     }
 
     #[test]

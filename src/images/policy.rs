@@ -120,7 +120,8 @@ pub fn retire_count(load: &Load<'_>, limits: &Limits) -> usize {
         load.carrier_bytes.is_none()
             || load.reserved_bytes.saturating_add(kept_bytes[k]) <= limits.max_bytes
     };
-    let fits = |k: usize| load.reserved_blocks.saturating_add(kept_blocks[k]) <= limit && bytes_fit(k);
+    let fits =
+        |k: usize| load.reserved_blocks.saturating_add(kept_blocks[k]) <= limit && bytes_fit(k);
 
     if fits(total) {
         return 0;
@@ -162,7 +163,12 @@ mod tests {
         )
     }
 
-    fn with_bytes(carriers: &[usize], sizes: &[u64], reserved: usize, reserved_bytes: u64) -> usize {
+    fn with_bytes(
+        carriers: &[usize],
+        sizes: &[u64],
+        reserved: usize,
+        reserved_bytes: u64,
+    ) -> usize {
         retire_count(
             &Load {
                 carrier_blocks: carriers,
@@ -301,8 +307,14 @@ mod tests {
 
     #[test]
     fn zero_batch_still_makes_progress() {
-        let limits = Limits { batch: 0, ..Limits::default() };
-        let load = Load { carrier_blocks: &[1; 21], ..Load::default() };
+        let limits = Limits {
+            batch: 0,
+            ..Limits::default()
+        };
+        let load = Load {
+            carrier_blocks: &[1; 21],
+            ..Load::default()
+        };
         assert_eq!(retire_count(&load, &limits), 1);
     }
 }

@@ -170,7 +170,9 @@ mod tests {
 
     #[test]
     fn jpeg_every_sof_kind() {
-        for sof in [0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF] {
+        for sof in [
+            0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF,
+        ] {
             let b64 = STANDARD.encode(fake::jpeg(1920, 1080, sof));
             assert_eq!(dimensions(&b64), Some((1920, 1080)), "sof {sof:#x}");
         }
@@ -188,7 +190,10 @@ mod tests {
         assert_eq!(dimensions("data:image/png;base64"), None);
         assert_eq!(dimensions("!!!not base64!!!"), None);
         assert_eq!(dimensions(""), None);
-        assert_eq!(dimensions(&STANDARD.encode(b"GIF89a\x10\x00\x10\x00")), None);
+        assert_eq!(
+            dimensions(&STANDARD.encode(b"GIF89a\x10\x00\x10\x00")),
+            None
+        );
         assert_eq!(dimensions(&STANDARD.encode(b"RIFF\0\0\0\0WEBPVP8 ")), None);
         // Truncated headers.
         let png = fake::png(10, 10, 0);
