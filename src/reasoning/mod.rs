@@ -1,0 +1,37 @@
+//! Reasoning carriers: the per-route table, shaping of assistant turns, and unknown-field verdicts.
+//!
+//! Three pure parts (no I/O, no clock, no randomness; see `../shared/design.md` pass 6 and
+//! issue 4):
+//! - [`profiles`]: the route table. [`resolve`] turns a route's `provider` key, upstream host
+//!   and path, the request's model and the route's `carriers = [...]` into a
+//!   [`ResolvedRoute`]: the carriers sent on the OpenAI Chat wire, the must-echo family, the
+//!   Anthropic-wire [`ThinkingRoute`], and the keep-thinking flag. Defaults and sources:
+//!   hermes-reference §3.2–3.3, §3.7, §3.9.
+//! - [`shape`]: the shaping pass, [`shape_request`], run after the image passes and eviction.
+//! - [`unknown_field`]: [`detect`], which reads a 4xx and says which sent fields the provider
+//!   called unknown (widened), or nothing.
+//!
+//! How the server uses them, per request:
+//! 1. `route = resolve(route.provider, upstream_host, upstream_path, model, route.carriers)`.
+//! 2. `omit` = the verdict store's fields for (upstream host, model as sent, case kept).
+//! 3. `shape_request(&ShapeContext { dialect, route: &route, omit: &omit, droppable_params,
+//!    first_changed_byte, anthropic_beta }, body)`: forward `body.unwrap_or(input)`, apply
+//!    `set_headers`, log `reasons` / `counts`.
+//! 4. On a 4xx: `detect(status, error_body, sent_body, &route, droppable_params)`. When it
+//!    returns fields not already in `omit`: store them, add them to `omit`, shape the
+//!    pre-shaping body again, and send once more. Otherwise pass the error through.
+
+pub mod profiles;
+mod scan;
+pub mod shape;
+pub mod unknown_field;
+
+pub use profiles::{
+    host_matches, is_gemini_model, is_local_host, normalize_host, profile, resolve, Carrier,
+    EchoFamily, KeepThinking, MatchedBy, Profile, ResolvedRoute, ThinkingRoute, BINDING_BETA,
+    KEEP_THINKING_PARAMS, PROFILES,
+};
+pub use shape::{
+    merge_beta, shape_request, ShapeContext, ShapeCounts, ShapeOutcome, ECHO_PAD, EMPTY_TURN_TEXT,
+};
+pub use unknown_field::{detect, Detected, WORDINGS};
