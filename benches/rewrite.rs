@@ -99,7 +99,10 @@ fn bench(c: &mut Criterion) {
         match rewrite_request(&ctx, body) {
             Ok(out) => {
                 assert_eq!(out.body.is_some(), retired.is_some(), "{name}");
-                assert_eq!(Some(out.report.carriers_retired).filter(|n| *n > 0), *retired);
+                assert_eq!(
+                    Some(out.report.carriers_retired).filter(|n| *n > 0),
+                    *retired
+                );
             }
             Err(e) => panic!("{name}: {e}"),
         }
@@ -107,9 +110,11 @@ fn bench(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("eviction", name), body, |b, body| {
             b.iter(|| rewrite_request(&ctx, black_box(body)))
         });
-        group.bench_with_input(BenchmarkId::new("value_parse_serialize", name), body, |b, body| {
-            b.iter(|| value_round_trip(black_box(body)))
-        });
+        group.bench_with_input(
+            BenchmarkId::new("value_parse_serialize", name),
+            body,
+            |b, body| b.iter(|| value_round_trip(black_box(body))),
+        );
     }
     group.finish();
 }

@@ -75,6 +75,7 @@ pub fn splice(original: &[u8], mut edits: Vec<Edit>) -> Result<Vec<u8>, EditErro
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -109,6 +109,7 @@ pub fn rewrite_request(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::images::probe::fake;
@@ -271,10 +272,7 @@ mod tests {
         let before: Value = serde_json::from_slice(body).unwrap();
         let after: Value = serde_json::from_slice(&new_body).unwrap();
         assert_eq!(count_retired(&after), first.report.images_retired);
-        assert_eq!(
-            first.report.reasons.len() >= first.report.carriers_retired,
-            true
-        );
+        assert!(first.report.reasons.len() >= first.report.carriers_retired);
         assert_eq!(before["model"], after["model"]);
         assert_eq!(
             before["messages"].as_array().map(Vec::len),

@@ -12,6 +12,7 @@ pub const RETIRED_IMAGE_JSON: &str =
     "\"[image removed by cachekeeper to stay within provider limits]\"";
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -16,8 +16,7 @@ use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Vis
 use serde_json::value::RawValue;
 
 use super::{
-    drain_seq, parse_body, raw_is, raw_str, retired_text_block,
-    string_value, Items, List,
+    drain_seq, parse_body, raw_is, raw_str, retired_text_block, string_value, Items, List,
 };
 use crate::images::{Carrier, Inventory};
 use crate::json_edit::{span_of, Edit};
@@ -270,6 +269,7 @@ pub fn inventory(body: &[u8]) -> Result<(Option<String>, Inventory), RewriteErro
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

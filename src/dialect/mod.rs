@@ -5,7 +5,6 @@
 //! ([`crate::json_edit::span_of`]) and edits spliced in without re-serializing anything. Fields
 //! a module does not name are skipped (but still validated) and always preserved.
 
-
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -174,6 +173,7 @@ pub(crate) fn retired_text_block(extra: Option<(&str, &RawValue)>) -> Vec<u8> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

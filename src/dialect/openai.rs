@@ -244,6 +244,7 @@ pub fn inventory(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -291,7 +292,7 @@ mod tests {
         assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
         let (_, inv) = inventory(&body(&[tool.clone(), long]), true).unwrap();
         assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
-        let (_, inv) = inventory(&body(&[short.clone()]), true).unwrap();
+        let (_, inv) = inventory(&body(std::slice::from_ref(&short)), true).unwrap();
         assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
         let (_, inv) = inventory(&body(&[tool, bare]), true).unwrap();
         assert_eq!(inv.carriers.len(), 1);

@@ -148,6 +148,7 @@ pub fn evict(inv: Inventory, limits: &Limits) -> Eviction {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

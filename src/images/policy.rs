@@ -147,6 +147,7 @@ pub fn retire_count(load: &Load<'_>, limits: &Limits) -> usize {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

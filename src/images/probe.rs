@@ -146,6 +146,7 @@ pub(crate) mod fake {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use base64::engine::general_purpose::STANDARD;
