@@ -7,6 +7,11 @@
 //!   `Some(new_bytes)` when a pass changed something.
 //! - It returns `Err(RewriteError)` when the body is not something the passes understand
 //!   (not JSON, `messages` of the wrong type, ...): the server forwards the original bytes.
+//!
+//! Layout of the eviction pass: [`crate::dialect`] walks the body (one skimming parse,
+//! borrowed slices) into an [`crate::images::Inventory`]; [`crate::images::evict`] asks the
+//! policy ([`crate::images::policy::retire_count`]) how many oldest carriers to retire and
+//! returns their edits; [`crate::json_edit::splice`] writes them into the original bytes.
 
 use crate::config::{Dialect, ImagesConfig};
 use crate::images::policy::Limits;
@@ -33,13 +38,16 @@ pub struct RewriteReport {
 pub struct RewriteOutcome {
     /// `None`: nothing changed, forward the original bytes.
     pub body: Option<Vec<u8>>,
+    /// What was seen and done (filled on both paths).
     pub report: RewriteReport,
 }
 
 /// Per-request inputs of the passes besides the body.
 #[derive(Debug, Clone, Copy)]
 pub struct RewriteContext<'a> {
+    /// The body's wire format (from the route or the request path).
     pub dialect: Dialect,
+    /// The route's `[images]` settings (global values with `[routes.images]` overrides).
     pub images: &'a ImagesConfig,
 }
 
