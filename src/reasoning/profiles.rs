@@ -530,6 +530,7 @@ pub fn resolve(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::config::PROVIDER_PROFILES;

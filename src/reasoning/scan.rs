@@ -258,6 +258,7 @@ pub(crate) fn string_at(text: &str, range: &Range<usize>) -> Option<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::json_edit::{splice, Edit};

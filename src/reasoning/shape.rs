@@ -781,6 +781,7 @@ pub fn merge_beta(existing: Option<&str>, token: &str) -> Option<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::reasoning::profiles::resolve;

@@ -348,6 +348,7 @@ fn wording(raw: &str, parsed: Option<&Value>) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::reasoning::profiles::resolve;
