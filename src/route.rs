@@ -86,7 +86,7 @@ impl RouteTable {
                 dry_run: r.dry_run.unwrap_or(config.server.dry_run),
             });
         }
-        routes.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
         Ok(Self { routes })
     }
 
