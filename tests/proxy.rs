@@ -510,3 +510,100 @@ async fn websocket_upgrade_is_tunnelled() {
     drop(s);
     proxy.stop().await;
 }
+
+/// A fake PNG (signature + IHDR) of the given size, base64: enough for the header probe.
+fn fake_png_b64(w: u32, h: u32, pad: usize) -> String {
+    use base64::Engine as _;
+    let mut b = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13];
+    b.extend_from_slice(b"IHDR");
+    b.extend_from_slice(&w.to_be_bytes());
+    b.extend_from_slice(&h.to_be_bytes());
+    b.extend_from_slice(&[8, 2, 0, 0, 0, 0, 0, 0, 0]);
+    b.resize(b.len() + pad, 7);
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
+
+/// An Anthropic body with `n` tool-result screenshots of `w`×`h`.
+fn anthropic_screenshots(n: usize, w: u32, h: u32) -> String {
+    let mut messages = vec![serde_json::json!({"role":"user","content":"go"})];
+    for i in 0..n {
+        messages.push(serde_json::json!({"role":"assistant","content":[
+            {"type":"tool_use","id":format!("toolu_{i}"),"name":"screenshot","input":{}}]}));
+        messages.push(serde_json::json!({"role":"user","content":[
+            {"type":"tool_result","tool_use_id":format!("toolu_{i}"),"content":[
+                {"type":"text","text":format!("frame {i}")},
+                {"type":"image","source":{"type":"base64","media_type":"image/png","data":fake_png_b64(w, h, 64 + i)}}]}]}));
+    }
+    serde_json::json!({"model":"claude-sonnet-4-5","max_tokens":10,"messages":messages}).to_string()
+}
+
+#[tokio::test]
+async fn eviction_happens_through_the_proxy_plain_and_gzip() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let body = anthropic_screenshots(21, 2400, 1350);
+    let (status, headers, _) =
+        send(&client(), &proxy.url("/anthropic/v1/messages"), &[], body.clone()).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers["x-cachekeeper-rewrites"],
+        "images_seen=21; images_retired=8; carriers_retired=8; body=rewritten"
+    );
+    let plain = mock.last().body;
+    let v: serde_json::Value = serde_json::from_slice(&plain).unwrap();
+    let retired = cachekeeper::texts::RETIRED_IMAGE;
+    for i in 0..21 {
+        let block = &v["messages"][2 + 2 * i]["content"][0];
+        assert_eq!(block["tool_use_id"], format!("toolu_{i}"));
+        assert_eq!(block["content"][0]["text"], format!("frame {i}"));
+        let second = &block["content"][1];
+        if i < 8 {
+            assert_eq!(second["type"], "text", "carrier {i}");
+            assert_eq!(second["text"], retired);
+        } else {
+            assert_eq!(second["type"], "image", "carrier {i}");
+        }
+    }
+    assert_eq!(mock.last().headers["content-length"], plain.len().to_string());
+
+    // The same body gzip-encoded: the rewritten body goes upstream decoded.
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(body.as_bytes()).unwrap();
+    let gz = enc.finish().unwrap();
+    let (status, _, _) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages"),
+        &[("content-encoding", "gzip")],
+        gz,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let rec = mock.last();
+    assert!(rec.headers.get("content-encoding").is_none());
+    assert_eq!(rec.body, plain);
+
+    // count_tokens gets the same rewrite.
+    send(&client(), &proxy.url("/anthropic/v1/messages/count_tokens"), &[], body.clone()).await;
+    assert_eq!(mock.last().body, plain);
+
+    // Small screenshots: nothing to do, byte-identical.
+    let small = anthropic_screenshots(21, 1568, 882);
+    let (_, headers, _) =
+        send(&client(), &proxy.url("/anthropic/v1/messages"), &[], small.clone()).await;
+    assert_eq!(mock.last().body, small.as_bytes());
+    assert!(headers["x-cachekeeper-rewrites"].to_str().unwrap().contains("images_retired=0"));
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn dry_run_logs_but_forwards_the_original() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "[server]\ndry_run = true\n")).await;
+    let body = anthropic_screenshots(21, 2400, 1350);
+    let (_, headers, _) =
+        send(&client(), &proxy.url("/anthropic/v1/messages"), &[], body.clone()).await;
+    assert_eq!(mock.last().body, body.as_bytes());
+    let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(h.contains("images_retired=8") && h.contains("dry_run=1"), "{h}");
+    proxy.stop().await;
+}
