@@ -83,6 +83,7 @@ fn bench(c: &mut Criterion) {
     let ctx = RewriteContext {
         dialect: Dialect::Anthropic,
         images: &images,
+        reasoning: None,
     };
     let bodies = [
         ("24mb_21img", anthropic_body(21, 900_000), Some(8)),

@@ -76,6 +76,32 @@ pub fn streamed(head: Vec<Bytes>, rest: Incoming) -> UpstreamBody {
     StreamBody::new(head.chain(rest)).boxed_unsync()
 }
 
+/// Read up to `limit` bytes of a response body. Returns what was read and, when the body
+/// is longer, the unread rest (`None` when the body ended within the limit).
+pub async fn read_prefix(
+    mut body: UpstreamBody,
+    limit: u64,
+) -> Result<(Bytes, Option<UpstreamBody>), BoxError> {
+    let mut chunks = Vec::new();
+    let mut total = 0u64;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            total += data.len() as u64;
+            chunks.push(data);
+            if total > limit {
+                return Ok((concat(chunks, total), Some(body)));
+            }
+        }
+    }
+    Ok((concat(chunks, total), None))
+}
+
+/// `head` followed by the rest of a body.
+pub fn prepend(head: Vec<Bytes>, rest: UpstreamBody) -> UpstreamBody {
+    let head = futures_util::stream::iter(head.into_iter().map(|b| Ok(Frame::data(b))));
+    StreamBody::new(head.chain(BodyStream::new(rest))).boxed_unsync()
+}
+
 /// Decode a body by its `content-encoding` (`gzip`, `x-gzip`, `deflate`, `br`, `zstd`;
 /// `identity` or none returns it as is), reading at most `limit` decoded bytes.
 ///

@@ -13,8 +13,11 @@
 //! policy ([`crate::images::policy::retire_count`]) how many oldest carriers to retire and
 //! returns their edits; [`crate::json_edit::splice`] writes them into the original bytes.
 
+use std::collections::BTreeSet;
+
 use crate::config::{Dialect, ImagesConfig};
 use crate::images::policy::Limits;
+use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts};
 use crate::{dialect, images, json_edit};
 
 /// What the request passes saw and did; goes into the request's log line and the
@@ -31,6 +34,8 @@ pub struct RewriteReport {
     pub carriers_retired: usize,
     /// One human-readable line per rewrite, with its reason and position.
     pub reasons: Vec<String>,
+    /// What reasoning shaping (pass 6) did.
+    pub shape: ShapeCounts,
 }
 
 /// Result of [`rewrite_request`].
@@ -40,15 +45,60 @@ pub struct RewriteOutcome {
     pub body: Option<Vec<u8>>,
     /// What was seen and done (filled on both paths).
     pub report: RewriteReport,
+    /// Headers to set on the upstream request (replacing the client's value), e.g. a merged
+    /// `anthropic-beta`.
+    pub set_headers: Vec<(String, String)>,
+    /// The reasoning route used by shaping; the server hands it to
+    /// [`reasoning::detect`] when the upstream answers 4xx. `None` when shaping did not run.
+    pub reasoning_route: Option<ResolvedRoute>,
+    /// The learned unknown fields that shaping omitted.
+    pub omitted: BTreeSet<String>,
+}
+
+/// Read access to learned unknown-field verdicts: the fields to omit for (upstream host,
+/// model). Implemented by the state store's in-memory cache; never touches disk.
+pub trait VerdictLookup: Sync {
+    /// Fields learned as unknown for `host` (lowercase, no port) and `model` (case kept).
+    fn omit(&self, host: &str, model: &str) -> BTreeSet<String>;
+}
+
+/// No verdicts (tests, benchmarks).
+impl VerdictLookup for () {
+    fn omit(&self, _host: &str, _model: &str) -> BTreeSet<String> {
+        BTreeSet::new()
+    }
+}
+
+/// Inputs of reasoning shaping (pass 6) that come from the route and the request headers.
+#[derive(Clone, Copy)]
+pub struct ReasoningInputs<'a> {
+    /// The route's `provider` key.
+    pub provider: Option<&'a str>,
+    /// Upstream host (a port, if any, is ignored).
+    pub upstream_host: &'a str,
+    /// Upstream path (base path + rest of the request path).
+    pub upstream_path: &'a str,
+    /// The route's `carriers = [...]`.
+    pub carriers_override: Option<&'a [String]>,
+    /// `[reasoning] droppable_params`.
+    pub droppable_params: &'a [String],
+    /// The request's `anthropic-beta` header.
+    pub anthropic_beta: Option<&'a str>,
+    /// The model named in the request path (Gemini), used when the body has none.
+    pub path_model: Option<&'a str>,
+    /// Learned verdicts.
+    pub verdicts: &'a dyn VerdictLookup,
 }
 
 /// Per-request inputs of the passes besides the body.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct RewriteContext<'a> {
     /// The body's wire format (from the route or the request path).
     pub dialect: Dialect,
     /// The route's `[images]` settings (global values with `[routes.images]` overrides).
     pub images: &'a ImagesConfig,
+    /// Reasoning shaping inputs; `None` skips pass 6.
+    pub reasoning: Option<ReasoningInputs<'a>>,
 }
 
 /// Why a body was left alone.
@@ -75,17 +125,88 @@ pub fn rewrite_request(
     ctx: &RewriteContext<'_>,
     body: &[u8],
 ) -> Result<RewriteOutcome, RewriteError> {
+    let mut outcome = image_passes(ctx, body)?;
+    if let Some(inputs) = &ctx.reasoning {
+        shape_pass(ctx.dialect, inputs, body, &mut outcome);
+    }
+    Ok(outcome)
+}
+
+/// Pass 6: reasoning shaping on the output of the image passes. A failure leaves the body
+/// as the image passes made it (fail open) and is reported.
+fn shape_pass(
+    dialect: Dialect,
+    inputs: &ReasoningInputs<'_>,
+    original: &[u8],
+    outcome: &mut RewriteOutcome,
+) {
+    let current: &[u8] = outcome.body.as_deref().unwrap_or(original);
+    let first_changed_byte = outcome
+        .body
+        .as_deref()
+        .map(|new| first_difference(original, new));
+    let model = outcome.report.model.as_deref().or(inputs.path_model);
+    let route = reasoning::resolve(
+        inputs.provider,
+        inputs.upstream_host,
+        inputs.upstream_path,
+        model,
+        inputs.carriers_override,
+    );
+    let omit = model
+        .map(|m| inputs.verdicts.omit(&route.host, m))
+        .unwrap_or_default();
+    let shaped = reasoning::shape_request(
+        &ShapeContext {
+            dialect,
+            route: &route,
+            omit: &omit,
+            droppable_params: inputs.droppable_params,
+            first_changed_byte,
+            anthropic_beta: inputs.anthropic_beta,
+        },
+        current,
+    );
+    match shaped {
+        Ok(s) => {
+            if let Some(b) = s.body {
+                outcome.body = Some(b);
+            }
+            outcome.set_headers = s.set_headers;
+            outcome.report.reasons.extend(s.reasons);
+            outcome.report.shape = s.counts;
+        }
+        Err(e) => outcome
+            .report
+            .reasons
+            .push(format!("reasoning shaping skipped: {e}")),
+    }
+    outcome.reasoning_route = Some(route);
+    outcome.omitted = omit;
+}
+
+/// Offset of the first byte where `a` and `b` differ (the shorter length when one is a
+/// prefix of the other).
+fn first_difference(a: &[u8], b: &[u8]) -> usize {
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()))
+}
+
+/// Passes 1–4: the image passes (today: batch eviction).
+fn image_passes(ctx: &RewriteContext<'_>, body: &[u8]) -> Result<RewriteOutcome, RewriteError> {
     let (model, inventory) = match ctx.dialect {
         Dialect::Anthropic => dialect::anthropic::inventory(body)?,
         Dialect::Openai => dialect::openai::inventory(body, ctx.images.agent_images_in_user_turns)?,
         Dialect::OpenaiResponses | Dialect::Gemini => {
             let model = dialect::model_only(body, ctx.dialect.as_str())?;
             return Ok(RewriteOutcome {
-                body: None,
                 report: RewriteReport {
                     model,
                     ..RewriteReport::default()
                 },
+                ..RewriteOutcome::default()
             });
         }
     };
@@ -97,21 +218,29 @@ pub fn rewrite_request(
         images_retired: eviction.images_retired,
         carriers_retired: eviction.carriers_retired,
         reasons: eviction.reasons,
+        shape: ShapeCounts::default(),
     };
     if eviction.edits.is_empty() {
-        return Ok(RewriteOutcome { body: None, report });
+        return Ok(RewriteOutcome {
+            report,
+            ..RewriteOutcome::default()
+        });
     }
     match json_edit::splice(body, eviction.edits) {
         Ok(new_body) => Ok(RewriteOutcome {
             body: Some(new_body),
             report,
+            ..RewriteOutcome::default()
         }),
         Err(e) => {
             // Cannot happen for spans taken from one parse; forward the original if it does.
             report.images_retired = 0;
             report.carriers_retired = 0;
             report.reasons = vec![format!("eviction skipped: {e}")];
-            Ok(RewriteOutcome { body: None, report })
+            Ok(RewriteOutcome {
+                report,
+                ..RewriteOutcome::default()
+            })
         }
     }
 }
@@ -267,7 +396,11 @@ mod tests {
     }
 
     fn check_property(dialect: Dialect, body: &[u8], images: &ImagesConfig) -> bool {
-        let ctx = RewriteContext { dialect, images };
+        let ctx = RewriteContext {
+            dialect,
+            images,
+            reasoning: None,
+        };
         let first = rewrite_request(&ctx, body).unwrap();
         let again = rewrite_request(&ctx, body).unwrap();
         assert_eq!(first.body, again.body, "deterministic");
@@ -325,6 +458,7 @@ mod tests {
             let ctx = RewriteContext {
                 dialect,
                 images: &cfg,
+                reasoning: None,
             };
             let out = rewrite_request(&ctx, br#"{"model":"m","input":[{"type":"input_image"}]}"#)
                 .unwrap();
@@ -343,6 +477,7 @@ mod tests {
         let ctx = RewriteContext {
             dialect: Dialect::Anthropic,
             images: &cfg,
+            reasoning: None,
         };
         let out = rewrite_request(
             &ctx,

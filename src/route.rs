@@ -26,6 +26,10 @@ pub struct Route {
     pub images: ImagesConfig,
     /// Log what the passes would do but forward the original bytes.
     pub dry_run: bool,
+    /// The route's `provider` key (a built-in profile name); `None` = from the host.
+    pub provider: Option<String>,
+    /// The route's `carriers = [...]` override.
+    pub carriers: Option<Vec<String>>,
 }
 
 /// What a generation path is, for the passes.
@@ -84,6 +88,8 @@ impl RouteTable {
                 dialect: r.dialect,
                 images: config.route_images(r),
                 dry_run: r.dry_run.unwrap_or(config.server.dry_run),
+                provider: r.provider.clone(),
+                carriers: r.carriers.clone(),
             });
         }
         routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
@@ -168,6 +174,14 @@ pub fn classify_path(path: &str) -> Option<(Dialect, Endpoint)> {
         return Some((Dialect::Gemini, Endpoint::CountTokens));
     }
     None
+}
+
+/// The model named in a Gemini path (`/v1beta/models/gemini-2.5-pro:generateContent` →
+/// `gemini-2.5-pro`), if any.
+pub fn model_from_path(path: &str) -> Option<&str> {
+    let (_, after) = path.split_once("/models/")?;
+    let model = after.split([':', '/']).next()?;
+    (!model.is_empty()).then_some(model)
 }
 
 /// The dialect to shape the proxy's own errors in, from the path alone (`None`: unknown, use
@@ -289,5 +303,14 @@ upstream = "http://127.0.0.1:9000/base"
         assert_eq!(classify_path("/v1/files"), None);
         assert_eq!(classify_path("/v1/messages/batches"), None);
         assert_eq!(classify_path("/v1/responses/resp_123"), None);
+    }
+
+    #[test]
+    fn gemini_model_from_path() {
+        assert_eq!(
+            model_from_path("/v1beta/models/gemini-2.5-pro:streamGenerateContent"),
+            Some("gemini-2.5-pro")
+        );
+        assert_eq!(model_from_path("/v1/chat/completions"), None);
     }
 }

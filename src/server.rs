@@ -30,10 +30,13 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 use crate::body::{self, ReadBody};
+use crate::config::ReasoningConfig;
 use crate::config::{Dialect, Loaded, ServerConfig};
 use crate::error::ProxyError;
-use crate::rewrite::{rewrite_request, RewriteContext, RewriteReport};
-use crate::route::{classify_path, error_dialect_for_path, Matched, RouteTable};
+use crate::reasoning::{self, ResolvedRoute};
+use crate::rewrite::{rewrite_request, ReasoningInputs, RewriteContext, RewriteReport};
+use crate::route::{classify_path, error_dialect_for_path, model_from_path, Matched, RouteTable};
+use crate::state::{Store, StoreOptions};
 use crate::stream::ObservedBody;
 use crate::telemetry::{redact_query, Outcome, RequestLog};
 use crate::upstream::{self, BoxError, HttpClient};
@@ -51,6 +54,8 @@ struct AppState {
     routes: RouteTable,
     client: HttpClient,
     server: ServerConfig,
+    reasoning: ReasoningConfig,
+    store: Store,
 }
 
 /// Why the server could not start.
@@ -89,12 +94,19 @@ impl Server {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| StartError::Bind { addr, source })?;
+        let store = Store::open(&StoreOptions {
+            path: loaded.base_dir.join(&cfg.state.path),
+            retention_days: cfg.state.retention_days,
+            max_bytes: cfg.state.max_bytes,
+        });
         Ok(Self {
             listener,
             state: Arc::new(AppState {
                 routes,
                 client,
                 server: cfg.server.clone(),
+                reasoning: cfg.reasoning.clone(),
+                store,
             }),
         })
     }
@@ -218,6 +230,7 @@ async fn handle(
     let mut headers = parts.headers;
     upstream::upstream_request_headers(&mut headers, false);
     let mut rewrites_header = "passthrough".to_owned();
+    let mut replay: Option<Replay> = None;
     let upstream_body = if parse {
         let content_length = headers
             .get(header::CONTENT_LENGTH)
@@ -237,48 +250,54 @@ async fn handle(
             }
             Ok(ReadBody::Buffered(original)) => {
                 log.bytes_in = original.len() as u64;
-                let sent = run_passes(
+                let client_headers = headers.clone();
+                let dialect = dialect.unwrap_or(Dialect::Openai);
+                let passed = run_passes(
+                    &state,
                     &matched,
-                    dialect.unwrap_or(Dialect::Openai),
+                    dialect,
                     &mut headers,
-                    original,
-                    state.server.max_rewrite_bytes,
+                    original.clone(),
                     &mut log,
                 )
                 .await;
                 rewrites_header = rewrites_summary(&log, matched.route.dry_run);
-                log.bytes_out = sent.len() as u64;
-                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(sent.len()));
-                body::full(sent)
+                log.bytes_out = passed.sent.len() as u64;
+                let body = body::full(passed.sent.clone());
+                replay = Some(Replay {
+                    original,
+                    client_headers,
+                    dialect,
+                    passed,
+                });
+                body
             }
         }
     } else {
         body::streamed(Vec::new(), incoming)
     };
 
-    // Phase 4: upstream.
-    let mut up = Request::new(upstream_body);
-    *up.method_mut() = parts.method;
-    *up.uri_mut() = matched.upstream_uri.clone();
-    *up.version_mut() = Version::HTTP_11;
-    *up.headers_mut() = headers;
-    let upstream_name = upstream_label(&matched);
-    let first_byte = Duration::from_millis(state.server.first_byte_timeout_ms);
-    let sent = tokio::time::timeout(first_byte, state.client.request(up)).await;
-    let resp = match sent {
-        Err(_) => {
-            let err = ProxyError::FirstByteTimeout {
-                upstream: upstream_name,
-                ms: state.server.first_byte_timeout_ms,
-            };
-            return Ok(proxy_error(err, dialect, log, started));
-        }
-        Ok(Err(e)) => {
-            let err = classify_client_error(&e, upstream_name, state.server.connect_timeout_ms);
-            return Ok(proxy_error(err, dialect, log, started));
-        }
-        Ok(Ok(resp)) => resp,
+    // Phase 4: upstream, and at most one retry after an unknown-field 4xx.
+    let method = parts.method;
+    let resp = match send_upstream(&state, &matched, method.clone(), headers, upstream_body).await {
+        Ok(r) => r,
+        Err(err) => return Ok(proxy_error(err, dialect, log, started)),
     };
+    let resp = match replay {
+        Some(replay) if resp.status().is_client_error() && !matched.route.dry_run => {
+            match retry_unknown_field(&state, &matched, &method, replay, resp, &mut log).await {
+                Ok(r) => r,
+                Err(err) => return Ok(proxy_error(err, dialect, log, started)),
+            }
+        }
+        _ => resp,
+    };
+    if log.retried_without.is_some() {
+        rewrites_header = format!(
+            "{rewrites_header}; retried_without={}",
+            log.retried_without.as_deref().unwrap_or("")
+        );
+    }
     log.ttfb_ms = Some(ms_since(started));
 
     // Phase 5: response.
@@ -305,56 +324,238 @@ async fn handle(
     Ok(Response::from_parts(rparts, observed.boxed_unsync()))
 }
 
-/// Decode, run the passes and decide which bytes go upstream. Fails open: any failure
-/// returns the original bytes (with their original headers).
+/// What the passes produced for one buffered request.
+struct Passed {
+    /// The bytes sent upstream.
+    sent: Bytes,
+    /// The reasoning route shaping used (for reading a 4xx).
+    reasoning_route: Option<ResolvedRoute>,
+}
+
+/// A buffered request, kept for the one retry.
+struct Replay {
+    /// The client's body as received (still encoded).
+    original: Bytes,
+    /// The client's headers after hygiene, before the passes touched them.
+    client_headers: http::HeaderMap,
+    dialect: Dialect,
+    passed: Passed,
+}
+
+/// Longest 4xx body read to look for an unknown-field verdict, bytes.
+const ERROR_BODY_LIMIT: u64 = 1024 * 1024;
+
+/// Send one request upstream within `first_byte_timeout_ms`.
+async fn send_upstream(
+    state: &AppState,
+    matched: &Matched<'_>,
+    method: Method,
+    headers: http::HeaderMap,
+    body: upstream::UpstreamBody,
+) -> Result<Response<upstream::UpstreamBody>, ProxyError> {
+    let mut up = Request::new(body);
+    *up.method_mut() = method;
+    *up.uri_mut() = matched.upstream_uri.clone();
+    *up.version_mut() = Version::HTTP_11;
+    *up.headers_mut() = headers;
+    let first_byte = Duration::from_millis(state.server.first_byte_timeout_ms);
+    match tokio::time::timeout(first_byte, state.client.request(up)).await {
+        Err(_) => Err(ProxyError::FirstByteTimeout {
+            upstream: upstream_label(matched),
+            ms: state.server.first_byte_timeout_ms,
+        }),
+        Ok(Err(e)) => Err(classify_client_error(
+            &e,
+            upstream_label(matched),
+            state.server.connect_timeout_ms,
+        )),
+        Ok(Ok(resp)) => Ok(resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync())),
+    }
+}
+
+/// A 4xx arrived for a buffered request: if it names a field this request sent as unknown
+/// (and that is new for this host and model), store the verdict, rebuild the request without
+/// it and send it once more. Otherwise the 4xx goes to the client unchanged.
+async fn retry_unknown_field(
+    state: &AppState,
+    matched: &Matched<'_>,
+    method: &Method,
+    replay: Replay,
+    resp: Response<upstream::UpstreamBody>,
+    log: &mut RequestLog,
+) -> Result<Response<upstream::UpstreamBody>, ProxyError> {
+    let (rparts, rbody) = resp.into_parts();
+    let status = rparts.status.as_u16();
+    let (head, rest) = match body::read_prefix(rbody, ERROR_BODY_LIMIT).await {
+        Ok(x) => x,
+        Err(e) => {
+            return Err(ProxyError::UpstreamBroken {
+                upstream: upstream_label(matched),
+                detail: e.to_string(),
+            })
+        }
+    };
+    let pass_through = |head: Bytes, rest: Option<upstream::UpstreamBody>| {
+        let body = match rest {
+            Some(rest) => body::prepend(vec![head], rest),
+            None => body::full(head),
+        };
+        Response::from_parts(rparts, body)
+    };
+    let (Some(route), Some(model), None) = (
+        replay.passed.reasoning_route.clone(),
+        log.model
+            .clone()
+            .or_else(|| model_from_path(&matched.rest).map(str::to_owned)),
+        rest.as_ref(),
+    ) else {
+        return Ok(pass_through(head, rest));
+    };
+    let sent = replay.passed.sent.clone();
+    let droppable = state.reasoning.droppable_params.clone();
+    let error_body = head.clone();
+    let detect_route = route.clone();
+    let detected = tokio::task::spawn_blocking(move || {
+        reasoning::detect(status, &error_body, &sent, &detect_route, &droppable)
+    })
+    .await
+    .ok()
+    .flatten();
+    let Some(detected) = detected else {
+        return Ok(pass_through(head, rest));
+    };
+    let learned = state
+        .store
+        .learn(&route.host, &model, &detected.fields, &detected.wording);
+    if learned.is_empty() {
+        tracing::info!(target: "cachekeeper::retry", route = %log.route, host = %route.host, model = %model, "unknown-field rejection teaches nothing new; not retrying");
+        return Ok(pass_through(head, rest));
+    }
+    let fields = learned.iter().cloned().collect::<Vec<_>>().join(",");
+    tracing::info!(
+        target: "cachekeeper::retry",
+        route = %log.route,
+        host = %route.host,
+        model = %model,
+        status,
+        fields = %fields,
+        wording = %detected.wording,
+        "upstream named fields as unknown; verdict stored, retrying once without them"
+    );
+    let mut headers = replay.client_headers;
+    let passed = run_passes(
+        state,
+        matched,
+        replay.dialect,
+        &mut headers,
+        replay.original,
+        log,
+    )
+    .await;
+    if passed.sent == replay.passed.sent {
+        return Ok(pass_through(head, rest));
+    }
+    log.retried_without = Some(fields);
+    log.bytes_out = passed.sent.len() as u64;
+    send_upstream(
+        state,
+        matched,
+        method.clone(),
+        headers,
+        body::full(passed.sent),
+    )
+    .await
+}
+
+/// Decode, run the passes and decide which bytes go upstream; sets `content-length` and the
+/// passes' headers on `headers`. Fails open: any failure sends the original bytes with their
+/// original headers.
 async fn run_passes(
+    state: &AppState,
     matched: &Matched<'_>,
     dialect: Dialect,
     headers: &mut http::HeaderMap,
     original: Bytes,
-    limit: u64,
     log: &mut RequestLog,
-) -> Bytes {
+) -> Passed {
+    let sent = run_passes_inner(state, matched, dialect, headers, original, log).await;
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(sent.sent.len()));
+    sent
+}
+
+async fn run_passes_inner(
+    state: &AppState,
+    matched: &Matched<'_>,
+    dialect: Dialect,
+    headers: &mut http::HeaderMap,
+    original: Bytes,
+    log: &mut RequestLog,
+) -> Passed {
+    let unchanged = |sent: Bytes| Passed {
+        sent,
+        reasoning_route: None,
+    };
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let images = matched.route.images.clone();
-    let dry_run = matched.route.dry_run;
-    let route = matched.route.name.clone();
+    let anthropic_beta = headers
+        .get("anthropic-beta")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let route = matched.route.clone();
+    let dry_run = route.dry_run;
+    let upstream_path = format!("{}{}", route.base_path, matched.rest);
+    let path_model = model_from_path(&matched.rest).map(str::to_owned);
+    let store = state.store.clone();
+    let droppable = state.reasoning.droppable_params.clone();
+    let limit = state.server.max_rewrite_bytes;
     let input = original.clone();
     let joined = tokio::task::spawn_blocking(move || {
         let decoded = body::decode(encoding.as_deref(), &input, limit)?;
+        let host = route.authority.host().to_owned();
         let ctx = RewriteContext {
             dialect,
-            images: &images,
+            images: &route.images,
+            reasoning: Some(ReasoningInputs {
+                provider: route.provider.as_deref(),
+                upstream_host: &host,
+                upstream_path: &upstream_path,
+                carriers_override: route.carriers.as_deref(),
+                droppable_params: &droppable,
+                anthropic_beta: anthropic_beta.as_deref(),
+                path_model: path_model.as_deref(),
+                verdicts: &store,
+            }),
         };
         Some(rewrite_request(&ctx, &decoded))
     })
     .await;
+    let route_name = &matched.route.name;
     let outcome = match joined {
         Ok(Some(Ok(outcome))) => outcome,
         Ok(Some(Err(e))) => {
             log.body = "unparsed";
-            tracing::info!(target: "cachekeeper::rewrite", route = %route, reason = %e, "body left unchanged");
-            return original;
+            tracing::info!(target: "cachekeeper::rewrite", route = %route_name, reason = %e, "body left unchanged");
+            return unchanged(original);
         }
         Ok(None) => {
             log.body = "unparsed";
-            tracing::info!(target: "cachekeeper::rewrite", route = %route, "body could not be decoded; left unchanged");
-            return original;
+            tracing::info!(target: "cachekeeper::rewrite", route = %route_name, "body could not be decoded; left unchanged");
+            return unchanged(original);
         }
         Err(e) => {
             log.body = "pass_failed";
-            tracing::warn!(target: "cachekeeper::rewrite", route = %route, error = %e, "a rewrite pass failed; forwarding the original request");
-            return original;
+            tracing::warn!(target: "cachekeeper::rewrite", route = %route_name, error = %e, "a rewrite pass failed; forwarding the original request");
+            return unchanged(original);
         }
     };
     apply_report(log, &outcome.report);
     for reason in &outcome.report.reasons {
-        tracing::info!(target: "cachekeeper::rewrite", route = %route, dry_run, reason = %reason, "rewrite");
+        tracing::info!(target: "cachekeeper::rewrite", route = %route_name, dry_run, reason = %reason, "rewrite");
     }
-    match outcome.body {
+    let reasoning_route = outcome.reasoning_route;
+    let sent = match outcome.body {
         None => {
             log.body = "unchanged";
             original
@@ -369,10 +570,33 @@ async fn run_passes(
             headers.remove(header::CONTENT_ENCODING);
             Bytes::from(new)
         }
+    };
+    if !dry_run {
+        for (name, value) in &outcome.set_headers {
+            if let (Ok(n), Ok(v)) = (
+                http::HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.insert(n, v);
+            }
+        }
+    }
+    Passed {
+        sent,
+        reasoning_route,
     }
 }
 
 fn apply_report(log: &mut RequestLog, report: &RewriteReport) {
+    let c = &report.shape;
+    log.reasoning_edits = c.carriers_dropped
+        + c.carriers_filled
+        + c.pads
+        + c.thinking_stripped
+        + c.cache_control_moved
+        + c.params_dropped
+        + c.flags_added
+        + usize::from(c.binding_set);
     log.model = report.model.clone();
     log.images_seen = report.images_seen;
     log.images_retired = report.images_retired;
@@ -382,8 +606,8 @@ fn apply_report(log: &mut RequestLog, report: &RewriteReport) {
 /// The `x-cachekeeper-rewrites` value: what the passes did, as counts.
 fn rewrites_summary(log: &RequestLog, dry_run: bool) -> String {
     let mut s = format!(
-        "images_seen={}; images_retired={}; carriers_retired={}; body={}",
-        log.images_seen, log.images_retired, log.carriers_retired, log.body
+        "images_seen={}; images_retired={}; carriers_retired={}; reasoning_edits={}; body={}",
+        log.images_seen, log.images_retired, log.carriers_retired, log.reasoning_edits, log.body
     );
     if dry_run {
         s.push_str("; dry_run=1");
@@ -512,7 +736,7 @@ async fn tunnel_upgrade(
         let (mut rparts, rbody) = resp.into_parts();
         upstream::strip_hop_by_hop(&mut rparts.headers, false);
         let observed = ObservedBody::new(
-            rbody,
+            rbody.map_err(|e| Box::new(e) as BoxError).boxed_unsync(),
             Duration::from_millis(state.server.idle_timeout_ms),
             None,
             log,

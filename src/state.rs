@@ -353,6 +353,14 @@ impl Store {
     }
 }
 
+impl crate::rewrite::VerdictLookup for Store {
+    fn omit(&self, host: &str, model: &str) -> BTreeSet<String> {
+        self.verdict(host, model)
+            .map(|v| v.fields)
+            .unwrap_or_default()
+    }
+}
+
 fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: Arc<Inner>, retention_days: u32) {
     let mut data_version: i64 = conn
         .pragma_query_value(None, "data_version", |r| r.get(0))

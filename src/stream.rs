@@ -10,17 +10,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use tokio::time::Sleep;
 
 use crate::config::Dialect;
 use crate::error::midstream_error_event;
 use crate::telemetry::{Outcome, RequestLog};
-use crate::upstream::BoxError;
+use crate::upstream::{BoxError, UpstreamBody};
 
 /// The upstream response body, observed.
 pub struct ObservedBody {
-    inner: Incoming,
+    inner: UpstreamBody,
     idle_timeout: Duration,
     idle: Pin<Box<Sleep>>,
     /// `Some(dialect)` when the response is an event stream: a mid-stream failure then ends
@@ -34,7 +33,7 @@ pub struct ObservedBody {
 impl ObservedBody {
     /// Wrap `inner`. `log` is emitted once, when the body ends or is dropped.
     pub fn new(
-        inner: Incoming,
+        inner: UpstreamBody,
         idle_timeout: Duration,
         sse: Option<Option<Dialect>>,
         log: RequestLog,

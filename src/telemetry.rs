@@ -98,6 +98,11 @@ pub struct RequestLog {
     /// Upstream time to first byte (response headers), ms.
     pub ttfb_ms: Option<u64>,
     pub error: Option<&'static str>,
+    /// Reasoning shaping edits (carriers dropped / filled / padded, thinking stripped,
+    /// parameters dropped, flags added).
+    pub reasoning_edits: usize,
+    /// Fields learned from an unknown-field 4xx, when the request was retried without them.
+    pub retried_without: Option<String>,
 }
 
 impl RequestLog {
@@ -123,6 +128,8 @@ impl RequestLog {
             total_ms = total_ms,
             outcome = outcome.as_str(),
             error = self.error.unwrap_or(""),
+            reasoning_edits = self.reasoning_edits,
+            retried_without = self.retried_without.as_deref().unwrap_or(""),
             "request"
         );
     }

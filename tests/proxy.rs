@@ -542,12 +542,17 @@ async fn eviction_happens_through_the_proxy_plain_and_gzip() {
     let mock = start_mock(echo_ok()).await;
     let proxy = start_proxy(&config_for(&mock.url(), "")).await;
     let body = anthropic_screenshots(21, 2400, 1350);
-    let (status, headers, _) =
-        send(&client(), &proxy.url("/anthropic/v1/messages"), &[], body.clone()).await;
+    let (status, headers, _) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages"),
+        &[],
+        body.clone(),
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(
         headers["x-cachekeeper-rewrites"],
-        "images_seen=21; images_retired=8; carriers_retired=8; body=rewritten"
+        "images_seen=21; images_retired=8; carriers_retired=8; reasoning_edits=0; body=rewritten"
     );
     let plain = mock.last().body;
     let v: serde_json::Value = serde_json::from_slice(&plain).unwrap();
@@ -564,7 +569,10 @@ async fn eviction_happens_through_the_proxy_plain_and_gzip() {
             assert_eq!(second["type"], "image", "carrier {i}");
         }
     }
-    assert_eq!(mock.last().headers["content-length"], plain.len().to_string());
+    assert_eq!(
+        mock.last().headers["content-length"],
+        plain.len().to_string()
+    );
 
     // The same body gzip-encoded: the rewritten body goes upstream decoded.
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -583,15 +591,29 @@ async fn eviction_happens_through_the_proxy_plain_and_gzip() {
     assert_eq!(rec.body, plain);
 
     // count_tokens gets the same rewrite.
-    send(&client(), &proxy.url("/anthropic/v1/messages/count_tokens"), &[], body.clone()).await;
+    send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages/count_tokens"),
+        &[],
+        body.clone(),
+    )
+    .await;
     assert_eq!(mock.last().body, plain);
 
     // Small screenshots: nothing to do, byte-identical.
     let small = anthropic_screenshots(21, 1568, 882);
-    let (_, headers, _) =
-        send(&client(), &proxy.url("/anthropic/v1/messages"), &[], small.clone()).await;
+    let (_, headers, _) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages"),
+        &[],
+        small.clone(),
+    )
+    .await;
     assert_eq!(mock.last().body, small.as_bytes());
-    assert!(headers["x-cachekeeper-rewrites"].to_str().unwrap().contains("images_retired=0"));
+    assert!(headers["x-cachekeeper-rewrites"]
+        .to_str()
+        .unwrap()
+        .contains("images_retired=0"));
     proxy.stop().await;
 }
 
@@ -600,10 +622,18 @@ async fn dry_run_logs_but_forwards_the_original() {
     let mock = start_mock(echo_ok()).await;
     let proxy = start_proxy(&config_for(&mock.url(), "[server]\ndry_run = true\n")).await;
     let body = anthropic_screenshots(21, 2400, 1350);
-    let (_, headers, _) =
-        send(&client(), &proxy.url("/anthropic/v1/messages"), &[], body.clone()).await;
+    let (_, headers, _) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages"),
+        &[],
+        body.clone(),
+    )
+    .await;
     assert_eq!(mock.last().body, body.as_bytes());
     let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
-    assert!(h.contains("images_retired=8") && h.contains("dry_run=1"), "{h}");
+    assert!(
+        h.contains("images_retired=8") && h.contains("dry_run=1"),
+        "{h}"
+    );
     proxy.stop().await;
 }

@@ -30,7 +30,15 @@ const LARGE: (u32, u32) = (2400, 1350);
 const SMALL: (u32, u32) = (1568, 882);
 
 fn run(dialect: Dialect, images: &ImagesConfig, body: &[u8]) -> RewriteOutcome {
-    rewrite_request(&RewriteContext { dialect, images }, body).unwrap()
+    rewrite_request(
+        &RewriteContext {
+            dialect,
+            images,
+            reasoning: None,
+        },
+        body,
+    )
+    .unwrap()
 }
 
 fn forwarded(dialect: Dialect, images: &ImagesConfig, body: &[u8]) -> (Vec<u8>, RewriteOutcome) {
@@ -409,6 +417,7 @@ fn bad_input_truncated_json() {
                 &RewriteContext {
                     dialect,
                     images: &cfg,
+                    reasoning: None,
                 },
                 &body[..cut],
             );
@@ -422,6 +431,7 @@ fn bad_input_truncated_json() {
         &RewriteContext {
             dialect: Dialect::Anthropic,
             images: &cfg,
+            reasoning: None,
         },
         b"not json",
     );
@@ -443,6 +453,7 @@ fn bad_input_messages_of_the_wrong_type() {
                 &RewriteContext {
                     dialect,
                     images: &cfg,
+                    reasoning: None,
                 },
                 body.as_bytes(),
             );
@@ -457,6 +468,7 @@ fn bad_input_messages_of_the_wrong_type() {
                 &RewriteContext {
                     dialect,
                     images: &cfg,
+                    reasoning: None,
                 },
                 body.as_bytes(),
             )

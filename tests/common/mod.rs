@@ -153,9 +153,20 @@ impl Proxy {
 
 /// A config with `anthropic` and `openai` routes pointing at `upstream`, plus `extra` TOML.
 pub fn config_for(upstream: &str, extra: &str) -> String {
+    // Each proxy gets its own state file unless the test names one.
+    let state = if extra.contains("[state]") {
+        String::new()
+    } else {
+        let dir = tempfile::tempdir().unwrap().keep();
+        format!(
+            "[state]\npath = {:?}\n",
+            dir.join("state.db").display().to_string()
+        )
+    };
     format!(
         r#"
 {extra}
+{state}
 
 [[routes]]
 name = "anthropic"
