@@ -170,6 +170,45 @@ def openai_carrier_index(i: int) -> int:
     return 3 + 2 * i
 
 
+def openai_user_turn_session(n_shots: int, size: tuple[int, int]) -> list[dict[str, Any]]:
+    """The common OpenAI agent pattern: OpenAI rejects images in tool messages, so each tool
+    message says "see next message" and the screenshot follows in a user message.
+
+    Carrier ``i`` (0 = oldest) is the user message ``messages[4 + 3*i]``.
+    """
+    w, h = size
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a careful UI tester."},
+        {"role": "user", "content": "Open the app and take a screenshot after each step."},
+    ]
+    for i in range(n_shots):
+        cid = f"call_{i:03d}"
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": cid, "type": "function", "function": {"name": "screenshot", "arguments": f'{{"step":{i}}}'}}
+                ],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": cid, "content": "Screenshot taken; it follows as an image."})
+        msgs.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": f"Screenshot {i}:"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64," + fake_png_b64(w, h, i)}},
+                ],
+            }
+        )
+    return msgs
+
+
+def openai_user_turn_carrier_index(i: int) -> int:
+    return 4 + 3 * i
+
+
 SCREENSHOT_TOOL_ANTHROPIC = {
     "name": "screenshot",
     "description": "Take a screenshot of the app.",

@@ -29,8 +29,11 @@ from helpers import (
     assert_retired_text,
     count_anthropic_images,
     count_openai_images,
+    fake_png_b64,
     openai_carrier_index,
     openai_session,
+    openai_user_turn_carrier_index,
+    openai_user_turn_session,
     top_level_array_items,
 )
 from mock_upstream import ANTHROPIC_USAGE, DEFAULT_REPLY, MODEL_IDS, OPENAI_USAGE, MockUpstream
@@ -480,6 +483,52 @@ def test_openai_eviction_retires_oldest_batch(
             assert g == o, f"tool message {i} is among the newest {n - BATCH} and must be untouched"
     assert count_openai_images(got) == n - BATCH
     _assert_untouched_except(sent.last().body, rec.body, retired_idx)
+
+
+def test_openai_eviction_of_screenshots_in_user_turns(
+    openai_client: openai.OpenAI, upstream: MockUpstream, sent: Capture
+) -> None:
+    """Agents put screenshots in the user message after the (text-only) tool message, because
+    OpenAI rejects images in tool messages; those user messages are carriers too."""
+    n = 21
+    headers = _openai_send(openai_client, openai_user_turn_session(n, LARGE), stream=True)
+    assert _rewrites(headers).get("images_retired") == str(BATCH), headers.get(REWRITES_HEADER)
+    rec = upstream.last("POST", "/chat/completions")
+    got = json.loads(rec.body)["messages"]
+    orig = json.loads(sent.last().body)["messages"]
+    for i in range(n):
+        idx = openai_user_turn_carrier_index(i)
+        g, o = got[idx], orig[idx]
+        if i < BATCH:
+            assert g["role"] == "user" and g["content"][0] == o["content"][0]
+            assert g["content"][1]["type"] == "text", f"user-turn screenshot {i} should be retired"
+            assert_retired_text(g["content"][1]["text"])
+        else:
+            assert g == o, f"user-turn screenshot {i} is among the newest {n - BATCH} and must be untouched"
+    _assert_untouched_except(sent.last().body, rec.body, {openai_user_turn_carrier_index(i) for i in range(BATCH)})
+
+
+def test_anthropic_user_upload_is_reserved(
+    anthropic_client: anthropic.Anthropic, upstream: MockUpstream, sent: Capture
+) -> None:
+    """One upload wider than 2000 px + 20 small screenshots: 21 images, one large, so the
+    ceiling is 20 and a batch of 8 screenshots goes; the upload itself is never rewritten."""
+    messages = anthropic_session(20, SMALL)
+    upload = {"type": "base64", "media_type": "image/png", "data": fake_png_b64(2001, 1000, 999)}
+    messages[0] = {
+        "role": "user",
+        "content": [{"type": "text", "text": "Here is the design mock-up."}, {"type": "image", "source": upload}],
+    }
+    headers = _anthropic_send(anthropic_client, messages, stream=False)
+    assert _rewrites(headers).get("images_retired") == str(BATCH), headers.get(REWRITES_HEADER)
+    rec = upstream.last("POST", "/v1/messages")
+    got = json.loads(rec.body)["messages"]
+    assert got[0] == json.loads(sent.last().body)["messages"][0], "the user's upload must be untouched"
+    assert count_anthropic_images(got) == 21 - BATCH
+    retired = {anthropic_carrier_index(i) for i in range(BATCH)}
+    for i in range(BATCH):
+        assert got[anthropic_carrier_index(i)]["content"][0]["content"][1]["type"] == "text"
+    _assert_untouched_except(sent.last().body, rec.body, retired)
 
 
 def test_anthropic_eviction_prefix_is_stable_across_turns(
