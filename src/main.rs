@@ -7,9 +7,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use cachekeeper::config::{Config, Loaded};
+use cachekeeper::reasoning;
 use cachekeeper::route::RouteTable;
 use cachekeeper::server::Server;
-use cachekeeper::telemetry;
+use cachekeeper::{state, telemetry};
 
 #[derive(Parser)]
 #[command(
@@ -33,11 +34,22 @@ enum Command {
         #[arg(long)]
         listen: Option<SocketAddr>,
     },
-    /// Validate a config and print its routes with their limits.
+    /// Validate a config and print its routes with their profiles and limits.
     Check {
         /// Path of proxy.toml.
         #[arg(long, short)]
         config: PathBuf,
+    },
+    /// List the unknown-field verdicts learned from providers, or clear some.
+    ///
+    /// A running proxy notices a clear within a few seconds.
+    Verdicts {
+        /// Path of proxy.toml (its `[state] path` names the database).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Remove the verdicts for HOST (all models), or for HOST and MODEL.
+        #[arg(long, num_args = 1..=2, value_names = ["HOST", "MODEL"])]
+        clear: Option<Vec<String>>,
     },
 }
 
@@ -56,7 +68,85 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check { config } => check(&config),
         Command::Serve { config, listen } => serve(&config, listen),
+        Command::Verdicts { config, clear } => verdicts(&config, clear.as_deref()),
     }
+}
+
+fn verdicts(path: &std::path::Path, clear: Option<&[String]>) -> ExitCode {
+    let loaded = match load(path) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let db = loaded.base_dir.join(&loaded.config.state.path);
+    let conn = match state::open_connection(&db, loaded.config.state.max_bytes) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot open state database {}: {e}", db.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(args) = clear {
+        let host = args.first().map(String::as_str).unwrap_or_default();
+        let model = args.get(1).map(String::as_str);
+        return match state::clear_verdicts(&conn, host, model) {
+            Ok(n) => {
+                println!(
+                    "removed {n} verdict(s) for {host}{}",
+                    model.map(|m| format!(" / {m}")).unwrap_or_default()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match state::load_verdicts(&conn) {
+        Ok(all) if all.is_empty() => {
+            println!("no verdicts in {}", db.display());
+            ExitCode::SUCCESS
+        }
+        Ok(all) => {
+            for (k, v) in all {
+                let fields: Vec<&str> = v.fields.iter().map(String::as_str).collect();
+                println!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    k.host,
+                    k.model,
+                    fields.join(","),
+                    format_time(v.learned_at),
+                    v.wording.replace(['\n', '\t'], " ")
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Unix seconds as `YYYY-MM-DDTHH:MM:SSZ` (UTC; civil-from-days, Howard Hinnant's algorithm).
+fn format_time(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
@@ -82,13 +172,30 @@ fn check(path: &std::path::Path) -> ExitCode {
         } else {
             r.prefix.as_str()
         };
+        let profile = reasoning::resolve(
+            r.provider.as_deref(),
+            r.authority.host(),
+            &r.base_path,
+            None,
+            r.carriers.as_deref(),
+        );
+        let carriers: Vec<String> = profile.carriers.iter().map(|c| format!("{c:?}")).collect();
+        if !profile.unknown_carrier_names.is_empty() {
+            println!(
+                "warning: route {}: unknown carrier names {:?}",
+                r.name, profile.unknown_carrier_names
+            );
+        }
         println!(
-            "route {:<12} {:<16} -> {}://{}{}  dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={}",
+            "route {:<12} {:<16} -> {}://{}{}  profile={} carriers=[{}] thinking={:?} dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={}",
             r.name,
             prefix,
             r.scheme,
             r.authority,
             r.base_path,
+            profile.profile,
+            carriers.join(","),
+            profile.thinking,
             r.dialect.map(|d| d.as_str()).unwrap_or("from-path"),
             r.dry_run,
             r.images.max_blocks,

@@ -108,6 +108,10 @@ impl Body for ObservedBody {
                 }
                 let deadline = tokio::time::Instant::now() + this.idle_timeout;
                 this.idle.as_mut().reset(deadline);
+                if this.inner.is_end_stream() {
+                    // A sized body ends with its last frame: hyper will not poll again.
+                    this.finish(Outcome::Complete);
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => this.broken(Outcome::UpstreamBroken, e.to_string()),
@@ -145,8 +149,13 @@ impl Body for ObservedBody {
 impl Drop for ObservedBody {
     fn drop(&mut self) {
         if !self.finished {
-            // The client went away; dropping `inner` closes (cancels) the upstream request.
-            self.finish(Outcome::ClientDisconnected);
+            if self.inner.is_end_stream() {
+                // An empty or fully read body that hyper never polled to its end.
+                self.finish(Outcome::Complete);
+            } else {
+                // The client went away; dropping `inner` closes (cancels) the upstream request.
+                self.finish(Outcome::ClientDisconnected);
+            }
         }
     }
 }

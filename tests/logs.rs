@@ -1,0 +1,103 @@
+//! The request log: one JSON line per request, with how it ended, and never a credential —
+//! at any level. Its own test binary, because it installs the global subscriber.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use common::*;
+
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Buf {
+    type Writer = Buf;
+    fn make_writer(&'a self) -> Buf {
+        self.clone()
+    }
+}
+
+fn request_lines(buf: &Buf) -> Vec<serde_json::Value> {
+    let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"] == "cachekeeper::request")
+        .collect()
+}
+
+#[tokio::test]
+async fn one_line_per_request_with_outcome_and_no_credentials_at_any_level() {
+    let buf = Buf::default();
+    tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(buf.clone())
+        .init();
+
+    let handler: Handler = Arc::new(|r: &Recorded| {
+        if r.path_and_query.contains("stream") {
+            sse_response(full("data: {\"candidates\":[]}\n\n"))
+        } else {
+            json_response(200, r#"{"ok":true}"#)
+        }
+    });
+    let mock = start_mock(handler).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let c = client();
+    send(
+        &c,
+        &proxy.url("/anthropic/v1/messages"),
+        &[("x-api-key", "sk-ant-SECRET-1")],
+        r#"{"model":"claude-x","messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .await;
+    send(
+        &c,
+        &proxy.url("/openai/v1/chat/completions"),
+        &[("authorization", "Bearer sk-SECRET-2")],
+        r#"{"model":"gpt-x","messages":[]}"#,
+    )
+    .await;
+    send(
+        &c,
+        &proxy.url(
+            "/gemini/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse&key=AIzaSECRET3",
+        ),
+        &[("x-goog-api-key", "AIzaSECRET4")],
+        r#"{"contents":[]}"#,
+    )
+    .await;
+    proxy.stop().await;
+
+    let all = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    for secret in ["SECRET-1", "SECRET-2", "SECRET3", "SECRET4"] {
+        assert!(!all.contains(secret), "{secret} leaked into the logs");
+    }
+    let lines = request_lines(&buf);
+    assert_eq!(lines.len(), 3, "{all}");
+    for l in &lines {
+        assert_eq!(l["outcome"], "complete", "{l}");
+        assert_eq!(l["status"], 200);
+        assert!(l["total_ms"].is_u64());
+        assert!(l["ttfb_ms"].is_u64());
+    }
+    assert_eq!(lines[0]["route"], "anthropic");
+    assert_eq!(lines[0]["dialect"], "anthropic");
+    assert_eq!(lines[0]["model"], "claude-x");
+    assert_eq!(lines[0]["body"], "unchanged");
+    assert_eq!(lines[1]["model"], "gpt-x");
+    assert_eq!(lines[2]["query"], "alt=sse&key=REDACTED");
+    assert_eq!(lines[2]["dialect"], "gemini");
+}

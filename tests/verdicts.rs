@@ -1,0 +1,341 @@
+//! Unknown-field 4xx: learn, retry once, remember — through the proxy, against mock upstreams
+//! that behave like strict providers.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// A chat request whose assistant turn carries RC + R + RD, and `reasoning_effort`.
+fn chat_body(model: &str) -> String {
+    json!({
+        "model": model,
+        "reasoning_effort": "high",
+        "messages": [
+            {"role": "user", "content": "weather in Paris?"},
+            {"role": "assistant", "content": null,
+             "reasoning_content": "Call the tool.",
+             "reasoning": "Call the tool.",
+             "reasoning_details": [{"type": "reasoning.text", "text": "Call the tool."}],
+             "tool_calls": [{"id": "call_0", "type": "function",
+                             "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "sunny"}
+        ]
+    })
+    .to_string()
+}
+
+fn assistant_keys(body: &[u8]) -> Vec<String> {
+    let v: Value = serde_json::from_slice(body).unwrap();
+    let mut keys: Vec<String> = v["messages"][1]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    keys.sort();
+    keys
+}
+
+fn has_param(body: &[u8], p: &str) -> bool {
+    let v: Value = serde_json::from_slice(body).unwrap();
+    v.get(p).is_some()
+}
+
+const OK_CHAT: &str = r#"{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}"#;
+
+/// A mock that answers `status` + `error` while the sent body has any of `fields` on the
+/// assistant message (or as a top-level parameter), and 200 otherwise.
+fn strict(fields: &'static [&'static str], status: u16, error: &'static str) -> Handler {
+    Arc::new(move |r: &Recorded| {
+        let Ok(v) = serde_json::from_slice::<Value>(&r.body) else {
+            return json_response(400, r#"{"error":{"message":"bad json"}}"#);
+        };
+        let msg = &v["messages"][1];
+        let offending = fields
+            .iter()
+            .any(|f| msg.get(*f).is_some() || v.get(*f).is_some());
+        if offending {
+            json_response(status, error)
+        } else if v["stream"] == json!(true) {
+            sse_response(full(
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\ndata: [DONE]\n\n",
+            ))
+        } else {
+            json_response(200, OK_CHAT)
+        }
+    })
+}
+
+/// A route on the mock with a profile that sends carriers (`local`: RC + R).
+fn config(mock: &Mock, state: &std::path::Path, provider: &str) -> String {
+    format!(
+        r#"
+[state]
+path = {state:?}
+
+[[routes]]
+name = "strict"
+prefix = "/v"
+upstream = "{}"
+provider = "{provider}"
+"#,
+        mock.url(),
+        state = state.display().to_string()
+    )
+}
+
+async fn post(proxy: &Proxy, body: &str) -> (u16, http::HeaderMap, bytes::Bytes) {
+    send(
+        &client(),
+        &proxy.url("/v/v1/chat/completions"),
+        &[("authorization", "Bearer sk-test")],
+        body.to_owned(),
+    )
+    .await
+}
+
+const MISTRAL_422: &str = r#"{"object":"Error","detail":[{"type":"extra_forbidden","loc":["body","messages",1,"assistant","reasoning_content"],"msg":"Extra inputs are not permitted","input":"Call the tool."}],"type":"invalid_request_error","code":3001}"#;
+
+#[tokio::test]
+async fn mistral_like_422_learns_retries_once_and_remembers_across_restart() {
+    let mock = start_mock(strict(
+        &["reasoning_content", "reasoning", "reasoning_details"],
+        422,
+        MISTRAL_422,
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let proxy = start_proxy(&config(&mock, &state, "local")).await;
+
+    // First request: 422, verdict stored, one retry without all three carriers.
+    let (status, headers, body) = post(&proxy, &chat_body("Mistral-Large-Latest")).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(mock.count(), 2);
+    let reqs = mock.requests.lock().unwrap().clone();
+    assert!(assistant_keys(&reqs[0].body).contains(&"reasoning_content".to_owned()));
+    assert_eq!(
+        assistant_keys(&reqs[1].body),
+        vec!["content", "role", "tool_calls"]
+    );
+    // The credential went out on both attempts.
+    assert_eq!(reqs[1].headers["authorization"], "Bearer sk-test");
+    let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(
+        h.contains("retried_without=reasoning,reasoning_content,reasoning_details"),
+        "{h}"
+    );
+
+    // Next request: the field is omitted up front, no 422.
+    let (status, _, _) = post(&proxy, &chat_body("Mistral-Large-Latest")).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 3);
+    assert_eq!(
+        assistant_keys(&mock.last().body),
+        vec!["content", "role", "tool_calls"]
+    );
+    // Model case is kept: a sibling model still gets its carriers (and learns on its own).
+    let (status, _, _) = post(&proxy, &chat_body("mistral-large-latest")).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 5);
+    proxy.stop().await;
+
+    // A restarted proxy knows the verdict: no second 422.
+    let proxy = start_proxy(&config(&mock, &state, "local")).await;
+    let (status, _, _) = post(&proxy, &chat_body("Mistral-Large-Latest")).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 6);
+    assert_eq!(
+        assistant_keys(&mock.last().body),
+        vec!["content", "role", "tool_calls"]
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn groq_like_400_on_a_streaming_request_retries_before_any_byte() {
+    let groq = r#"{"error":{"message":"'messages.1' : for 'role:assistant' the following must be satisfied[('messages.1' : property 'reasoning_content' is unsupported)]","type":"invalid_request_error"}}"#;
+    let mock = start_mock(strict(&["reasoning_content"], 400, groq)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&config(&mock, &dir.path().join("s.db"), "local")).await;
+    let mut v: Value = serde_json::from_str(&chat_body("llama-3.3-70b")).unwrap();
+    v["stream"] = json!(true);
+    let (status, headers, body) = post(&proxy, &v.to_string()).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "text/event-stream");
+    assert!(String::from_utf8_lossy(&body).contains("[DONE]"));
+    assert_eq!(mock.count(), 2);
+    // RC named: all three carriers dropped (widening).
+    assert_eq!(
+        assistant_keys(&mock.last().body),
+        vec!["content", "role", "tool_calls"]
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn cerebras_and_gemini_compat_wordings_are_learned() {
+    let cerebras = r#"{"message":"messages.1.assistant.reasoning_content: property 'messages.1.assistant.reasoning_content' is unsupported","type":"invalid_request_error","param":"validation_error","code":"wrong_api_format"}"#;
+    let gemini = r#"[{"error":{"code":400,"message":"Invalid JSON payload received. Unknown name \"reasoning_content\" at 'messages[1]': Cannot find field.","status":"INVALID_ARGUMENT"}}]"#;
+    for wording in [cerebras, gemini] {
+        let mock = start_mock(strict(&["reasoning_content"], 400, wording)).await;
+        let dir = tempfile::tempdir().unwrap();
+        let proxy = start_proxy(&config(&mock, &dir.path().join("s.db"), "local")).await;
+        let (status, _, _) = post(&proxy, &chat_body("some-model")).await;
+        assert_eq!(status, 200, "{wording}");
+        assert_eq!(mock.count(), 2, "{wording}");
+        assert!(!assistant_keys(&mock.last().body).contains(&"reasoning_content".to_owned()));
+        proxy.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn openai_host_rejecting_reasoning_effort_drops_the_parameter() {
+    let azure = r#"{"error":{"message":"Unrecognized request argument supplied: reasoning_effort","type":"invalid_request_error","param":null,"code":null}}"#;
+    let mock = start_mock(strict(&["reasoning_effort"], 400, azure)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&config(&mock, &dir.path().join("s.db"), "openai")).await;
+    let (status, _, _) = post(&proxy, &chat_body("gpt-4.1")).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 2);
+    let reqs = mock.requests.lock().unwrap().clone();
+    assert!(has_param(&reqs[0].body, "reasoning_effort"));
+    assert!(!has_param(&reqs[1].body, "reasoning_effort"));
+    let (status, _, _) = post(&proxy, &chat_body("gpt-4.1")).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 3);
+    assert!(!has_param(&mock.last().body, "reasoning_effort"));
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn no_retry_loop_and_no_retry_without_a_named_field() {
+    // Rejects everything, always naming reasoning_details.
+    let always: Handler = Arc::new(|_r: &Recorded| {
+        json_response(
+            400,
+            r#"{"error":{"message":"Extra inputs are not permitted, field: 'messages[1].reasoning_details'"}}"#,
+        )
+    });
+    let mock = start_mock(always).await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&config(&mock, &dir.path().join("s.db"), "openrouter")).await;
+    let (status, _, body) = post(&proxy, &chat_body("z-ai/glm-5.3-flash:US")).await;
+    assert_eq!(status, 400);
+    assert!(String::from_utf8_lossy(&body).contains("reasoning_details"));
+    // One retry (R + RD learned; RC survives), then the second 400 goes to the client.
+    assert_eq!(mock.count(), 2);
+    let reqs = mock.requests.lock().unwrap().clone();
+    assert_eq!(
+        assistant_keys(&reqs[1].body),
+        vec!["content", "reasoning_content", "role", "tool_calls"]
+    );
+    // The same body again teaches nothing: no retry.
+    let (status, _, _) = post(&proxy, &chat_body("z-ai/glm-5.3-flash:US")).await;
+    assert_eq!(status, 400);
+    assert_eq!(mock.count(), 3);
+    proxy.stop().await;
+
+    // Wordings that name no field are not verdicts.
+    let opaque: Handler = Arc::new(|_r: &Recorded| {
+        json_response(
+            400,
+            r#"{"error":{"message":"Provider returned error","code":400}}"#,
+        )
+    });
+    let mock = start_mock(opaque).await;
+    let proxy = start_proxy(&config(&mock, &dir.path().join("t.db"), "openrouter")).await;
+    let (status, _, body) = post(&proxy, &chat_body("m")).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        &body[..],
+        br#"{"error":{"message":"Provider returned error","code":400}}"#
+    );
+    assert_eq!(mock.count(), 1);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn must_echo_route_never_learns_reasoning_content() {
+    let deepseek = r#"{"error":{"message":"The `reasoning_content` in the thinking mode must be passed back to the API.","type":"invalid_request_error"}}"#;
+    let value: Handler = Arc::new(move |_r: &Recorded| json_response(400, deepseek));
+    let mock = start_mock(value).await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&config(&mock, &dir.path().join("s.db"), "deepseek")).await;
+    let (status, _, _) = post(&proxy, &chat_body("deepseek-v4")).await;
+    assert_eq!(status, 400);
+    assert_eq!(mock.count(), 1);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn verdicts_cli_lists_and_clears_and_a_running_proxy_notices() {
+    let mock = start_mock(strict(
+        &["reasoning_content", "reasoning", "reasoning_details"],
+        422,
+        MISTRAL_422,
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let cfg_text = config(&mock, &state, "local");
+    let cfg_path = dir.path().join("proxy.toml");
+    std::fs::write(&cfg_path, &cfg_text).unwrap();
+    let proxy = start_proxy(&cfg_text).await;
+    post(&proxy, &chat_body("Mistral-Large")).await;
+    assert_eq!(mock.count(), 2);
+
+    let bin = env!("CARGO_BIN_EXE_cachekeeper");
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(bin)
+            .arg("verdicts")
+            .arg("--config")
+            .arg(&cfg_path)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // The writer thread stores the verdict shortly after it is learned.
+    let mut listed = String::new();
+    for _ in 0..50 {
+        listed = cli(&[]);
+        if listed.contains("Mistral-Large") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        listed.starts_with(
+            "127.0.0.1\tMistral-Large\treasoning,reasoning_content,reasoning_details\t20"
+        ),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("Extra inputs are not permitted"),
+        "{listed}"
+    );
+    assert!(!listed.contains("sk-test"));
+
+    let cleared = cli(&["--clear", "127.0.0.1", "Mistral-Large"]);
+    assert!(cleared.contains("removed 1 verdict"), "{cleared}");
+    assert!(cli(&[]).contains("no verdicts"));
+
+    // Within a few seconds the running proxy sends the carriers again (and relearns).
+    let mut relearned = false;
+    for _ in 0..30 {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        let before = mock.count();
+        post(&proxy, &chat_body("Mistral-Large")).await;
+        if mock.count() - before == 2 {
+            relearned = true;
+            break;
+        }
+    }
+    assert!(relearned, "the running proxy did not notice the clear");
+    proxy.stop().await;
+}
