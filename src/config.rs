@@ -252,7 +252,10 @@ impl ImagesConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ReasoningConfig {
     /// Top-level request parameters that may be learned as unknown from a provider's 4xx
-    /// and then omitted for that (host, model).
+    /// and then omitted for that (host, model). Default: `reasoning_effort`,
+    /// `stream_options`, `parallel_tool_calls`, `prompt_cache_key`, `store`, `metadata`,
+    /// `service_tier` and the keep-thinking flags
+    /// ([`crate::reasoning::KEEP_THINKING_PARAMS`]; dotted names are nested keys).
     pub droppable_params: Vec<String>,
 }
 
@@ -269,6 +272,7 @@ impl Default for ReasoningConfig {
                 "service_tier",
             ]
             .iter()
+            .chain(crate::reasoning::KEEP_THINKING_PARAMS.iter())
             .map(|s| (*s).to_owned())
             .collect(),
         }
