@@ -10,11 +10,16 @@ cd "$(dirname "$0")/.."
 echo "==> cargo test --all-targets"
 cargo test --all-targets
 
-echo "==> cargo build (binary for the end-to-end tests)"
-cargo build --bin cachekeeper
+# `cargo test` has already built the binary (integration tests run it), with the same
+# feature set; a separate `cargo build` would resolve features without the dev-dependencies
+# and recompile half the dependency tree.
 
 target_dir="${CARGO_TARGET_DIR:-target}"
 export CACHEKEEPER_BIN="${CACHEKEEPER_BIN:-$target_dir/debug/cachekeeper}"
+if [[ ! -x "$CACHEKEEPER_BIN" ]]; then
+  echo "==> cargo build (binary for the end-to-end tests)"
+  cargo build --bin cachekeeper
+fi
 
 if [[ -x .venv/bin/python ]]; then
   py=.venv/bin/python
