@@ -279,6 +279,7 @@ async fn handle(
 
     // Phase 4: upstream, and at most one retry after an unknown-field 4xx.
     let method = parts.method;
+    let upstream_started = Instant::now();
     let resp = match send_upstream(&state, &matched, method.clone(), headers, upstream_body).await {
         Ok(r) => r,
         Err(err) => return Ok(proxy_error(err, dialect, log, started)),
@@ -298,7 +299,7 @@ async fn handle(
             log.retried_without.as_deref().unwrap_or("")
         );
     }
-    log.ttfb_ms = Some(ms_since(started));
+    log.ttfb_ms = Some(ms_since(upstream_started));
 
     // Phase 5: response.
     let (mut rparts, rbody) = resp.into_parts();
