@@ -83,6 +83,9 @@ fn bench(c: &mut Criterion) {
     let ctx = RewriteContext {
         dialect: Dialect::Anthropic,
         images: &images,
+        transcodes: None,
+        credential_scope: "",
+        image_recovery: None,
         reasoning: None,
     };
     let bodies = [

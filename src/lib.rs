@@ -8,6 +8,7 @@
 
 pub mod body;
 pub mod config;
+pub mod credential;
 pub mod dialect;
 pub mod error;
 pub mod images;

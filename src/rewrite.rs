@@ -8,17 +8,21 @@
 //! - It returns `Err(RewriteError)` when the body is not something the passes understand
 //!   (not JSON, `messages` of the wrong type, ...): the server forwards the original bytes.
 //!
-//! Layout of the eviction pass: [`crate::dialect`] walks the body (one skimming parse,
-//! borrowed slices) into an [`crate::images::Inventory`]; [`crate::images::evict`] asks the
-//! policy ([`crate::images::policy::retire_count`]) how many oldest carriers to retire and
-//! returns their edits; [`crate::json_edit::splice`] writes them into the original bytes.
+//! Layout of the image passes: [`crate::dialect`] walks the body (one skimming parse,
+//! borrowed slices) into a [`crate::images::sites::Walk`] (every image with its spans);
+//! [`crate::images::passes::run`] repairs, downscales, caps repeats and then asks the eviction
+//! policy ([`crate::images::policy::retire_count`]) how many oldest carriers to retire, and
+//! returns edits; [`crate::json_edit::splice`] writes them into the original bytes.
 
 use std::collections::BTreeSet;
 
 use crate::config::{Dialect, ImagesConfig};
-use crate::images::policy::Limits;
+use crate::images::cache::TranscodeCache;
+use crate::images::passes::{self, Settings};
+use crate::images::profile::ImageProfile;
+use crate::images::recovery::ImageRejectionKind;
 use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts};
-use crate::{dialect, images, json_edit};
+use crate::{dialect, json_edit};
 
 /// What the request passes saw and did; goes into the request's log line and the
 /// `x-cachekeeper-rewrites` response header.
@@ -32,6 +36,18 @@ pub struct RewriteReport {
     pub images_retired: usize,
     /// Carriers (image-bearing tool results) retired.
     pub carriers_retired: usize,
+    /// Images repaired: media type from the magic bytes, a format conversion, or a shrink to a
+    /// hard limit (pass 1; uploads included).
+    pub images_repaired: usize,
+    /// Agent images downscaled to `embed_target_bytes` / `max_dimension` (pass 2).
+    pub images_downscaled: usize,
+    /// Agent images replaced by the repeat-cap text (pass 3).
+    pub images_repeat_capped: usize,
+    /// Images replaced by a fixed text for their format (or, in a recovery, corruption or a
+    /// model that cannot see images).
+    pub images_replaced: usize,
+    /// Images that needed a transcode but could not be decoded and were forwarded as sent.
+    pub images_failed_open: usize,
     /// One human-readable line per rewrite, with its reason and position.
     pub reasons: Vec<String>,
     /// What reasoning shaping (pass 6) did.
@@ -97,6 +113,15 @@ pub struct RewriteContext<'a> {
     pub dialect: Dialect,
     /// The route's `[images]` settings (global values with `[routes.images]` overrides).
     pub images: &'a ImagesConfig,
+    /// The process's transcode cache (`None`: transcode every time; the output is the same).
+    pub transcodes: Option<&'a TranscodeCache>,
+    /// The credential scope of the request ([`crate::credential::scope`]): transcode cache
+    /// entries are never shared across scopes. `""` when there is no credential.
+    pub credential_scope: &'a str,
+    /// Set when rebuilding a request after the provider rejected an image
+    /// ([`crate::images::recovery`]), or on every request to a (host, model) learned as
+    /// unable to see images (`ModelCannotSeeImages`). `None` normally.
+    pub image_recovery: Option<ImageRejectionKind>,
     /// Reasoning shaping inputs; `None` skips pass 6.
     pub reasoning: Option<ReasoningInputs<'a>>,
 }
@@ -117,10 +142,10 @@ pub enum RewriteError {
 
 /// Run every request pass for the dialect on `body`.
 ///
-/// Today that is batch image eviction (design.md pass 4) for Anthropic Messages and OpenAI
-/// Chat; OpenAI Responses and Gemini bodies are validated and their `model` read, but nothing is
-/// rewritten yet. Edits are spliced into the original bytes, so everything a pass does not
-/// rewrite stays byte-identical.
+/// Passes 1–4 (image repair, downscale, repeat cap, eviction; [`crate::images::passes`]) on
+/// every dialect, then pass 6 (reasoning shaping) when `ctx.reasoning` is set. Edits are
+/// spliced into the original bytes, so everything a pass does not rewrite stays
+/// byte-identical.
 pub fn rewrite_request(
     ctx: &RewriteContext<'_>,
     body: &[u8],
@@ -194,39 +219,54 @@ fn first_difference(a: &[u8], b: &[u8]) -> usize {
         .unwrap_or(a.len().min(b.len()))
 }
 
-/// Passes 1–4: the image passes (today: batch eviction).
+/// Passes 1–4: the image passes ([`crate::images::passes`]) on every dialect.
 fn image_passes(ctx: &RewriteContext<'_>, body: &[u8]) -> Result<RewriteOutcome, RewriteError> {
-    let (model, inventory) = match ctx.dialect {
-        Dialect::Anthropic => dialect::anthropic::inventory(body)?,
-        Dialect::Openai => dialect::openai::inventory(body, ctx.images.agent_images_in_user_turns)?,
-        Dialect::OpenaiResponses | Dialect::Gemini => {
-            let model = dialect::model_only(body, ctx.dialect.as_str())?;
-            return Ok(RewriteOutcome {
-                report: RewriteReport {
-                    model,
-                    ..RewriteReport::default()
-                },
-                ..RewriteOutcome::default()
-            });
-        }
+    let agent_in_user = ctx.images.agent_images_in_user_turns;
+    let walk = match ctx.dialect {
+        Dialect::Anthropic => dialect::anthropic::walk(body)?,
+        Dialect::Openai => dialect::openai::walk(body, agent_in_user)?,
+        Dialect::OpenaiResponses => dialect::responses::walk(body, agent_in_user)?,
+        Dialect::Gemini => dialect::gemini::walk(body)?,
     };
-    let images_seen = inventory.images_seen;
-    let eviction = images::evict(inventory, &Limits::from(ctx.images));
+    let model = walk.model.clone();
+    let profile = ImageProfile::resolve(
+        ctx.dialect,
+        ctx.reasoning.and_then(|r| r.provider),
+        ctx.reasoning.map(|r| r.upstream_host),
+        model
+            .as_deref()
+            .or(ctx.reasoning.and_then(|r| r.path_model)),
+    );
+    let (edits, images) = passes::run(
+        &walk,
+        &Settings {
+            cfg: ctx.images,
+            profile,
+            cache: ctx.transcodes,
+            scope: ctx.credential_scope,
+            recovery: ctx.image_recovery,
+        },
+    );
     let mut report = RewriteReport {
         model,
-        images_seen,
-        images_retired: eviction.images_retired,
-        carriers_retired: eviction.carriers_retired,
-        reasons: eviction.reasons,
+        images_seen: images.images_seen,
+        images_retired: images.images_retired,
+        carriers_retired: images.carriers_retired,
+        images_repaired: images.images_repaired,
+        images_downscaled: images.images_downscaled,
+        images_repeat_capped: images.images_repeat_capped,
+        images_replaced: images.images_replaced,
+        images_failed_open: images.images_failed_open,
+        reasons: images.reasons,
         shape: ShapeCounts::default(),
     };
-    if eviction.edits.is_empty() {
+    if edits.is_empty() {
         return Ok(RewriteOutcome {
             report,
             ..RewriteOutcome::default()
         });
     }
-    match json_edit::splice(body, eviction.edits) {
+    match json_edit::splice(body, edits) {
         Ok(new_body) => Ok(RewriteOutcome {
             body: Some(new_body),
             report,
@@ -234,9 +274,12 @@ fn image_passes(ctx: &RewriteContext<'_>, body: &[u8]) -> Result<RewriteOutcome,
         }),
         Err(e) => {
             // Cannot happen for spans taken from one parse; forward the original if it does.
-            report.images_retired = 0;
-            report.carriers_retired = 0;
-            report.reasons = vec![format!("eviction skipped: {e}")];
+            report = RewriteReport {
+                model: report.model,
+                images_seen: report.images_seen,
+                reasons: vec![format!("image passes skipped: {e}")],
+                ..RewriteReport::default()
+            };
             Ok(RewriteOutcome {
                 report,
                 ..RewriteOutcome::default()
@@ -399,6 +442,9 @@ mod tests {
         let ctx = RewriteContext {
             dialect,
             images,
+            transcodes: None,
+            credential_scope: "",
+            image_recovery: None,
             reasoning: None,
         };
         let first = rewrite_request(&ctx, body).unwrap();
@@ -452,12 +498,15 @@ mod tests {
     }
 
     #[test]
-    fn other_dialects_read_the_model_only() {
+    fn other_dialects_read_the_model() {
         let cfg = ImagesConfig::default();
         for dialect in [Dialect::OpenaiResponses, Dialect::Gemini] {
             let ctx = RewriteContext {
                 dialect,
                 images: &cfg,
+                transcodes: None,
+                credential_scope: "",
+                image_recovery: None,
                 reasoning: None,
             };
             let out = rewrite_request(&ctx, br#"{"model":"m","input":[{"type":"input_image"}]}"#)
@@ -477,6 +526,9 @@ mod tests {
         let ctx = RewriteContext {
             dialect: Dialect::Anthropic,
             images: &cfg,
+            transcodes: None,
+            credential_scope: "",
+            image_recovery: None,
             reasoning: None,
         };
         let out = rewrite_request(

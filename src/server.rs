@@ -56,6 +56,8 @@ struct AppState {
     server: ServerConfig,
     reasoning: ReasoningConfig,
     store: Store,
+    /// Transcoded images, shared by all requests (bounded by `[images] transcode_cache_bytes`).
+    transcodes: Arc<crate::images::cache::TranscodeCache>,
 }
 
 /// Why the server could not start.
@@ -107,6 +109,9 @@ impl Server {
                 server: cfg.server.clone(),
                 reasoning: cfg.reasoning.clone(),
                 store,
+                transcodes: Arc::new(crate::images::cache::TranscodeCache::new(
+                    cfg.images.transcode_cache_bytes,
+                )),
             }),
         })
     }
@@ -512,12 +517,17 @@ async fn run_passes_inner(
     let droppable = state.reasoning.droppable_params.clone();
     let limit = state.server.max_rewrite_bytes;
     let input = original.clone();
+    let transcodes = Arc::clone(&state.transcodes);
+    let credential_scope = crate::credential::scope(headers, matched.upstream_uri.query());
     let joined = tokio::task::spawn_blocking(move || {
         let decoded = body::decode(encoding.as_deref(), &input, limit)?;
         let host = route.authority.host().to_owned();
         let ctx = RewriteContext {
             dialect,
             images: &route.images,
+            transcodes: Some(&transcodes),
+            credential_scope: &credential_scope,
+            image_recovery: None,
             reasoning: Some(ReasoningInputs {
                 provider: route.provider.as_deref(),
                 upstream_host: &host,

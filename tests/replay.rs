@@ -34,6 +34,9 @@ fn run(dialect: Dialect, images: &ImagesConfig, body: &[u8]) -> RewriteOutcome {
         &RewriteContext {
             dialect,
             images,
+            transcodes: None,
+            credential_scope: "",
+            image_recovery: None,
             reasoning: None,
         },
         body,
@@ -417,6 +420,9 @@ fn bad_input_truncated_json() {
                 &RewriteContext {
                     dialect,
                     images: &cfg,
+                    transcodes: None,
+                    credential_scope: "",
+                    image_recovery: None,
                     reasoning: None,
                 },
                 &body[..cut],
@@ -431,6 +437,9 @@ fn bad_input_truncated_json() {
         &RewriteContext {
             dialect: Dialect::Anthropic,
             images: &cfg,
+            transcodes: None,
+            credential_scope: "",
+            image_recovery: None,
             reasoning: None,
         },
         b"not json",
@@ -453,6 +462,9 @@ fn bad_input_messages_of_the_wrong_type() {
                 &RewriteContext {
                     dialect,
                     images: &cfg,
+                    transcodes: None,
+                    credential_scope: "",
+                    image_recovery: None,
                     reasoning: None,
                 },
                 body.as_bytes(),
@@ -468,6 +480,9 @@ fn bad_input_messages_of_the_wrong_type() {
                 &RewriteContext {
                     dialect,
                     images: &cfg,
+                    transcodes: None,
+                    credential_scope: "",
+                    image_recovery: None,
                     reasoning: None,
                 },
                 body.as_bytes(),

@@ -15,11 +15,10 @@ use std::marker::PhantomData;
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::{
-    drain_seq, parse_body, raw_is, raw_str, retired_text_block, string_value, Items, List,
-};
-use crate::images::{Carrier, Inventory};
-use crate::json_edit::{span_of, Edit};
+use super::{drain_seq, parse_body, raw_is, str_at, string_value, Items, List};
+use crate::images::sites::{CarrierInfo, Payload, Placement, Site, TextStyle, Walk};
+use crate::images::Inventory;
+use crate::json_edit::span_of;
 use crate::rewrite::RewriteError;
 
 const DIALECT: &str = "anthropic";
@@ -37,7 +36,7 @@ struct Body<'a> {
 #[derive(serde::Deserialize)]
 struct Message<'a> {
     #[serde(borrow, default)]
-    content: Option<List<Block<'a>>>,
+    content: Option<Items<'a>>,
 }
 
 /// A content block: the fields the image pass reads; all others are skipped. Decoding never
@@ -54,8 +53,11 @@ struct Block<'a> {
 
 /// An image block's `source`, read leniently.
 enum Source<'a> {
-    /// An object; `data` when it has one.
-    Object { data: Option<&'a RawValue> },
+    /// An object; `data` and `media_type` when it has them.
+    Object {
+        data: Option<&'a RawValue>,
+        media_type: Option<&'a RawValue>,
+    },
     /// Not an object: a string of this many bytes, or another value (0).
     Bogus(u64),
 }
@@ -145,14 +147,17 @@ impl<'de: 'a, 'a> Visitor<'de> for SourceVisitor<'a> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut data = None;
-        while let Some(key) = map.next_key::<DataKey>()? {
-            if key.0 {
-                data = Some(map.next_value::<&'de RawValue>()?);
-            } else {
-                map.next_value::<IgnoredAny>()?;
+        let mut media_type = None;
+        while let Some(key) = map.next_key::<SourceKey>()? {
+            match key {
+                SourceKey::Data => data = Some(map.next_value::<&'de RawValue>()?),
+                SourceKey::MediaType => media_type = Some(map.next_value::<&'de RawValue>()?),
+                SourceKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
         }
-        Ok(Source::Object { data })
+        Ok(Source::Object { data, media_type })
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
         drain_seq(seq)?;
@@ -178,19 +183,27 @@ impl<'de: 'a, 'a> Visitor<'de> for SourceVisitor<'a> {
     }
 }
 
-/// A map key: whether it is `data`.
-struct DataKey(bool);
+/// A key of an image `source`.
+enum SourceKey {
+    Data,
+    MediaType,
+    Other,
+}
 
-impl<'de> Deserialize<'de> for DataKey {
+impl<'de> Deserialize<'de> for SourceKey {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl Visitor<'_> for V {
-            type Value = DataKey;
+            type Value = SourceKey;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a key")
             }
-            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<DataKey, E> {
-                Ok(DataKey(s == "data"))
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<SourceKey, E> {
+                Ok(match s {
+                    "data" => SourceKey::Data,
+                    "media_type" => SourceKey::MediaType,
+                    _ => SourceKey::Other,
+                })
             }
         }
         d.deserialize_str(V)
@@ -198,15 +211,22 @@ impl<'de> Deserialize<'de> for DataKey {
 }
 
 impl<'a> Block<'a> {
-    /// For an image block: its bytes as sent and its base64 text (raw JSON string text), when
-    /// it has one. A missing source is 0 bytes; a `url` / `file` source has no `data` (0 bytes).
-    fn image(&self) -> (u64, Option<&'a str>) {
+    /// For an image block: what it holds, with spans into `text`.
+    fn payload(&self, text: &'a str) -> Payload<'a> {
         match &self.source {
-            None | Some(Source::Object { data: None }) => (0, None),
-            Some(Source::Bogus(len)) => (*len, None),
-            Some(Source::Object { data: Some(d) }) => match raw_str(d) {
-                Some(text) => (text.len() as u64, Some(text)),
-                None => (d.get().len() as u64, None),
+            None | Some(Source::Object { data: None, .. }) => Payload::Opaque { bytes: 0 },
+            Some(Source::Bogus(len)) => Payload::Opaque { bytes: *len },
+            Some(Source::Object {
+                data: Some(d),
+                media_type,
+            }) => match str_at(text, d) {
+                Some(data) => Payload::Base64 {
+                    data,
+                    media_type: media_type.and_then(|m| str_at(text, m)),
+                },
+                None => Payload::Opaque {
+                    bytes: d.get().len() as u64,
+                },
             },
         }
     }
@@ -219,53 +239,68 @@ fn locate(text: &str, raw: &RawValue) -> Result<std::ops::Range<usize>, RewriteE
     })
 }
 
-/// Walk an Anthropic Messages body: its `model` and every image in it.
-pub fn inventory(body: &[u8]) -> Result<(Option<String>, Inventory), RewriteError> {
+/// Walk an Anthropic Messages body: its `model` and every image in it, with spans.
+///
+/// Uploads: `image` blocks directly in a message's `content`. Agent images: `image` blocks in
+/// a `tool_result`'s `content` (each such tool result is one carrier).
+pub fn walk(body: &[u8]) -> Result<Walk<'_>, RewriteError> {
     let (text, parsed): (&str, Body<'_>) = parse_body(body, DIALECT)?;
-    let model = string_value(parsed.model);
-    let mut inv = Inventory::default();
+    let mut walk = Walk::new(string_value(parsed.model), TextStyle::Text);
     for (mi, message) in parsed.messages.unwrap_or_default().iter().enumerate() {
         let Some(List(Some(blocks))) = &message.content else {
             continue;
         };
-        for (bi, block) in blocks.iter().enumerate() {
+        for (bi, raw) in blocks.iter().enumerate() {
+            let Ok(block) = serde_json::from_str::<Block<'_>>(raw.get()) else {
+                continue;
+            };
             if raw_is(block.kind, "image") {
-                let (bytes, probe) = block.image();
-                inv.observe(bytes, probe);
-                inv.reserve(bytes);
-            } else if raw_is(block.kind, "tool_result") {
-                let mut carrier = Carrier {
+                walk.sites.push(Site {
                     path: format!("messages[{mi}].content[{bi}]"),
-                    label: string_value(block.tool_use_id).map(|id| format!("tool_use_id {id}")),
-                    blocks: 0,
-                    bytes: 0,
-                    edits: Vec::new(),
-                };
-                for inner_raw in block.content.iter().flatten() {
+                    carrier: None,
+                    block: locate(text, raw)?,
+                    payload: block.payload(text),
+                    keep: block.cache_control.map(|cc| ("cache_control", cc.get())),
+                    placement: Placement::InList,
+                });
+            } else if raw_is(block.kind, "tool_result") {
+                let carrier = walk.carriers.len();
+                let mut images = 0usize;
+                for (ii, inner_raw) in block.content.iter().flatten().enumerate() {
                     let Ok(inner) = serde_json::from_str::<Block<'_>>(inner_raw.get()) else {
                         continue;
                     };
                     if !raw_is(inner.kind, "image") {
                         continue;
                     }
-                    let (bytes, probe) = inner.image();
-                    inv.observe(bytes, probe);
-                    carrier.blocks += 1;
-                    carrier.bytes = carrier.bytes.saturating_add(bytes);
-                    carrier.edits.push(Edit {
-                        range: locate(text, inner_raw)?,
-                        replacement: retired_text_block(
-                            inner.cache_control.map(|cc| ("cache_control", cc)),
-                        ),
+                    images += 1;
+                    walk.sites.push(Site {
+                        path: format!("messages[{mi}].content[{bi}].content[{ii}]"),
+                        carrier: Some(carrier),
+                        block: locate(text, inner_raw)?,
+                        payload: inner.payload(text),
+                        keep: inner.cache_control.map(|cc| ("cache_control", cc.get())),
+                        placement: Placement::InList,
                     });
                 }
-                if carrier.blocks > 0 {
-                    inv.carriers.push(carrier);
+                if images > 0 {
+                    walk.carriers.push(CarrierInfo {
+                        path: format!("messages[{mi}].content[{bi}]"),
+                        label: string_value(block.tool_use_id)
+                            .map(|id| format!("tool_use_id {id}")),
+                    });
                 }
             }
         }
     }
-    Ok((model, inv))
+    Ok(walk)
+}
+
+/// The eviction inventory of an Anthropic body as sent (no repair or downscale applied).
+pub fn inventory(body: &[u8]) -> Result<(Option<String>, Inventory), RewriteError> {
+    let walk = walk(body)?;
+    let inv = crate::images::passes::plain_inventory(&walk);
+    Ok((walk.model, inv))
 }
 
 #[cfg(test)]

@@ -38,7 +38,9 @@ macro_rules! scalars_as {
 }
 
 pub mod anthropic;
+pub mod gemini;
 pub mod openai;
+pub mod responses;
 
 /// A body's top level, for dialects whose images are not handled yet: only `model` is read.
 #[derive(serde::Deserialize)]
@@ -98,6 +100,17 @@ pub(crate) fn raw_str(raw: &RawValue) -> Option<&str> {
         .and_then(|s| s.strip_suffix('"'))
 }
 
+/// A raw JSON string's text and its span inside `base` (between the quotes); `None` when `raw`
+/// is not a string or does not point into `base`.
+pub(crate) fn str_at<'a>(
+    base: &'a str,
+    raw: &'a RawValue,
+) -> Option<crate::images::sites::StrAt<'a>> {
+    let text = raw_str(raw)?;
+    let span = crate::json_edit::span_of(base, text)?;
+    Some(crate::images::sites::StrAt { text, span })
+}
+
 /// True when `raw` is the JSON string `s` (written without escapes).
 pub(crate) fn raw_is(raw: Option<&RawValue>, s: &str) -> bool {
     raw.and_then(raw_str) == Some(s)
@@ -154,22 +167,6 @@ pub(crate) fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Err
 pub(crate) fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
     while seq.next_element::<IgnoredAny>()?.is_some() {}
     Ok(())
-}
-
-/// Build the replacement of a retired image: a text block with the fixed sentence, carrying
-/// `extra` (a raw `"key":value` member the image had, e.g. its `cache_control`) when given.
-pub(crate) fn retired_text_block(extra: Option<(&str, &RawValue)>) -> Vec<u8> {
-    let mut out = String::with_capacity(128);
-    out.push_str("{\"type\":\"text\",\"text\":");
-    out.push_str(crate::texts::RETIRED_IMAGE_JSON);
-    if let Some((key, value)) = extra {
-        out.push_str(",\"");
-        out.push_str(key);
-        out.push_str("\":");
-        out.push_str(value.get());
-    }
-    out.push('}');
-    out.into_bytes()
 }
 
 #[cfg(test)]

@@ -11,16 +11,18 @@
 //!   [`crate::texts::RETIRED_IMAGE`].
 //! - Every other image part is reserved (an upload): counted, never rewritten.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::{parse_body, raw_is, raw_str, retired_text_block, string_value, Items, List};
-use crate::images::{Carrier, Inventory};
-use crate::json_edit::{span_of, Edit};
+use super::{parse_body, raw_is, raw_str, str_at, string_value, Items, List};
+use crate::images::sites::{
+    split_data_url, CarrierInfo, Payload, Placement, Site, TextStyle, Walk,
+};
+use crate::images::Inventory;
+use crate::json_edit::span_of;
 use crate::rewrite::RewriteError;
 
 const DIALECT: &str = "openai";
@@ -56,37 +58,27 @@ struct Part<'a> {
     #[serde(borrow, default)]
     text: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    image_url: Option<ImageUrl<'a>>,
+    image_url: Option<&'a RawValue>,
     #[serde(borrow, default)]
     prompt_cache_breakpoint: Option<&'a RawValue>,
 }
 
-/// `image_url`: an object's `url` (raw), a bare string, or something unreadable.
-enum ImageUrl<'a> {
-    Raw(&'a RawValue),
-    Str(Cow<'a, str>),
-    Other,
-}
+/// `image_url` as an object: its first `url` (raw), or nothing readable.
+struct UrlObject<'a>(Option<&'a RawValue>);
 
-impl<'de: 'a, 'a> Deserialize<'de> for ImageUrl<'a> {
+impl<'de: 'a, 'a> Deserialize<'de> for UrlObject<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ImageUrlVisitor(PhantomData))
+        d.deserialize_any(UrlObjectVisitor(PhantomData))
     }
 }
 
-struct ImageUrlVisitor<'a>(PhantomData<&'a ()>);
+struct UrlObjectVisitor<'a>(PhantomData<&'a ()>);
 
-impl<'de: 'a, 'a> Visitor<'de> for ImageUrlVisitor<'a> {
-    type Value = ImageUrl<'a>;
+impl<'de: 'a, 'a> Visitor<'de> for UrlObjectVisitor<'a> {
+    type Value = UrlObject<'a>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an image_url object or string")
-    }
-    fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
-        Ok(ImageUrl::Str(Cow::Borrowed(s)))
-    }
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
-        Ok(ImageUrl::Str(Cow::Owned(s.to_owned())))
+        f.write_str("an image_url object")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut url = None;
@@ -97,27 +89,13 @@ impl<'de: 'a, 'a> Visitor<'de> for ImageUrlVisitor<'a> {
                 map.next_value::<IgnoredAny>()?;
             }
         }
-        Ok(url.map_or(ImageUrl::Other, ImageUrl::Raw))
+        Ok(UrlObject(url))
     }
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(ImageUrl::Other)
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        super::drain_seq(seq)?;
+        Ok(UrlObject(None))
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(ImageUrl::Other)
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(ImageUrl::Other)
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(ImageUrl::Other)
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(ImageUrl::Other)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(ImageUrl::Other)
-    }
+    scalars_as!(UrlObject(None));
 }
 
 /// A map key: whether it is `url`.
@@ -139,21 +117,55 @@ impl<'de> Deserialize<'de> for KeyIsUrl {
     }
 }
 
-/// One image part found in a message.
-struct ImagePart<'a> {
-    raw: &'a RawValue,
-    bytes: u64,
-    breakpoint: Option<&'a RawValue>,
+/// What an `image_url` / `input_image` URL value holds: a data URL with spans, or an opaque
+/// URL / value of this many bytes as sent.
+pub(crate) fn url_payload<'a>(text: &'a str, raw: Option<&'a RawValue>) -> Payload<'a> {
+    let Some(raw) = raw else {
+        return Payload::Opaque { bytes: 0 };
+    };
+    let url = if raw.get().starts_with('{') {
+        match serde_json::from_str::<UrlObject<'_>>(raw.get()) {
+            Ok(UrlObject(Some(u))) => u,
+            _ => return Payload::Opaque { bytes: 0 },
+        }
+    } else {
+        raw
+    };
+    match str_at(text, url) {
+        Some(at) if split_data_url(at.text).is_some() => Payload::DataUrl(at),
+        Some(at) => Payload::Opaque {
+            bytes: at.text.len() as u64,
+        },
+        None if url.get().starts_with('"') || url.get().starts_with('{') => Payload::Opaque {
+            bytes: url.get().len() as u64,
+        },
+        None => Payload::Opaque { bytes: 0 },
+    }
 }
 
-/// Walk an OpenAI Chat body: its `model` and every image in it.
-pub fn inventory(
-    body: &[u8],
-    agent_images_in_user_turns: bool,
-) -> Result<(Option<String>, Inventory), RewriteError> {
+/// Decide whether a message's images are the agent's: a `tool` message always; a `user`
+/// message right after a tool message when `agent_images_in_user_turns` is on and it holds only
+/// images and at most [`SHORT_TEXT_CHARS`] of text. Returns the carrier label.
+pub(crate) fn agent_label(
+    is_tool: bool,
+    tool_label: impl FnOnce() -> String,
+    user_after_tool: bool,
+    only_images_and_text: bool,
+    text_len: usize,
+) -> Option<String> {
+    if is_tool {
+        Some(tool_label())
+    } else if user_after_tool && only_images_and_text && text_len <= SHORT_TEXT_CHARS {
+        Some("user turn after tool messages".to_owned())
+    } else {
+        None
+    }
+}
+
+/// Walk an OpenAI Chat body: its `model` and every image part, with spans.
+pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, RewriteError> {
     let (text, parsed): (&str, Body<'_>) = parse_body(body, DIALECT)?;
-    let model = string_value(parsed.model);
-    let mut inv = Inventory::default();
+    let mut walk = Walk::new(string_value(parsed.model), TextStyle::Text);
     let mut after_tool = false;
     for (mi, message) in parsed.messages.unwrap_or_default().iter().enumerate() {
         let is_tool = raw_is(message.role, "tool");
@@ -166,25 +178,25 @@ pub fn inventory(
         let mut images = Vec::new();
         let mut only_images_and_text = true;
         let mut text_len = 0usize;
-        for raw in parts {
+        for (pi, raw) in parts.iter().enumerate() {
             let Ok(part) = serde_json::from_str::<Part<'_>>(raw.get()) else {
                 only_images_and_text = false;
                 continue;
             };
             if raw_is(part.kind, "image_url") || raw_is(part.kind, "input_image") {
-                let (bytes, probe): (u64, Option<&str>) = match &part.image_url {
-                    Some(ImageUrl::Raw(r)) => match raw_str(r) {
-                        Some(s) => (s.len() as u64, Some(s)),
-                        None => (r.get().len() as u64, None),
-                    },
-                    Some(ImageUrl::Str(s)) => (s.len() as u64, Some(s)),
-                    Some(ImageUrl::Other) | None => (0, None),
-                };
-                inv.observe(bytes, probe);
-                images.push(ImagePart {
-                    raw,
-                    bytes,
-                    breakpoint: part.prompt_cache_breakpoint,
+                let range = span_of(text, raw.get()).ok_or_else(|| RewriteError::Shape {
+                    dialect: DIALECT,
+                    detail: "internal: a part does not point into the body".to_owned(),
+                })?;
+                images.push(Site {
+                    path: format!("messages[{mi}].content[{pi}]"),
+                    carrier: None,
+                    block: range,
+                    payload: url_payload(text, part.image_url),
+                    keep: part
+                        .prompt_cache_breakpoint
+                        .map(|b| ("prompt_cache_breakpoint", b.get())),
+                    placement: Placement::InList,
                 });
             } else if raw_is(part.kind, "text") {
                 text_len += part
@@ -197,50 +209,41 @@ pub fn inventory(
         if images.is_empty() {
             continue;
         }
-        let label = if is_tool {
-            Some(string_value(message.tool_call_id).map_or_else(
-                || "tool message".to_owned(),
-                |id| format!("tool_call_id {id}"),
-            ))
-        } else if is_user
-            && agent_images_in_user_turns
-            && was_after_tool
-            && only_images_and_text
-            && text_len <= SHORT_TEXT_CHARS
-        {
-            Some("user turn after tool messages".to_owned())
-        } else {
-            None
-        };
-        let Some(label) = label else {
-            for image in &images {
-                inv.reserve(image.bytes);
-            }
-            continue;
-        };
-        let mut carrier = Carrier {
-            path: format!("messages[{mi}]"),
-            label: Some(label),
-            blocks: images.len(),
-            bytes: 0,
-            edits: Vec::with_capacity(images.len()),
-        };
-        for image in images {
-            carrier.bytes = carrier.bytes.saturating_add(image.bytes);
-            let range = span_of(text, image.raw.get()).ok_or_else(|| RewriteError::Shape {
-                dialect: DIALECT,
-                detail: "internal: a part does not point into the body".to_owned(),
-            })?;
-            carrier.edits.push(Edit {
-                range,
-                replacement: retired_text_block(
-                    image.breakpoint.map(|b| ("prompt_cache_breakpoint", b)),
-                ),
+        let label = agent_label(
+            is_tool,
+            || {
+                string_value(message.tool_call_id).map_or_else(
+                    || "tool message".to_owned(),
+                    |id| format!("tool_call_id {id}"),
+                )
+            },
+            is_user && agent_images_in_user_turns && was_after_tool,
+            only_images_and_text,
+            text_len,
+        );
+        if let Some(label) = label {
+            let carrier = walk.carriers.len();
+            walk.carriers.push(CarrierInfo {
+                path: format!("messages[{mi}]"),
+                label: Some(label),
             });
+            for site in &mut images {
+                site.carrier = Some(carrier);
+            }
         }
-        inv.carriers.push(carrier);
+        walk.sites.extend(images);
     }
-    Ok((model, inv))
+    Ok(walk)
+}
+
+/// The eviction inventory of an OpenAI Chat body as sent (no repair or downscale applied).
+pub fn inventory(
+    body: &[u8],
+    agent_images_in_user_turns: bool,
+) -> Result<(Option<String>, Inventory), RewriteError> {
+    let walk = walk(body, agent_images_in_user_turns)?;
+    let inv = crate::images::passes::plain_inventory(&walk);
+    Ok((walk.model, inv))
 }
 
 #[cfg(test)]

@@ -6,8 +6,15 @@
 //! retire them. [`evict`] then asks [`policy::retire_count`] how many of the oldest carriers to
 //! retire and returns those carriers' edits with one report line each.
 
+pub mod cache;
+pub mod codec;
+pub mod format;
+pub mod passes;
 pub mod policy;
 pub mod probe;
+pub mod profile;
+pub mod recovery;
+pub mod sites;
 
 use crate::json_edit::Edit;
 use policy::{Limits, Load};
@@ -69,6 +76,13 @@ impl Inventory {
             let dims = probe_text.and_then(probe::dimensions);
             self.many_image_safe = probe::within_many_image_limit(dims);
         }
+    }
+
+    /// Count one image of `bytes` bytes whose dimensions are known (`Some`) or not.
+    pub fn observe_dims(&mut self, bytes: u64, dims: Option<probe::Dimensions>) {
+        self.images_seen += 1;
+        self.bytes_seen = self.bytes_seen.saturating_add(bytes);
+        self.many_image_safe &= probe::within_many_image_limit(dims);
     }
 
     /// Count an already observed image as reserved (never rewritten).

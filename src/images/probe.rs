@@ -71,7 +71,7 @@ fn base64_prefix(payload: &str) -> Option<String> {
 const PNG_SIGNATURE: &[u8; 8] = b"\x89PNG\r\n\x1a\n";
 
 /// PNG: width and height are the big-endian u32s at bytes 16–24, inside the IHDR chunk.
-fn png_dimensions(b: &[u8]) -> Option<Dimensions> {
+pub(crate) fn png_dimensions(b: &[u8]) -> Option<Dimensions> {
     if b.len() < 24 || &b[..8] != PNG_SIGNATURE || &b[12..16] != b"IHDR" {
         return None;
     }
@@ -82,7 +82,7 @@ fn png_dimensions(b: &[u8]) -> Option<Dimensions> {
 
 /// JPEG: walk the segments (skipping 0xFF fill bytes) to the first SOF marker (C0–C3, C5–C7,
 /// C9–CB, CD–CF) and read its height and width; stop at SOS (DA) or EOI (D9).
-fn jpeg_dimensions(b: &[u8]) -> Option<Dimensions> {
+pub(crate) fn jpeg_dimensions(b: &[u8]) -> Option<Dimensions> {
     if b.len() < 4 || b[0] != 0xFF || b[1] != 0xD8 {
         return None;
     }

@@ -1,0 +1,370 @@
+//! Decode, resize and encode one image, deterministically (hermes-reference §2.2).
+//!
+//! Same input bytes and [`Target`] ⇒ same output bytes: one pinned resize filter, integer
+//! size arithmetic, the `image` crate's single-threaded encoders, no metadata copied. The
+//! golden tests pin output hashes, so a codec upgrade that would change them fails CI.
+
+use std::io::Cursor;
+
+use base64::Engine as _;
+use image::{DynamicImage, GenericImageView, ImageReader, RgbImage};
+
+use crate::images::format::{decode_all, sniff, Format};
+
+/// The one resize filter (pinned: changing it changes every transcoded byte). Lanczos3 keeps
+/// small text in screenshots legible.
+pub const RESIZE_FILTER: image::imageops::FilterType = image::imageops::FilterType::Lanczos3;
+/// JPEG quality ladder tried at each size (hermes-reference §2.2).
+pub const QUALITY_LADDER: [u8; 3] = [85, 70, 50];
+/// Most halvings after the quality ladder fails at the fitted size (hermes-reference §2.2).
+pub const MAX_HALVINGS: u32 = 4;
+/// A halving never takes the shorter side below this, px (hermes-reference §2.2).
+pub const MIN_SHORT_SIDE: u32 = 64;
+/// Most pixels (width × height) decoded from one image: a decompression-bomb guard
+/// (hermes-reference §2.3, 100,000,000 aggregate pixels).
+pub const MAX_PIXELS: u64 = 100_000_000;
+/// Most frames an animated GIF / WebP may declare (hermes-reference §2.3); only the first is
+/// decoded (providers use the first frame, wire-formats §2.3).
+pub const MAX_FRAMES: usize = 100;
+/// Most bytes the decoder may allocate (the `image` crate's default, 512 MiB).
+pub const MAX_ALLOC: u64 = 512 * 1024 * 1024;
+
+/// What the transcode must achieve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Target {
+    /// Longest side of the output, px.
+    pub max_side: u32,
+    /// Most characters of the output string: base64, plus the `data:<mime>;base64,` header
+    /// when [`Target::data_url`] is set (the unit of `embed_target_bytes`, hermes §2.1).
+    pub max_len: u64,
+    /// Count the data-URL header in `max_len`.
+    pub data_url: bool,
+    /// How to encode.
+    pub mode: Mode,
+}
+
+/// Encoding strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Agent images over the budget: always JPEG (alpha flattened onto white), quality ladder,
+    /// then halvings (hermes-reference §2.2, `force_jpeg` for history embeds).
+    Downscale,
+    /// A repair: the smallest change that fits. A lossless source (PNG, GIF, BMP, TIFF) is
+    /// tried as PNG first at the fitted size; otherwise (or when PNG is too long) as
+    /// [`Mode::Downscale`] does.
+    Repair,
+}
+
+/// A transcoded image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transcoded {
+    /// Output format (PNG or JPEG).
+    pub format: Format,
+    /// Output as standard base64 (no data-URL header).
+    pub b64: String,
+    /// Source size, px.
+    pub from: (u32, u32),
+    /// Output size, px.
+    pub to: (u32, u32),
+}
+
+impl Transcoded {
+    /// Length of the output string as sent (with the data-URL header when `data_url`).
+    pub fn sent_len(&self, data_url: bool) -> u64 {
+        self.b64.len() as u64 + if data_url { header_len(self.format) } else { 0 }
+    }
+}
+
+/// Why an image could not be transcoded (it is then forwarded unchanged: fail open).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TranscodeError {
+    #[error("not valid base64")]
+    Base64,
+    #[error("unknown or undecodable format")]
+    Format,
+    #[error("{0} px exceed the {MAX_PIXELS}-pixel decode limit")]
+    TooManyPixels(u64),
+    #[error("more than {MAX_FRAMES} frames")]
+    TooManyFrames,
+    #[error("decode failed: {0}")]
+    Decode(String),
+    #[error("encode failed: {0}")]
+    Encode(String),
+}
+
+/// Length of `data:<mime>;base64,`.
+pub fn header_len(format: Format) -> u64 {
+    ("data:".len() + format.mime().len() + ";base64,".len()) as u64
+}
+
+/// Decode `raw_b64` (raw JSON string text, `\/` allowed) and transcode it to `target`.
+///
+/// The output always has its longest side ≤ `target.max_side`. It is ≤ `target.max_len` unless
+/// even the last candidate (quality 50 after [`MAX_HALVINGS`] halvings) is longer; that last
+/// candidate is returned then.
+pub fn transcode(raw_b64: &str, target: &Target) -> Result<Transcoded, TranscodeError> {
+    let bytes = decode_all(raw_b64).ok_or(TranscodeError::Base64)?;
+    transcode_bytes(&bytes, target)
+}
+
+/// [`transcode`] on decoded bytes.
+pub fn transcode_bytes(bytes: &[u8], target: &Target) -> Result<Transcoded, TranscodeError> {
+    let format = sniff(bytes).ok_or(TranscodeError::Format)?;
+    let img = decode(bytes, format)?;
+    let from = img.dimensions();
+    let fitted = fit(from, target.max_side);
+    let lossless = matches!(
+        format,
+        Format::Png | Format::Gif | Format::Bmp | Format::Tiff
+    );
+    if target.mode == Mode::Repair && lossless {
+        let resized = if fitted == from {
+            img.clone()
+        } else {
+            img.resize_exact(fitted.0, fitted.1, RESIZE_FILTER)
+        };
+        let png = encode_png(&resized)?;
+        let out = Transcoded {
+            format: Format::Png,
+            b64: base64::engine::general_purpose::STANDARD.encode(&png),
+            from,
+            to: fitted,
+        };
+        if out.sent_len(target.data_url) <= target.max_len {
+            return Ok(out);
+        }
+    }
+    let rgb = flatten_onto_white(&img);
+    let mut size = fitted;
+    let mut last = None;
+    for attempt in 0..=MAX_HALVINGS {
+        if attempt > 0 {
+            let next = halve(size);
+            if next == size {
+                break;
+            }
+            size = next;
+        }
+        let resized = if size == from {
+            rgb.clone()
+        } else {
+            image::imageops::resize(&rgb, size.0, size.1, RESIZE_FILTER)
+        };
+        for q in QUALITY_LADDER {
+            let jpeg = encode_jpeg(&resized, q)?;
+            let out = Transcoded {
+                format: Format::Jpeg,
+                b64: base64::engine::general_purpose::STANDARD.encode(&jpeg),
+                from,
+                to: size,
+            };
+            if out.sent_len(target.data_url) <= target.max_len {
+                return Ok(out);
+            }
+            last = Some(out);
+        }
+    }
+    last.ok_or_else(|| TranscodeError::Encode("no candidate".to_owned()))
+}
+
+/// Decode the first frame with the bomb guards: the header's pixel count and the frame count
+/// are checked before any pixel is decoded.
+pub fn decode(bytes: &[u8], format: Format) -> Result<DynamicImage, TranscodeError> {
+    let codec = format.codec().ok_or(TranscodeError::Format)?;
+    let mut limits = image::Limits::default();
+    limits.max_alloc = Some(MAX_ALLOC);
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), codec);
+    reader.limits(limits.clone());
+    let (w, h) = reader
+        .into_dimensions()
+        .map_err(|e| TranscodeError::Decode(e.to_string()))?;
+    let pixels = u64::from(w) * u64::from(h);
+    if pixels > MAX_PIXELS {
+        return Err(TranscodeError::TooManyPixels(pixels));
+    }
+    let frames = match format {
+        Format::Gif => gif_frames(bytes),
+        Format::Webp => webp_frames(bytes),
+        _ => 1,
+    };
+    if frames > MAX_FRAMES {
+        return Err(TranscodeError::TooManyFrames);
+    }
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), codec);
+    reader.limits(limits);
+    reader
+        .decode()
+        .map_err(|e| TranscodeError::Decode(e.to_string()))
+}
+
+/// `(w, h)` scaled so the longest side is ≤ `max_side` (aspect kept, rounded, ≥ 1 px).
+pub fn fit((w, h): (u32, u32), max_side: u32) -> (u32, u32) {
+    let longest = w.max(h);
+    if longest <= max_side || longest == 0 {
+        return (w, h);
+    }
+    let scale = |v: u32| {
+        let num = u64::from(v) * u64::from(max_side) + u64::from(longest) / 2;
+        u32::try_from(num / u64::from(longest))
+            .unwrap_or(max_side)
+            .max(1)
+    };
+    (scale(w), scale(h))
+}
+
+/// Half the size, aspect kept, the shorter side floored at [`MIN_SHORT_SIDE`]; unchanged when
+/// it is already at or below the floor.
+pub fn halve((w, h): (u32, u32)) -> (u32, u32) {
+    let short = w.min(h);
+    if short <= MIN_SHORT_SIDE {
+        return (w, h);
+    }
+    let new_short = (short / 2).max(MIN_SHORT_SIDE);
+    let scale = |v: u32| {
+        let num = u64::from(v) * u64::from(new_short) + u64::from(short) / 2;
+        u32::try_from(num / u64::from(short)).unwrap_or(v).max(1)
+    };
+    (scale(w), scale(h))
+}
+
+/// RGB with any alpha composited onto white (JPEG has no alpha, hermes-reference §2.2).
+fn flatten_onto_white(img: &DynamicImage) -> RgbImage {
+    if !img.color().has_alpha() {
+        return img.to_rgb8();
+    }
+    let rgba = img.to_rgba8();
+    let (w, h) = rgba.dimensions();
+    let mut out = RgbImage::new(w, h);
+    for (dst, src) in out.pixels_mut().zip(rgba.pixels()) {
+        let a = u32::from(src[3]);
+        for c in 0..3 {
+            let v = (u32::from(src[c]) * a + 255 * (255 - a) + 127) / 255;
+            dst[c] = u8::try_from(v).unwrap_or(255);
+        }
+    }
+    out
+}
+
+fn encode_jpeg(img: &RgbImage, quality: u8) -> Result<Vec<u8>, TranscodeError> {
+    let mut buf = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut buf, quality)
+        .encode_image(img)
+        .map_err(|e| TranscodeError::Encode(e.to_string()))?;
+    Ok(buf)
+}
+
+fn encode_png(img: &DynamicImage) -> Result<Vec<u8>, TranscodeError> {
+    use image::codecs::png::{CompressionType, FilterType, PngEncoder};
+    let img = if img.color().has_alpha() {
+        DynamicImage::ImageRgba8(img.to_rgba8())
+    } else {
+        DynamicImage::ImageRgb8(img.to_rgb8())
+    };
+    let mut buf = Vec::new();
+    img.write_with_encoder(PngEncoder::new_with_quality(
+        &mut buf,
+        CompressionType::Default,
+        FilterType::Adaptive,
+    ))
+    .map_err(|e| TranscodeError::Encode(e.to_string()))?;
+    Ok(buf)
+}
+
+/// Frames a GIF declares: image descriptors counted by walking the blocks (data sub-blocks are
+/// skipped, nothing is decompressed). Stops counting past [`MAX_FRAMES`]; a truncated file
+/// counts what it has.
+pub fn gif_frames(b: &[u8]) -> usize {
+    let Some(&flags) = b.get(10) else { return 0 };
+    let mut i = 13usize;
+    if flags & 0x80 != 0 {
+        i += 3 * (1usize << ((flags & 0x07) + 1));
+    }
+    let skip_sub_blocks = |mut i: usize| -> Option<usize> {
+        loop {
+            let n = usize::from(*b.get(i)?);
+            i += 1;
+            if n == 0 {
+                return Some(i);
+            }
+            i += n;
+        }
+    };
+    let mut frames = 0usize;
+    while frames <= MAX_FRAMES {
+        match b.get(i) {
+            Some(0x2C) => {
+                frames += 1;
+                let Some(&f) = b.get(i + 9) else { break };
+                i += 10;
+                if f & 0x80 != 0 {
+                    i += 3 * (1usize << ((f & 0x07) + 1));
+                }
+                i += 1; // LZW minimum code size
+                match skip_sub_blocks(i) {
+                    Some(n) => i = n,
+                    None => break,
+                }
+            }
+            Some(0x21) => match skip_sub_blocks(i + 2) {
+                Some(n) => i = n,
+                None => break,
+            },
+            _ => break,
+        }
+    }
+    frames
+}
+
+/// Frames a WebP declares: `ANMF` chunks (1 for a still image).
+pub fn webp_frames(b: &[u8]) -> usize {
+    let mut i = 12usize;
+    let mut frames = 0usize;
+    while i + 8 <= b.len() && frames <= MAX_FRAMES {
+        let id = &b[i..i + 4];
+        let len = u32::from_le_bytes([b[i + 4], b[i + 5], b[i + 6], b[i + 7]]) as usize;
+        if id == b"ANMF" {
+            frames += 1;
+        }
+        i = i.saturating_add(8).saturating_add(len + (len & 1));
+    }
+    frames.max(1)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_and_halve() {
+        assert_eq!(fit((1920, 1080), 1568), (1568, 882));
+        assert_eq!(fit((1080, 1920), 1568), (882, 1568));
+        assert_eq!(fit((800, 600), 1568), (800, 600));
+        assert_eq!(fit((100_000, 1), 1568), (1568, 1));
+        assert_eq!(halve((1568, 882)), (784, 441));
+        assert_eq!(halve((200, 100)), (128, 64));
+        assert_eq!(halve((128, 64)), (128, 64));
+    }
+
+    #[test]
+    fn gif_frame_walk() {
+        let mut g = b"GIF89a\x01\x00\x01\x00\x00\x00\x00".to_vec();
+        for _ in 0..3 {
+            g.extend_from_slice(&[0x21, 0xF9, 4, 0, 0, 0, 0, 0]);
+            g.extend_from_slice(&[0x2C, 0, 0, 0, 0, 1, 0, 1, 0, 0, 2, 2, 0x4C, 0x01, 0]);
+        }
+        g.push(0x3B);
+        assert_eq!(gif_frames(&g), 3);
+        assert_eq!(gif_frames(&g[..20]), 0);
+    }
+
+    #[test]
+    fn flatten_is_white_under_transparency() {
+        let img = DynamicImage::ImageRgba8(image::RgbaImage::from_pixel(
+            2,
+            2,
+            image::Rgba([0, 0, 0, 0]),
+        ));
+        assert_eq!(flatten_onto_white(&img).get_pixel(0, 0).0, [255, 255, 255]);
+    }
+}

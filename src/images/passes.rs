@@ -1,0 +1,716 @@
+//! Image passes 1–4 (design.md "Request passes") over one [`Walk`]:
+//!
+//! 1. **repair** (any image, uploads included — the one exception to "uploads are never
+//!    touched"): the declared media type set from the magic bytes; formats the profile rejects
+//!    converted (BMP, TIFF) or replaced by a fixed text (SVG, HEIC/HEIF off Gemini, AVIF);
+//!    images over a hard limit (longest side over the profile's cap, base64 longer than
+//!    `max_image_bytes`) shrunk just enough;
+//! 2. **downscale** of agent images over `embed_target_bytes` or `max_dimension` (JPEG, quality
+//!    ladder, halvings; a note after the image gives the coordinate factor);
+//! 3. **repeat cap** (`max_calls_per_image`): later occurrences of one agent image become a
+//!    fixed text;
+//! 4. **eviction** on the sizes and dimensions the first three passes produced; then, on a
+//!    profile with the many-image rule, images still over its side cap in a request that still
+//!    carries more than its image count are shrunk to fit.
+//!
+//! Pure: the edits are a function of the body and the settings; the transcode cache only
+//! saves time. Any image that cannot be decoded is forwarded as sent (fail open).
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::config::ImagesConfig;
+use crate::images::cache::{self, Entry, TranscodeCache};
+use crate::images::codec::{self, Mode, Target, Transcoded};
+use crate::images::format::{self, Format};
+use crate::images::policy::Limits;
+use crate::images::profile::ImageProfile;
+use crate::images::recovery::ImageRejectionKind;
+use crate::images::sites::{Payload, Placement, Walk};
+use crate::images::{evict, Carrier, Inventory};
+use crate::json_edit::Edit;
+use crate::texts;
+
+/// Hard per-image byte cap after a "too large" rejection without a stated pixel cap, bytes of
+/// base64 (hermes-reference §2.1 `_RESIZE_TARGET_BYTES` = 5 MiB).
+pub const RESIZE_TARGET_BYTES: u64 = 5 * 1024 * 1024;
+
+/// The inputs of the image passes besides the body.
+#[derive(Clone, Copy)]
+pub struct Settings<'a> {
+    /// The route's `[images]` settings.
+    pub cfg: &'a ImagesConfig,
+    /// The provider profile (accepted formats, side caps).
+    pub profile: ImageProfile,
+    /// The process's transcode cache; `None` transcodes every time (same output).
+    pub cache: Option<&'a TranscodeCache>,
+    /// The credential scope the cache entries belong to.
+    pub scope: &'a str,
+    /// A provider rejection being recovered from (reactive recovery, hermes-reference §1.9).
+    pub recovery: Option<ImageRejectionKind>,
+}
+
+/// What the image passes saw and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageReport {
+    /// Image blocks / parts seen (agent images and uploads).
+    pub images_seen: usize,
+    /// Image blocks replaced by the retired-image text (pass 4).
+    pub images_retired: usize,
+    /// Carriers retired (pass 4).
+    pub carriers_retired: usize,
+    /// Images repaired (media type, format conversion, hard-limit shrink; pass 1).
+    pub images_repaired: usize,
+    /// Agent images downscaled to the budget (pass 2).
+    pub images_downscaled: usize,
+    /// Images replaced by the repeat-cap text (pass 3).
+    pub images_repeat_capped: usize,
+    /// Images replaced by a fixed text because of their format, corruption, or a model that
+    /// cannot see images.
+    pub images_replaced: usize,
+    /// Images that needed a transcode but could not be decoded: forwarded as sent.
+    pub images_failed_open: usize,
+    /// One line per rewrite, with its position and reason.
+    pub reasons: Vec<String>,
+}
+
+/// What becomes of one image.
+#[derive(Debug, Clone)]
+enum Fate {
+    /// Still an image: maybe with new bytes, a corrected media type (`fix_mime`: the
+    /// declared type is set to the format of what is sent) and a note after it.
+    Keep {
+        new: Option<Transcoded>,
+        note: bool,
+        fix_mime: bool,
+    },
+    /// Replaced by a fixed text.
+    Text(String),
+}
+
+#[derive(Debug, Clone)]
+struct State {
+    format: Option<Format>,
+    dims: Option<(u32, u32)>,
+    len: u64,
+    fate: Fate,
+}
+
+impl State {
+    fn current_format(&self) -> Option<Format> {
+        match &self.fate {
+            Fate::Keep { new: Some(t), .. } => Some(t.format),
+            _ => self.format,
+        }
+    }
+}
+
+/// Run passes 1–4 on `walk` (spans into `text`); returns the edits and the report.
+pub fn run(walk: &Walk<'_>, s: &Settings<'_>) -> (Vec<Edit>, ImageReport) {
+    let mut report = ImageReport {
+        images_seen: walk.sites.len(),
+        ..ImageReport::default()
+    };
+    let mut states: Vec<State> = walk
+        .sites
+        .iter()
+        .map(|site| {
+            let (format, dims) = match site.payload.base64() {
+                Some((b64, _)) => format::sniff_b64(b64),
+                None => (None, None),
+            };
+            State {
+                format,
+                dims,
+                len: site.payload.sent_len(),
+                fate: Fate::Keep {
+                    new: None,
+                    note: false,
+                    fix_mime: false,
+                },
+            }
+        })
+        .collect();
+
+    if s.recovery == Some(ImageRejectionKind::ModelCannotSeeImages) {
+        for (site, st) in walk.sites.iter().zip(&mut states) {
+            st.fate = Fate::Text(texts::IMAGES_NOT_SUPPORTED.to_owned());
+            report.images_replaced += 1;
+            report.reasons.push(format!(
+                "removed image {}: the model cannot see images",
+                site.path
+            ));
+        }
+        return (render(walk, &states), report);
+    }
+
+    repeat_cap(walk, s, &mut states, &mut report);
+    for (i, st) in states.iter_mut().enumerate() {
+        repair_and_downscale(walk, i, s, st, &mut report);
+    }
+    let retired = eviction(walk, s, &states, &mut report);
+    for &i in &retired {
+        states[i].fate = Fate::Text(texts::RETIRED_IMAGE.to_owned());
+    }
+    many_image_rule(walk, s, &mut states, &mut report);
+    (render(walk, &states), report)
+}
+
+/// The eviction inventory of a walk as sent (no pass applied), with each carrier's retire
+/// edits. Used by the per-dialect `inventory` functions.
+pub fn plain_inventory(walk: &Walk<'_>) -> Inventory {
+    let states: Vec<State> = walk
+        .sites
+        .iter()
+        .map(|site| {
+            let dims = site
+                .payload
+                .base64()
+                .and_then(|(b64, _)| format::sniff_b64(b64).1);
+            State {
+                format: None,
+                dims,
+                len: site.payload.sent_len(),
+                fate: Fate::Keep {
+                    new: None,
+                    note: false,
+                    fix_mime: false,
+                },
+            }
+        })
+        .collect();
+    let (mut inv, members) = inventory(walk, &states);
+    for (carrier, sites) in inv.carriers.iter_mut().zip(&members) {
+        let mut retired = states.clone();
+        for &i in sites {
+            retired[i].fate = Fate::Text(texts::RETIRED_IMAGE.to_owned());
+        }
+        let all = render(walk, &retired);
+        carrier.edits = all;
+    }
+    inv
+}
+
+/// Build the eviction inventory from the current states; also returns, per inventory carrier,
+/// the site indices it holds.
+fn inventory(walk: &Walk<'_>, states: &[State]) -> (Inventory, Vec<Vec<usize>>) {
+    let mut inv = Inventory::default();
+    let mut by_carrier: Vec<Vec<usize>> = vec![Vec::new(); walk.carriers.len()];
+    for (i, (site, st)) in walk.sites.iter().zip(states).enumerate() {
+        if matches!(st.fate, Fate::Text(_)) {
+            continue;
+        }
+        inv.observe_dims(st.len, st.dims);
+        match site.carrier {
+            Some(c) => {
+                if let Some(list) = by_carrier.get_mut(c) {
+                    list.push(i);
+                }
+            }
+            None => inv.reserve(st.len),
+        }
+    }
+    let mut members = Vec::new();
+    for (info, sites) in walk.carriers.iter().zip(by_carrier) {
+        if sites.is_empty() {
+            continue;
+        }
+        inv.carriers.push(Carrier {
+            path: info.path.clone(),
+            label: info.label.clone(),
+            blocks: sites.len(),
+            bytes: sites.iter().map(|&i| states[i].len).sum(),
+            edits: Vec::new(),
+        });
+        members.push(sites);
+    }
+    (inv, members)
+}
+
+/// Pass 4: which sites the eviction policy retires.
+fn eviction(
+    walk: &Walk<'_>,
+    s: &Settings<'_>,
+    states: &[State],
+    report: &mut ImageReport,
+) -> Vec<usize> {
+    let (inv, members) = inventory(walk, states);
+    let ev = evict(inv, &Limits::from(s.cfg));
+    report.images_retired += ev.images_retired;
+    report.carriers_retired += ev.carriers_retired;
+    report.reasons.extend(ev.reasons);
+    members
+        .into_iter()
+        .take(ev.carriers_retired)
+        .flatten()
+        .collect()
+}
+
+/// Pass 3: the (N+1)-th and later occurrences of one agent image (same base64, hence same
+/// bytes) become the repeat-cap text. Counted in document order, so only the newest are
+/// replaced and the prefix stays stable.
+fn repeat_cap(walk: &Walk<'_>, s: &Settings<'_>, states: &mut [State], report: &mut ImageReport) {
+    let n = s.cfg.max_calls_per_image;
+    if n == 0 {
+        return;
+    }
+    let mut seen: HashMap<[u8; 32], u32> = HashMap::new();
+    for (site, st) in walk.sites.iter().zip(states.iter_mut()) {
+        if site.carrier.is_none() {
+            continue;
+        }
+        let Some((b64, _)) = site.payload.base64() else {
+            continue;
+        };
+        let Some(text) = format::unescape_b64(b64) else {
+            continue;
+        };
+        let id: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        let count = seen.entry(id).or_insert(0);
+        *count += 1;
+        if *count > n {
+            st.fate = Fate::Text(texts::repeat_cap(n));
+            report.images_repeat_capped += 1;
+            report.reasons.push(format!(
+                "repeat cap {}: occurrence {} of an image already loaded {n} times \
+                 (max_calls_per_image)",
+                site.path, *count
+            ));
+        }
+    }
+}
+
+fn data_url(payload: &Payload<'_>) -> bool {
+    matches!(payload, Payload::DataUrl(_))
+}
+
+fn transcode(raw_b64: &str, target: &Target, s: &Settings<'_>) -> Arc<Entry> {
+    match s.cache {
+        Some(c) => c.get_or_compute(cache::key(s.scope, target, raw_b64), || {
+            codec::transcode(raw_b64, target)
+        }),
+        None => Arc::new(codec::transcode(raw_b64, target)),
+    }
+}
+
+fn longest(dims: Option<(u32, u32)>) -> u32 {
+    dims.map_or(0, |(w, h)| w.max(h))
+}
+
+/// Passes 1 and 2 for one image.
+fn repair_and_downscale(
+    walk: &Walk<'_>,
+    i: usize,
+    s: &Settings<'_>,
+    st: &mut State,
+    report: &mut ImageReport,
+) {
+    if matches!(st.fate, Fate::Text(_)) {
+        return;
+    }
+    let site = &walk.sites[i];
+    let Some((b64, declared)) = site.payload.base64() else {
+        return;
+    };
+    let limits = s.profile.limits();
+    let Some(format) = st.format else {
+        if matches!(
+            s.recovery,
+            Some(ImageRejectionKind::Corrupt | ImageRejectionKind::Unsupported)
+        ) {
+            let text = if s.recovery == Some(ImageRejectionKind::Corrupt) {
+                texts::CORRUPT_IMAGE
+            } else {
+                texts::UNSUPPORTED_UNKNOWN
+            };
+            st.fate = Fate::Text(text.to_owned());
+            report.images_replaced += 1;
+            report.reasons.push(format!(
+                "replaced image {}: the bytes are not a known image format (provider rejection)",
+                site.path
+            ));
+        }
+        return;
+    };
+    if s.recovery == Some(ImageRejectionKind::Corrupt) {
+        let decodes =
+            format::decode_all(b64).is_some_and(|bytes| codec::decode(&bytes, format).is_ok());
+        if !decodes {
+            st.fate = Fate::Text(texts::CORRUPT_IMAGE.to_owned());
+            report.images_replaced += 1;
+            report.reasons.push(format!(
+                "replaced image {}: its {} data does not decode (provider rejection)",
+                site.path,
+                format.mime()
+            ));
+            return;
+        }
+    }
+    let accepted = if s.recovery == Some(ImageRejectionKind::Unsupported) {
+        matches!(format, Format::Png | Format::Jpeg)
+    } else {
+        limits.accepted.contains(&format)
+    };
+    if !accepted && !format.decodable() {
+        st.fate = Fate::Text(texts::unsupported_format(format.mime()).to_owned());
+        report.images_replaced += 1;
+        report.reasons.push(format!(
+            "replaced image {}: {} is not accepted by the {} profile and cannot be converted here",
+            site.path,
+            format.mime(),
+            limits.name
+        ));
+        return;
+    }
+
+    let is_data_url = data_url(&site.payload);
+    let agent = site.carrier.is_some();
+    let mut hard_side = limits.max_side.unwrap_or(u32::MAX);
+    let mut hard_len = s.cfg.max_image_bytes;
+    let mut treat_as_agent = agent;
+    match s.recovery {
+        Some(ImageRejectionKind::TooLarge { cap_px: Some(px) }) => hard_side = hard_side.min(px),
+        Some(ImageRejectionKind::TooLarge { cap_px: None }) => {
+            hard_len = hard_len.min(RESIZE_TARGET_BYTES)
+        }
+        Some(ImageRejectionKind::Dimensions) => {
+            hard_side = hard_side.min(s.cfg.max_dimension);
+            treat_as_agent = true;
+        }
+        _ => {}
+    }
+    let side = longest(st.dims);
+    let over_hard = st.len > hard_len || side > hard_side;
+    let over_soft =
+        treat_as_agent && (st.len > s.cfg.embed_target_bytes || side > s.cfg.max_dimension);
+    let target = if over_soft {
+        Some(Target {
+            max_side: s.cfg.max_dimension.min(hard_side),
+            max_len: s.cfg.embed_target_bytes.min(hard_len),
+            data_url: is_data_url,
+            mode: Mode::Downscale,
+        })
+    } else if over_hard || !accepted {
+        Some(Target {
+            max_side: hard_side,
+            max_len: hard_len,
+            data_url: is_data_url,
+            mode: Mode::Repair,
+        })
+    } else {
+        None
+    };
+    if let Some(target) = target {
+        let entry = transcode(b64, &target, s);
+        match entry.as_ref() {
+            Ok(t) if t.sent_len(is_data_url) < st.len || t.to != t.from || !accepted => {
+                let what = if over_soft { "downscaled" } else { "repaired" };
+                let why = if !accepted {
+                    format!(
+                        "{} is not accepted by the {} profile",
+                        format.mime(),
+                        limits.name
+                    )
+                } else if over_soft {
+                    format!(
+                        "over embed_target_bytes {} or max_dimension {}",
+                        s.cfg.embed_target_bytes, s.cfg.max_dimension
+                    )
+                } else {
+                    format!("over the hard limit ({hard_len} bytes, {hard_side} px)")
+                };
+                report.reasons.push(format!(
+                    "{what} image {}: {} {}x{} {} B -> {} {}x{} {} B; reason: {why}",
+                    site.path,
+                    format.mime(),
+                    t.from.0,
+                    t.from.1,
+                    st.len,
+                    t.format.mime(),
+                    t.to.0,
+                    t.to.1,
+                    t.sent_len(is_data_url)
+                ));
+                if over_soft && agent {
+                    report.images_downscaled += 1;
+                } else {
+                    report.images_repaired += 1;
+                }
+                st.len = t.sent_len(is_data_url);
+                st.dims = Some(t.to);
+                st.fate = Fate::Keep {
+                    note: agent && t.to != t.from,
+                    fix_mime: declared.is_some_and(|d| !t.format.matches_declared(d)),
+                    new: Some(t.clone()),
+                };
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                report.images_failed_open += 1;
+                if !accepted {
+                    // The provider will reject it as sent; say so (the bytes are left alone).
+                    report.reasons.push(format!(
+                        "left image {} as sent: {} needs converting but {e}",
+                        site.path,
+                        format.mime()
+                    ));
+                }
+            }
+        }
+    }
+    // Media type from the magic bytes (bytes untouched).
+    if let Some(declared) = declared {
+        if accepted && !format.matches_declared(declared) {
+            st.fate = Fate::Keep {
+                new: None,
+                note: false,
+                fix_mime: true,
+            };
+            report.images_repaired += 1;
+            report.reasons.push(format!(
+                "repaired media type of image {}: declared {declared:?}, bytes are {}",
+                site.path,
+                format.mime()
+            ));
+        }
+    }
+}
+
+/// The many-image rule (Anthropic: more than 20 images ⇒ each ≤ 2000 px): after eviction,
+/// when more images than the rule's count remain, shrink each remaining image over the side
+/// cap just enough. Eviction is not recomputed (one pass, deterministic).
+fn many_image_rule(
+    walk: &Walk<'_>,
+    s: &Settings<'_>,
+    states: &mut [State],
+    report: &mut ImageReport,
+) {
+    let Some((count, side_cap)) = s.profile.limits().many_image else {
+        return;
+    };
+    let kept = states
+        .iter()
+        .filter(|st| matches!(st.fate, Fate::Keep { .. }))
+        .count();
+    if kept <= count {
+        return;
+    }
+    for (site, st) in walk.sites.iter().zip(states.iter_mut()) {
+        if !matches!(st.fate, Fate::Keep { .. }) || longest(st.dims) <= side_cap {
+            continue;
+        }
+        let Some((b64, _)) = site.payload.base64() else {
+            continue;
+        };
+        let is_data_url = data_url(&site.payload);
+        let target = Target {
+            max_side: side_cap,
+            max_len: s.cfg.max_image_bytes,
+            data_url: is_data_url,
+            mode: Mode::Repair,
+        };
+        match transcode(b64, &target, s).as_ref() {
+            Ok(t) => {
+                report.images_repaired += 1;
+                report.reasons.push(format!(
+                    "repaired image {}: {}x{} -> {}x{}; reason: {kept} images > {count} need \
+                     every side <= {side_cap} px",
+                    site.path, t.from.0, t.from.1, t.to.0, t.to.1
+                ));
+                st.len = t.sent_len(is_data_url);
+                st.dims = Some(t.to);
+                st.fate = Fate::Keep {
+                    note: site.carrier.is_some(),
+                    fix_mime: site
+                        .payload
+                        .base64()
+                        .and_then(|(_, d)| d)
+                        .is_some_and(|d| !t.format.matches_declared(d)),
+                    new: Some(t.clone()),
+                };
+            }
+            Err(_) => report.images_failed_open += 1,
+        }
+    }
+}
+
+/// Turn the states into edits of the original body.
+fn render(walk: &Walk<'_>, states: &[State]) -> Vec<Edit> {
+    let mut edits = Vec::new();
+    // Insertions after a position (notes, texts of removed nested images), in site order.
+    let mut inserts: Vec<(usize, String)> = Vec::new();
+    // Removed elements per nested array.
+    let mut removed: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (site, st) in walk.sites.iter().zip(states) {
+        match &st.fate {
+            Fate::Text(text) => match site.placement {
+                Placement::InList => edits.push(Edit {
+                    range: site.block.clone(),
+                    replacement: walk.style.block(text, site.keep).into_bytes(),
+                }),
+                Placement::Nested {
+                    array,
+                    index,
+                    after,
+                } => {
+                    removed.entry(array).or_default().push(index);
+                    inserts.push((after, walk.style.block(text, None)));
+                }
+            },
+            Fate::Keep {
+                new,
+                note,
+                fix_mime,
+            } => {
+                let format = st.current_format();
+                match &site.payload {
+                    Payload::Base64 { data, media_type } => {
+                        if let Some(t) = new {
+                            edits.push(Edit {
+                                range: data.span.clone(),
+                                replacement: t.b64.clone().into_bytes(),
+                            });
+                        }
+                        if let (true, Some(mt), Some(f)) = (*fix_mime, media_type, format) {
+                            edits.push(Edit {
+                                range: mt.span.clone(),
+                                replacement: f.mime().as_bytes().to_vec(),
+                            });
+                        }
+                    }
+                    Payload::DataUrl(url) => {
+                        if let Some(t) = new {
+                            edits.push(Edit {
+                                range: url.span.clone(),
+                                replacement: format!("data:{};base64,{}", t.format.mime(), t.b64)
+                                    .into_bytes(),
+                            });
+                        } else if let (true, Some((_, data)), Some(f)) = (
+                            *fix_mime,
+                            crate::images::sites::split_data_url(url.text),
+                            format,
+                        ) {
+                            let header_end = url.span.end - data.len();
+                            edits.push(Edit {
+                                range: url.span.start..header_end,
+                                replacement: format!("data:{};base64,", f.mime()).into_bytes(),
+                            });
+                        }
+                    }
+                    Payload::Opaque { .. } => {}
+                }
+                if let (true, Some(t)) = (*note, new) {
+                    let at = match site.placement {
+                        Placement::InList => site.block.end,
+                        Placement::Nested { after, .. } => after,
+                    };
+                    inserts.push((
+                        at,
+                        walk.style.block(&texts::downscale_note(t.from, t.to), None),
+                    ));
+                }
+            }
+        }
+    }
+    let mut arrays: Vec<_> = removed.into_iter().collect();
+    arrays.sort_by_key(|(a, _)| *a);
+    for (array, mut idx) in arrays {
+        let Some(spans) = walk.arrays.get(array) else {
+            continue;
+        };
+        idx.sort_unstable();
+        idx.dedup();
+        edits.extend(removal_edits(spans, &idx));
+    }
+    // One edit per insertion point, texts in site order.
+    let mut merged: Vec<(usize, String)> = Vec::new();
+    for (at, text) in inserts {
+        match merged.iter_mut().find(|(a, _)| *a == at) {
+            Some((_, acc)) => {
+                acc.push(',');
+                acc.push_str(&text);
+            }
+            None => merged.push((at, text)),
+        }
+    }
+    for (at, text) in merged {
+        edits.push(Edit {
+            range: at..at,
+            replacement: format!(",{text}").into_bytes(),
+        });
+    }
+    edits
+}
+
+/// Deletion edits removing elements `idx` (sorted) from an array whose element spans are
+/// `spans`, commas included, so the array stays valid JSON.
+fn removal_edits(spans: &[Range<usize>], idx: &[usize]) -> Vec<Edit> {
+    let n = spans.len();
+    let is_removed = |i: usize| idx.binary_search(&i).is_ok();
+    let del = |r: Range<usize>| Edit {
+        range: r,
+        replacement: Vec::new(),
+    };
+    if n == 0 || idx.is_empty() {
+        return Vec::new();
+    }
+    if (0..n).all(is_removed) {
+        return vec![del(spans[0].start..spans[n - 1].end)];
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < n {
+        if !is_removed(i) {
+            i += 1;
+            continue;
+        }
+        let a = i;
+        while i + 1 < n && is_removed(i + 1) {
+            i += 1;
+        }
+        let b = i;
+        if a > 0 {
+            out.push(del(spans[a - 1].end..spans[b].end));
+        } else {
+            out.push(del(spans[0].start..spans[b + 1].start));
+        }
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removals_keep_the_array_valid() {
+        let text = "[1, 2 ,3,4]";
+        let spans: Vec<Range<usize>> = vec![1..2, 4..5, 7..8, 9..10];
+        let apply = |idx: &[usize]| {
+            String::from_utf8(
+                crate::json_edit::splice(text.as_bytes(), removal_edits(&spans, idx)).unwrap(),
+            )
+            .unwrap()
+        };
+        assert_eq!(apply(&[0]), "[2 ,3,4]");
+        assert_eq!(apply(&[0, 1]), "[3,4]");
+        assert_eq!(apply(&[1]), "[1 ,3,4]");
+        assert_eq!(apply(&[1, 2]), "[1,4]");
+        assert_eq!(apply(&[3]), "[1, 2 ,3]");
+        assert_eq!(apply(&[0, 2]), "[2,4]");
+        assert_eq!(apply(&[0, 1, 2, 3]), "[]");
+        for idx in [&[0usize][..], &[0, 1], &[1, 3], &[0, 3], &[2, 3]] {
+            let out = apply(idx);
+            assert!(
+                serde_json::from_str::<serde_json::Value>(&out).is_ok(),
+                "{out}"
+            );
+        }
+    }
+}

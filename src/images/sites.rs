@@ -1,0 +1,214 @@
+//! Where each image of a body sits: what the dialect walkers report and the image passes edit.
+//!
+//! A [`Walk`] lists every image block / part ([`Site`]) in document order with the byte spans
+//! needed to edit it in place: the media-type string, the base64 / data-URL string, the whole
+//! block (for a text replacement), and where a note goes after it. Spans point into the
+//! original body, so edits are spliced ([`crate::json_edit::splice`]) and every other byte
+//! stays as sent.
+
+use std::ops::Range;
+
+/// How a replacement text block / part is written in a dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextStyle {
+    /// `{"type":"text","text":…}` (Anthropic Messages, OpenAI Chat).
+    Text,
+    /// `{"type":"input_text","text":…}` (OpenAI Responses).
+    InputText,
+    /// `{"text":…}` (Gemini).
+    Bare,
+}
+
+impl TextStyle {
+    /// A text block holding `text`, with `keep` (a `"key":raw value` member the image had, such
+    /// as its `cache_control`) appended.
+    pub fn block(self, text: &str, keep: Option<(&str, &str)>) -> String {
+        let quoted = serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned());
+        let mut out = String::with_capacity(quoted.len() + 48);
+        match self {
+            TextStyle::Text => out.push_str("{\"type\":\"text\",\"text\":"),
+            TextStyle::InputText => out.push_str("{\"type\":\"input_text\",\"text\":"),
+            TextStyle::Bare => out.push_str("{\"text\":"),
+        }
+        out.push_str(&quoted);
+        if let Some((key, value)) = keep {
+            out.push_str(",\"");
+            out.push_str(key);
+            out.push_str("\":");
+            out.push_str(value);
+        }
+        out.push('}');
+        out
+    }
+}
+
+/// An image carrier (an image-bearing tool result) as the walker found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarrierInfo {
+    /// Position for reports, e.g. `messages[3].content[1]`.
+    pub path: String,
+    /// What identifies it, e.g. `tool_use_id toolu_01`.
+    pub label: Option<String>,
+}
+
+/// A JSON string inside the body: its text as sent (escapes kept) and the byte span of that
+/// text (between the quotes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StrAt<'a> {
+    pub text: &'a str,
+    pub span: Range<usize>,
+}
+
+/// What an image holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload<'a> {
+    /// Base64 in its own string with a separate media-type field (Anthropic `source`, Gemini
+    /// `inlineData`).
+    Base64 {
+        data: StrAt<'a>,
+        /// The declared media type, when the field is a string.
+        media_type: Option<StrAt<'a>>,
+    },
+    /// A `data:<mime>;base64,<data>` URL (OpenAI Chat / Responses).
+    DataUrl(StrAt<'a>),
+    /// Counted, never read: a remote URL, a file id, a missing or odd source. `bytes` as sent.
+    Opaque { bytes: u64 },
+}
+
+impl Payload<'_> {
+    /// Length as sent of the base64 / data-URL string (the unit of every byte limit).
+    pub fn sent_len(&self) -> u64 {
+        match self {
+            Payload::Base64 { data, .. } => data.text.len() as u64,
+            Payload::DataUrl(url) => url.text.len() as u64,
+            Payload::Opaque { bytes } => *bytes,
+        }
+    }
+
+    /// The base64 text (raw JSON string text) and, for a data URL, the header length.
+    pub fn base64(&self) -> Option<(&str, Option<&str>)> {
+        match self {
+            Payload::Base64 { data, media_type } => {
+                Some((data.text, media_type.as_ref().map(|m| m.text)))
+            }
+            Payload::DataUrl(url) => {
+                let (mime, data) = split_data_url(url.text)?;
+                Some((data, Some(mime)))
+            }
+            Payload::Opaque { .. } => None,
+        }
+    }
+}
+
+/// `data:<mime>[;params];base64,<data>` → (`<mime>[;params]` without `;base64`, `<data>`).
+/// `None` for anything else (a remote URL, a non-base64 data URL).
+pub fn split_data_url(url: &str) -> Option<(&str, &str)> {
+    let rest = url
+        .get(..5)
+        .filter(|p| p.eq_ignore_ascii_case("data:"))
+        .map(|_| &url[5..])?;
+    let (meta, data) = rest.split_once(',')?;
+    let mime = meta
+        .len()
+        .checked_sub(7)
+        .filter(|&i| {
+            meta.get(i..)
+                .is_some_and(|t| t.eq_ignore_ascii_case(";base64"))
+        })
+        .map(|i| &meta[..i])?;
+    Some((mime, data))
+}
+
+/// Where an image sits in its array, which decides how a text replacement is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// In a content list that accepts text: the block is replaced by a text block, and a note
+    /// is inserted right after it.
+    InList,
+    /// In an array that accepts no text (Gemini `functionResponse.parts`): a replaced image is
+    /// removed from `Walk::arrays[array]` (element `index`) and its text goes, like a note, into
+    /// the enclosing parts list right after the function response, at byte `after`.
+    Nested {
+        array: usize,
+        index: usize,
+        after: usize,
+    },
+}
+
+/// One image block / part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Site<'a> {
+    /// Position for reports, e.g. `messages[3].content[1].content[0]`.
+    pub path: String,
+    /// Index into [`Walk::carriers`] for an agent image; `None` for an upload.
+    pub carrier: Option<usize>,
+    /// Byte span of the whole block / part.
+    pub block: Range<usize>,
+    pub payload: Payload<'a>,
+    /// A member carried over to a text replacement: `(key, raw JSON value)`.
+    pub keep: Option<(&'static str, &'a str)>,
+    pub placement: Placement,
+}
+
+/// Every image of one body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Walk<'a> {
+    /// The request's `model`.
+    pub model: Option<String>,
+    /// Images in document order.
+    pub sites: Vec<Site<'a>>,
+    /// Carriers in document order (oldest first).
+    pub carriers: Vec<CarrierInfo>,
+    /// Element spans of the arrays images may be removed from ([`Placement::Nested`]).
+    pub arrays: Vec<Vec<Range<usize>>>,
+    /// How this dialect writes a text block.
+    pub style: TextStyle,
+}
+
+impl Walk<'_> {
+    /// An empty walk for `style`.
+    pub fn new(model: Option<String>, style: TextStyle) -> Self {
+        Self {
+            model,
+            sites: Vec::new(),
+            carriers: Vec::new(),
+            arrays: Vec::new(),
+            style,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_urls() {
+        assert_eq!(
+            split_data_url("data:image/png;base64,AAAA"),
+            Some(("image/png", "AAAA"))
+        );
+        assert_eq!(
+            split_data_url("DATA:image/png;BASE64,AA"),
+            Some(("image/png", "AA"))
+        );
+        assert_eq!(split_data_url("data:;base64,AA"), Some(("", "AA")));
+        assert_eq!(split_data_url("data:image/png,AA"), None);
+        assert_eq!(split_data_url("https://x/y.png"), None);
+        assert_eq!(split_data_url("dat"), None);
+    }
+
+    #[test]
+    fn text_blocks() {
+        assert_eq!(
+            TextStyle::Text.block("a\"b", Some(("cache_control", "{\"type\":\"ephemeral\"}"))),
+            r#"{"type":"text","text":"a\"b","cache_control":{"type":"ephemeral"}}"#
+        );
+        assert_eq!(
+            TextStyle::InputText.block("x", None),
+            r#"{"type":"input_text","text":"x"}"#
+        );
+        assert_eq!(TextStyle::Bare.block("x", None), r#"{"text":"x"}"#);
+    }
+}
