@@ -134,7 +134,9 @@ pub fn transcode_bytes(bytes: &[u8], target: &Target) -> Result<Transcoded, Tran
             return Ok(out);
         }
     }
-    let rgb = flatten_onto_white(&img);
+    // `DynamicImage::resize_exact` (not the generic `imageops::resize`) so the filter runs as
+    // compiled in the `image` crate.
+    let rgb = DynamicImage::ImageRgb8(flatten_onto_white(&img));
     let mut size = fitted;
     let mut last = None;
     for attempt in 0..=MAX_HALVINGS {
@@ -146,9 +148,9 @@ pub fn transcode_bytes(bytes: &[u8], target: &Target) -> Result<Transcoded, Tran
             size = next;
         }
         let resized = if size == from {
-            rgb.clone()
+            rgb.to_rgb8()
         } else {
-            image::imageops::resize(&rgb, size.0, size.1, RESIZE_FILTER)
+            rgb.resize_exact(size.0, size.1, RESIZE_FILTER).to_rgb8()
         };
         for q in QUALITY_LADDER {
             let jpeg = encode_jpeg(&resized, q)?;
@@ -248,7 +250,12 @@ fn flatten_onto_white(img: &DynamicImage) -> RgbImage {
 fn encode_jpeg(img: &RgbImage, quality: u8) -> Result<Vec<u8>, TranscodeError> {
     let mut buf = Vec::new();
     image::codecs::jpeg::JpegEncoder::new_with_quality(&mut buf, quality)
-        .encode_image(img)
+        .encode(
+            img.as_raw(),
+            img.width(),
+            img.height(),
+            image::ExtendedColorType::Rgb8,
+        )
         .map_err(|e| TranscodeError::Encode(e.to_string()))?;
     Ok(buf)
 }
