@@ -12,6 +12,7 @@
 //!    and, for event streams, `x-accel-buffering: no` added); the body streams back through
 //!    [`ObservedBody`], which writes the log line when it ends.
 
+use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,8 +34,11 @@ use crate::body::{self, ReadBody};
 use crate::config::ReasoningConfig;
 use crate::config::{Dialect, Loaded, ServerConfig};
 use crate::error::ProxyError;
+use crate::images::recovery::{classify_image_rejection, ImageRejectionKind, NO_IMAGE_INPUT};
 use crate::reasoning::{self, ResolvedRoute};
-use crate::rewrite::{rewrite_request, ReasoningInputs, RewriteContext, RewriteReport};
+use crate::rewrite::{
+    rewrite_request, ReasoningInputs, RewriteContext, RewriteOutcome, RewriteReport, VerdictLookup,
+};
 use crate::route::{classify_path, error_dialect_for_path, model_from_path, Matched, RouteTable};
 use crate::state::{Store, StoreOptions};
 use crate::stream::ObservedBody;
@@ -263,6 +267,7 @@ async fn handle(
                     dialect,
                     &mut headers,
                     original.clone(),
+                    None,
                     &mut log,
                 )
                 .await;
@@ -291,7 +296,7 @@ async fn handle(
     };
     let resp = match replay {
         Some(replay) if resp.status().is_client_error() && !matched.route.dry_run => {
-            match retry_unknown_field(&state, &matched, &method, replay, resp, &mut log).await {
+            match retry_once(&state, &matched, &method, replay, resp, &mut log).await {
                 Ok(r) => r,
                 Err(err) => return Ok(proxy_error(err, dialect, log, started)),
             }
@@ -379,10 +384,21 @@ async fn send_upstream(
     }
 }
 
-/// A 4xx arrived for a buffered request: if it names a field this request sent as unknown
-/// (and that is new for this host and model), store the verdict, rebuild the request without
-/// it and send it once more. Otherwise the 4xx goes to the client unchanged.
-async fn retry_unknown_field(
+/// What a 4xx taught, deciding the one retry.
+enum Lesson {
+    /// Fields the upstream named as unknown (new for this host and model).
+    UnknownFields(String),
+    /// An image the upstream rejected, to repair / shrink / replace.
+    Image(ImageRejectionKind),
+}
+
+/// A 4xx arrived for a buffered request. Two cases earn the one retry (design.md, "Retry"):
+/// it names a field this request sent as unknown, new for this (host, model) — the verdict
+/// is stored first; or it rejects an image the passes can repair, shrink or replace (a model
+/// that sees no images is remembered the same way). The request is rebuilt from the client's
+/// original body and sent once more when that changes the bytes; otherwise the 4xx goes to
+/// the client unchanged.
+async fn retry_once(
     state: &AppState,
     matched: &Matched<'_>,
     method: &Method,
@@ -421,33 +437,63 @@ async fn retry_unknown_field(
     let droppable = state.reasoning.droppable_params.clone();
     let error_body = head.clone();
     let detect_route = route.clone();
-    let detected = tokio::task::spawn_blocking(move || {
-        reasoning::detect(status, &error_body, &sent, &detect_route, &droppable)
+    let found = tokio::task::spawn_blocking(move || {
+        match reasoning::detect(status, &error_body, &sent, &detect_route, &droppable) {
+            Some(d) => Some(Ok(d)),
+            None => classify_image_rejection(status, &error_body).map(Err),
+        }
     })
     .await
     .ok()
     .flatten();
-    let Some(detected) = detected else {
-        return Ok(pass_through(head, rest));
+    let lesson = match found {
+        None => return Ok(pass_through(head, rest)),
+        Some(Ok(detected)) => {
+            let learned =
+                state
+                    .store
+                    .learn(&route.host, &model, &detected.fields, &detected.wording);
+            if learned.is_empty() {
+                tracing::info!(target: "cachekeeper::retry", route = %log.route, host = %route.host, model = %model, "unknown-field rejection teaches nothing new; not retrying");
+                return Ok(pass_through(head, rest));
+            }
+            let fields = learned.iter().cloned().collect::<Vec<_>>().join(",");
+            tracing::info!(
+                target: "cachekeeper::retry",
+                route = %log.route,
+                host = %route.host,
+                model = %model,
+                status,
+                fields = %fields,
+                wording = %detected.wording,
+                "upstream named fields as unknown; verdict stored, retrying once without them"
+            );
+            Lesson::UnknownFields(fields)
+        }
+        Some(Err(rejection)) => {
+            if rejection.kind == ImageRejectionKind::ModelCannotSeeImages {
+                let verdict = BTreeSet::from([NO_IMAGE_INPUT.to_owned()]);
+                state
+                    .store
+                    .learn(&route.host, &model, &verdict, &rejection.wording);
+            }
+            tracing::info!(
+                target: "cachekeeper::retry",
+                route = %log.route,
+                host = %route.host,
+                model = %model,
+                status,
+                kind = ?rejection.kind,
+                wording = %rejection.wording,
+                "upstream rejected an image; rebuilding and retrying once"
+            );
+            Lesson::Image(rejection.kind)
+        }
     };
-    let learned = state
-        .store
-        .learn(&route.host, &model, &detected.fields, &detected.wording);
-    if learned.is_empty() {
-        tracing::info!(target: "cachekeeper::retry", route = %log.route, host = %route.host, model = %model, "unknown-field rejection teaches nothing new; not retrying");
-        return Ok(pass_through(head, rest));
-    }
-    let fields = learned.iter().cloned().collect::<Vec<_>>().join(",");
-    tracing::info!(
-        target: "cachekeeper::retry",
-        route = %log.route,
-        host = %route.host,
-        model = %model,
-        status,
-        fields = %fields,
-        wording = %detected.wording,
-        "upstream named fields as unknown; verdict stored, retrying once without them"
-    );
+    let recovery = match &lesson {
+        Lesson::Image(kind) => Some(*kind),
+        Lesson::UnknownFields(_) => None,
+    };
     let mut headers = replay.client_headers;
     let passed = run_passes(
         state,
@@ -455,13 +501,17 @@ async fn retry_unknown_field(
         replay.dialect,
         &mut headers,
         replay.original,
+        recovery,
         log,
     )
     .await;
     if passed.sent == replay.passed.sent {
         return Ok(pass_through(head, rest));
     }
-    log.retried_without = Some(fields);
+    log.retried_without = Some(match lesson {
+        Lesson::UnknownFields(fields) => fields,
+        Lesson::Image(kind) => format!("image:{kind:?}"),
+    });
     log.bytes_out = passed.sent.len() as u64;
     send_upstream(
         state,
@@ -482,9 +532,10 @@ async fn run_passes(
     dialect: Dialect,
     headers: &mut http::HeaderMap,
     original: Bytes,
+    recovery: Option<ImageRejectionKind>,
     log: &mut RequestLog,
 ) -> Passed {
-    let sent = run_passes_inner(state, matched, dialect, headers, original, log).await;
+    let sent = run_passes_inner(state, matched, dialect, headers, original, recovery, log).await;
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(sent.sent.len()));
     sent
 }
@@ -495,6 +546,7 @@ async fn run_passes_inner(
     dialect: Dialect,
     headers: &mut http::HeaderMap,
     original: Bytes,
+    recovery: Option<ImageRejectionKind>,
     log: &mut RequestLog,
 ) -> Passed {
     let unchanged = |sent: Bytes| Passed {
@@ -527,7 +579,7 @@ async fn run_passes_inner(
             images: &route.images,
             transcodes: Some(&transcodes),
             credential_scope: &credential_scope,
-            image_recovery: None,
+            image_recovery: recovery,
             reasoning: Some(ReasoningInputs {
                 provider: route.provider.as_deref(),
                 upstream_host: &host,
@@ -539,7 +591,24 @@ async fn run_passes_inner(
                 verdicts: &store,
             }),
         };
-        Some(rewrite_request(&ctx, &decoded))
+        let first = rewrite_request(&ctx, &decoded);
+        // A model learned to see no images gets them replaced up front.
+        let knows_no_images = |o: &RewriteOutcome| {
+            o.reasoning_route
+                .as_ref()
+                .zip(o.report.model.as_deref())
+                .is_some_and(|(r, m)| store.omit(&r.host, m).contains(NO_IMAGE_INPUT))
+        };
+        match first {
+            Ok(o) if recovery.is_none() && o.report.images_seen > 0 && knows_no_images(&o) => {
+                let ctx = RewriteContext {
+                    image_recovery: Some(ImageRejectionKind::ModelCannotSeeImages),
+                    ..ctx
+                };
+                Some(rewrite_request(&ctx, &decoded))
+            }
+            other => Some(other),
+        }
     })
     .await;
     let route_name = &matched.route.name;
@@ -599,6 +668,10 @@ async fn run_passes_inner(
 }
 
 fn apply_report(log: &mut RequestLog, report: &RewriteReport) {
+    log.images_repaired = report.images_repaired;
+    log.images_downscaled = report.images_downscaled;
+    log.images_repeat_capped = report.images_repeat_capped;
+    log.images_replaced = report.images_replaced;
     let c = &report.shape;
     log.reasoning_edits = c.carriers_dropped
         + c.carriers_filled
@@ -617,8 +690,17 @@ fn apply_report(log: &mut RequestLog, report: &RewriteReport) {
 /// The `x-cachekeeper-rewrites` value: what the passes did, as counts.
 fn rewrites_summary(log: &RequestLog, dry_run: bool) -> String {
     let mut s = format!(
-        "images_seen={}; images_retired={}; carriers_retired={}; reasoning_edits={}; body={}",
-        log.images_seen, log.images_retired, log.carriers_retired, log.reasoning_edits, log.body
+        "images_seen={}; images_repaired={}; images_downscaled={}; images_repeat_capped={}; \
+         images_replaced={}; images_retired={}; carriers_retired={}; reasoning_edits={}; body={}",
+        log.images_seen,
+        log.images_repaired,
+        log.images_downscaled,
+        log.images_repeat_capped,
+        log.images_replaced,
+        log.images_retired,
+        log.carriers_retired,
+        log.reasoning_edits,
+        log.body
     );
     if dry_run {
         s.push_str("; dry_run=1");

@@ -90,6 +90,14 @@ pub struct RequestLog {
     /// Response body bytes sent to the client.
     pub response_bytes: u64,
     pub images_seen: usize,
+    /// Images whose media type or format was repaired (uploads included).
+    pub images_repaired: usize,
+    /// Agent images downscaled to the byte budget / pixel caps.
+    pub images_downscaled: usize,
+    /// Repeated agent images replaced by the repeat-cap text.
+    pub images_repeat_capped: usize,
+    /// Images replaced by a fixed text (unsupported format, model sees no images).
+    pub images_replaced: usize,
     pub images_retired: usize,
     pub carriers_retired: usize,
     /// What happened to the body: `passthrough`, `unchanged`, `rewritten`, `dry_run`,
@@ -121,6 +129,10 @@ impl RequestLog {
             bytes_out = self.bytes_out,
             response_bytes = self.response_bytes,
             images_seen = self.images_seen,
+            images_repaired = self.images_repaired,
+            images_downscaled = self.images_downscaled,
+            images_repeat_capped = self.images_repeat_capped,
+            images_replaced = self.images_replaced,
             images_retired = self.images_retired,
             carriers_retired = self.carriers_retired,
             body = self.body,

@@ -1,5 +1,6 @@
 //! The request log: one JSON line per request, with how it ended, and never a credential —
 //! at any level. Its own test binary, because it installs the global subscriber.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

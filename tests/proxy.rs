@@ -552,7 +552,7 @@ async fn eviction_happens_through_the_proxy_plain_and_gzip() {
     assert_eq!(status, 200);
     assert_eq!(
         headers["x-cachekeeper-rewrites"],
-        "images_seen=21; images_retired=8; carriers_retired=8; reasoning_edits=0; body=rewritten"
+        "images_seen=21; images_repaired=0; images_downscaled=0; images_repeat_capped=0; images_replaced=0; images_retired=8; carriers_retired=8; reasoning_edits=0; body=rewritten"
     );
     let plain = mock.last().body;
     let v: serde_json::Value = serde_json::from_slice(&plain).unwrap();

@@ -1,5 +1,6 @@
 //! Unknown-field 4xx: learn, retry once, remember — through the proxy, against mock upstreams
 //! that behave like strict providers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -21,6 +21,10 @@
 
 use crate::rewrite::{rewrite_request, RewriteContext, RewriteError, RewriteOutcome};
 
+/// The verdict field stored for a (host, model) that answered "model can't see images": later
+/// requests get their images replaced up front (hermes-reference §1.9).
+pub const NO_IMAGE_INPUT: &str = "image_input";
+
 /// What a provider rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ImageRejectionKind {
