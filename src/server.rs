@@ -475,7 +475,7 @@ async fn retry_once(
                 let verdict = BTreeSet::from([NO_IMAGE_INPUT.to_owned()]);
                 state
                     .store
-                    .learn(&route.host, &model, &verdict, &rejection.wording);
+                    .learn(&route.host, &model, &verdict, rejection.wording);
             }
             tracing::info!(
                 target: "cachekeeper::retry",
