@@ -18,9 +18,7 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor}
 use serde_json::value::RawValue;
 
 use super::{parse_body, raw_is, raw_str, str_at, string_value, Items, List};
-use crate::images::sites::{
-    split_data_url, CarrierInfo, Payload, Placement, Site, TextStyle, Walk,
-};
+use crate::images::sites::{split_data_url, Payload, Placement, Site, TextStyle, Walk};
 use crate::images::Inventory;
 use crate::json_edit::span_of;
 use crate::rewrite::RewriteError;
@@ -221,17 +219,8 @@ pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, R
             only_images_and_text,
             text_len,
         );
-        if let Some(label) = label {
-            let carrier = walk.carriers.len();
-            walk.carriers.push(CarrierInfo {
-                path: format!("messages[{mi}]"),
-                label: Some(label),
-            });
-            for site in &mut images {
-                site.carrier = Some(carrier);
-            }
-        }
-        walk.sites.extend(images);
+        let carrier = label.map(|label| walk.push_carrier(format!("messages[{mi}]"), Some(label)));
+        walk.extend_sites(images, carrier);
     }
     Ok(walk)
 }

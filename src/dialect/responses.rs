@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 
 use super::openai::{agent_label, url_payload};
 use super::{parse_body, raw_is, raw_str, string_value, Items, List};
-use crate::images::sites::{CarrierInfo, Placement, Site, TextStyle, Walk};
+use crate::images::sites::{Placement, Site, TextStyle, Walk};
 use crate::json_edit::span_of;
 use crate::rewrite::RewriteError;
 
@@ -127,17 +127,8 @@ pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, R
             only_images_and_text,
             text_len,
         );
-        if let Some(label) = label {
-            let carrier = walk.carriers.len();
-            walk.carriers.push(CarrierInfo {
-                path: format!("input[{ii}]"),
-                label: Some(label),
-            });
-            for site in &mut images {
-                site.carrier = Some(carrier);
-            }
-        }
-        walk.sites.extend(images);
+        let carrier = label.map(|label| walk.push_carrier(format!("input[{ii}]"), Some(label)));
+        walk.extend_sites(images, carrier);
     }
     Ok(walk)
 }

@@ -176,6 +176,24 @@ impl Walk<'_> {
             style,
         }
     }
+
+    /// Record a carrier; returns its index.
+    pub fn push_carrier(&mut self, path: String, label: Option<String>) -> usize {
+        self.carriers.push(CarrierInfo { path, label });
+        self.carriers.len() - 1
+    }
+}
+
+impl<'a> Walk<'a> {
+    /// Record one message's images, attached to `carrier` when they are agent images.
+    pub fn extend_sites(&mut self, mut images: Vec<Site<'a>>, carrier: Option<usize>) {
+        if carrier.is_some() {
+            for site in &mut images {
+                site.carrier = carrier;
+            }
+        }
+        self.sites.extend(images);
+    }
 }
 
 #[cfg(test)]
