@@ -208,16 +208,7 @@ impl Store {
             Ok((c, v))
         });
         match conn {
-            Ok((conn, verdicts)) => {
-                let store = Self {
-                    inner: Arc::new(Inner {
-                        verdicts: RwLock::new(verdicts),
-                        durable: AtomicBool::new(true),
-                    }),
-                    tx: None,
-                };
-                store.start_writer(conn, opts.retention_days)
-            }
+            Ok((conn, verdicts)) => Self::with_writer(conn, verdicts, opts.retention_days),
             Err(e) => {
                 tracing::warn!(
                     target: "cachekeeper::state",
@@ -235,18 +226,25 @@ impl Store {
         let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
             .and_then(|c| load_verdicts(&c).map(|v| (c, v)));
         match conn {
-            Ok((conn, verdicts)) => {
-                let store = Self {
-                    inner: Arc::new(Inner {
-                        verdicts: RwLock::new(verdicts),
-                        durable: AtomicBool::new(true),
-                    }),
-                    tx: None,
-                };
-                store.start_writer(conn, 0)
-            }
+            Ok((conn, verdicts)) => Self::with_writer(conn, verdicts, 0),
             Err(_) => Self::in_memory(),
         }
+    }
+
+    /// A durable store over an open connection, with its writer thread.
+    fn with_writer(
+        conn: Connection,
+        verdicts: BTreeMap<VerdictKey, Verdict>,
+        retention_days: u32,
+    ) -> Self {
+        let store = Self {
+            inner: Arc::new(Inner {
+                verdicts: RwLock::new(verdicts),
+                durable: AtomicBool::new(true),
+            }),
+            tx: None,
+        };
+        store.start_writer(conn, retention_days)
     }
 
     fn start_writer(mut self, conn: Connection, retention_days: u32) -> Self {
