@@ -70,10 +70,21 @@ pub fn full(bytes: Bytes) -> UpstreamBody {
 }
 
 /// The client's body streamed upstream as it arrives, after the chunks already read.
-pub fn streamed(head: Vec<Bytes>, rest: Incoming) -> UpstreamBody {
+///
+/// `sent` fires once the client's body has ended (whole, or with an error), so the caller can
+/// start the first-byte timer only then: an upload may take longer than the timeout.
+pub fn streamed(
+    head: Vec<Bytes>,
+    rest: Incoming,
+    sent: tokio::sync::oneshot::Sender<()>,
+) -> UpstreamBody {
     let head = futures_util::stream::iter(head.into_iter().map(|b| Ok(Frame::data(b))));
     let rest = BodyStream::new(rest).map(|r| r.map_err(|e| Box::new(e) as BoxError));
-    StreamBody::new(head.chain(rest)).boxed_unsync()
+    let end = futures_util::stream::once(async move {
+        let _ = sent.send(());
+    })
+    .filter_map(|()| async { None::<Result<Frame<Bytes>, BoxError>> });
+    StreamBody::new(head.chain(rest).chain(end)).boxed_unsync()
 }
 
 /// Read up to `limit` bytes of a response body. Returns what was read and, when the body

@@ -161,8 +161,8 @@ fn gemini_status(status: StatusCode) -> &'static str {
 }
 
 /// The event that ends a stream the upstream broke mid-way, in the dialect's SSE shape:
-/// Anthropic `event: error` with `api_error`, OpenAI a `data: {"error":…}` event. Gemini
-/// streams are simply closed (`None`).
+/// Anthropic `event: error` with `api_error`, OpenAI a `data: {"error":…}` event. Gemini has
+/// no error event (`None`): its streams are aborted so the client sees the break.
 pub fn midstream_error_event(dialect: Option<Dialect>, detail: &str) -> Option<Bytes> {
     let message = format!("cachekeeper: upstream stream broke mid-way: {detail}");
     match dialect {

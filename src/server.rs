@@ -240,6 +240,7 @@ async fn handle(
     upstream::upstream_request_headers(&mut headers, false);
     let mut rewrites_header = "passthrough".to_owned();
     let mut replay: Option<Replay> = None;
+    let mut upload_done: Option<tokio::sync::oneshot::Receiver<()>> = None;
     let upstream_body = if parse {
         let content_length = headers
             .get(header::CONTENT_LENGTH)
@@ -255,7 +256,9 @@ async fn handle(
                 rewrites_header = "too_large".to_owned();
                 log.bytes_in = content_length.unwrap_or(0);
                 log.bytes_out = log.bytes_in;
-                body::streamed(head, rest)
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                upload_done = Some(rx);
+                body::streamed(head, rest, tx)
             }
             Ok(ReadBody::Buffered(original)) => {
                 log.bytes_in = original.len() as u64;
@@ -284,13 +287,24 @@ async fn handle(
             }
         }
     } else {
-        body::streamed(Vec::new(), incoming)
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        upload_done = Some(rx);
+        body::streamed(Vec::new(), incoming, tx)
     };
 
     // Phase 4: upstream, and at most one retry after an unknown-field 4xx.
     let method = parts.method;
     let upstream_started = Instant::now();
-    let resp = match send_upstream(&state, &matched, method.clone(), headers, upstream_body).await {
+    let resp = match send_upstream(
+        &state,
+        &matched,
+        method.clone(),
+        headers,
+        upstream_body,
+        upload_done,
+    )
+    .await
+    {
         Ok(r) => r,
         Err(err) => return Ok(proxy_error(err, dialect, log, started)),
     };
@@ -356,13 +370,16 @@ struct Replay {
 /// Longest 4xx body read to look for an unknown-field verdict, bytes.
 const ERROR_BODY_LIMIT: u64 = 1024 * 1024;
 
-/// Send one request upstream within `first_byte_timeout_ms`.
+/// Send one request upstream. The response headers must arrive within
+/// `first_byte_timeout_ms` of the request body having been sent: at once for a buffered body,
+/// or from `upload_done` for a body streamed from the client.
 async fn send_upstream(
     state: &AppState,
     matched: &Matched<'_>,
     method: Method,
     headers: http::HeaderMap,
     body: upstream::UpstreamBody,
+    upload_done: Option<tokio::sync::oneshot::Receiver<()>>,
 ) -> Result<Response<upstream::UpstreamBody>, ProxyError> {
     let mut up = Request::new(body);
     *up.method_mut() = method;
@@ -370,8 +387,19 @@ async fn send_upstream(
     *up.version_mut() = Version::HTTP_11;
     *up.headers_mut() = headers;
     let first_byte = Duration::from_millis(state.server.first_byte_timeout_ms);
-    match tokio::time::timeout(first_byte, state.client.request(up)).await {
-        Err(_) => Err(ProxyError::FirstByteTimeout {
+    let deadline = async move {
+        if let Some(done) = upload_done {
+            // A dropped sender (the body failed) starts the timer too.
+            let _ = done.await;
+        }
+        tokio::time::sleep(first_byte).await;
+    };
+    let outcome = tokio::select! {
+        r = state.client.request(up) => Ok(r),
+        () = deadline => Err(()),
+    };
+    match outcome {
+        Err(()) => Err(ProxyError::FirstByteTimeout {
             upstream: upstream_label(matched),
             ms: state.server.first_byte_timeout_ms,
         }),
@@ -408,12 +436,23 @@ async fn retry_once(
 ) -> Result<Response<upstream::UpstreamBody>, ProxyError> {
     let (rparts, rbody) = resp.into_parts();
     let status = rparts.status.as_u16();
-    let (head, rest) = match body::read_prefix(rbody, ERROR_BODY_LIMIT).await {
-        Ok(x) => x,
-        Err(e) => {
+    let idle = Duration::from_millis(state.server.idle_timeout_ms);
+    let read = tokio::time::timeout(idle, body::read_prefix(rbody, ERROR_BODY_LIMIT)).await;
+    let (head, rest) = match read {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
             return Err(ProxyError::UpstreamBroken {
                 upstream: upstream_label(matched),
-                detail: e.to_string(),
+                detail: format!("{status} response body broke: {e}"),
+            })
+        }
+        Err(_) => {
+            return Err(ProxyError::UpstreamBroken {
+                upstream: upstream_label(matched),
+                detail: format!(
+                    "{status} response body stalled for {} ms",
+                    state.server.idle_timeout_ms
+                ),
             })
         }
     };
@@ -519,6 +558,7 @@ async fn retry_once(
         method.clone(),
         headers,
         body::full(passed.sent),
+        None,
     )
     .await
 }

@@ -57,7 +57,8 @@ impl ObservedBody {
         }
     }
 
-    /// The stream broke: end it with the dialect's error event (event streams) or an error.
+    /// The stream broke: end it with the dialect's error event (Anthropic and OpenAI event
+    /// streams) or abort it (everything else), never with a clean end.
     fn broken(
         &mut self,
         outcome: Outcome,
@@ -79,8 +80,9 @@ impl ObservedBody {
         self.finish(outcome);
         match (self.sse, event) {
             (Some(_), Some(e)) => Poll::Ready(Some(Ok(Frame::data(e)))),
-            (Some(_), None) => Poll::Ready(None),
-            (None, _) => Poll::Ready(Some(Err(detail.into()))),
+            // No error event in this dialect (Gemini) or not an event stream: abort, so the
+            // client sees a broken response rather than a clean end.
+            _ => Poll::Ready(Some(Err(detail.into()))),
         }
     }
 }

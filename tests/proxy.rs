@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, Mutex as AsyncMutex};
 
@@ -298,7 +299,7 @@ async fn sse_is_streamed_event_by_event() {
     proxy.stop().await;
 }
 
-async fn midstream_reset(path: &str) -> String {
+async fn midstream_reset(path: &str) -> Result<String, String> {
     let handler: Handler = Arc::new(|_r: &Recorded| {
         let (tx, body) = channel_body();
         tokio::spawn(async move {
@@ -320,25 +321,29 @@ async fn midstream_reset(path: &str) -> String {
         .unwrap();
     let resp = c.request(req).await.unwrap();
     assert_eq!(resp.status(), 200);
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let body = resp.into_body().collect().await.map(|b| b.to_bytes());
     // The proxy keeps serving.
     let (status, _, _) = send(&c, &proxy.url("/openai/v1/models"), &[], "").await;
     assert_eq!(status, 200);
     proxy.stop().await;
-    String::from_utf8(body.to_vec()).unwrap()
+    body.map(|b| String::from_utf8(b.to_vec()).unwrap())
+        .map_err(|e| e.to_string())
 }
 
 #[tokio::test]
 async fn upstream_reset_mid_stream_ends_with_the_dialects_error_event() {
-    let a = midstream_reset("/anthropic/v1/messages").await;
+    let a = midstream_reset("/anthropic/v1/messages").await.unwrap();
     assert!(a.starts_with("data: {\"id\":\"1\"}\n\n"), "{a}");
     assert!(a.contains("event: error\ndata: {"), "{a}");
     assert!(a.contains("\"api_error\""), "{a}");
-    let o = midstream_reset("/openai/v1/chat/completions").await;
+    let o = midstream_reset("/openai/v1/chat/completions")
+        .await
+        .unwrap();
     assert!(o.contains("data: {\"error\":{"), "{o}");
     let g =
         midstream_reset("/gemini/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse").await;
-    assert_eq!(g, "data: {\"id\":\"1\"}\n\n");
+    // Gemini has no error event: the stream is aborted, never ended cleanly.
+    assert!(g.is_err(), "{g:?}");
 }
 
 #[tokio::test]
@@ -634,6 +639,84 @@ async fn dry_run_logs_but_forwards_the_original() {
     assert!(
         h.contains("images_retired=8") && h.contains("dry_run=1"),
         "{h}"
+    );
+    proxy.stop().await;
+}
+
+/// A 4xx whose body stalls must not hang the client: the proxy reads error bodies within
+/// `idle_timeout_ms` and answers 502 in the dialect's shape.
+#[tokio::test]
+async fn a_stalled_4xx_body_is_bounded_by_the_idle_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 65536];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 80\r\n\r\n{\"error\":")
+                .await;
+            held.push(s);
+        }
+    });
+    let proxy = start_proxy(&config_for(
+        &format!("http://{up_addr}"),
+        "[server]\nidle_timeout_ms = 300\n",
+    ))
+    .await;
+    let sent = tokio::time::timeout(
+        Duration::from_secs(10),
+        send(
+            &client(),
+            &proxy.url("/openai/v1/chat/completions"),
+            &[],
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#,
+        ),
+    )
+    .await
+    .expect("the client must not hang");
+    let (status, _, body) = sent;
+    assert_eq!(status, 502);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("stalled"),
+        "{v}"
+    );
+    proxy.stop().await;
+}
+
+/// The first-byte timer starts when a streamed upload has been sent, not when it began.
+#[tokio::test]
+async fn a_slow_streamed_upload_is_not_cut_by_the_first_byte_timeout() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(
+        &mock.url(),
+        "[server]\nfirst_byte_timeout_ms = 300\n",
+    ))
+    .await;
+    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
+    let stream = Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }));
+    tokio::spawn(async move {
+        for i in 0..8 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let _ = tx
+                .send(Ok(Frame::data(Bytes::from(format!("part{i};")))))
+                .await;
+        }
+    });
+    let c = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::StreamBody<_>>();
+    let req = http::Request::post(proxy.url("/openai/v1/files"))
+        .body(http_body_util::StreamBody::new(stream))
+        .unwrap();
+    let resp = c.request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        &mock.last().body[..],
+        b"part0;part1;part2;part3;part4;part5;part6;part7;"
     );
     proxy.stop().await;
 }
