@@ -226,6 +226,10 @@ impl ImagesConfig {
             ));
             self.embed_target_bytes = clamped;
         }
+        if self.max_blocks == 0 {
+            warnings.push(format!("{scope}.max_blocks = 0 is not allowed; using 1"));
+            self.max_blocks = 1;
+        }
         if self.evict_batch == 0 {
             warnings.push(format!("{scope}.evict_batch = 0 is not allowed; using 1"));
             self.evict_batch = 1;
@@ -421,11 +425,29 @@ impl Config {
     fn validate(&mut self, warnings: &mut Vec<String>) -> Result<(), FromTomlError> {
         let invalid = |m: String| Err(FromTomlError::Invalid(m));
         self.images.clamp("images", warnings);
+        if self.routes.is_empty() {
+            return invalid(
+                "no [[routes]]: add at least one (name, prefix, upstream); see the shipped proxy.toml"
+                    .to_owned(),
+            );
+        }
         let mut seen = std::collections::HashSet::new();
+        let mut names = std::collections::HashSet::new();
         for (i, r) in self.routes.iter().enumerate() {
             let at = format!("routes[{i}] (name = {:?})", r.name);
-            if !r.prefix.starts_with('/') {
-                return invalid(format!("{at}: prefix {:?} must start with '/'", r.prefix));
+            if r.name.trim().is_empty() {
+                return invalid(format!("routes[{i}]: name must not be empty"));
+            }
+            if !names.insert(r.name.as_str()) {
+                return invalid(format!("{at}: name is used twice"));
+            }
+            if !r.prefix.starts_with('/')
+                || r.prefix.split('/').any(|seg| seg == "." || seg == "..")
+            {
+                return invalid(format!(
+                    "{at}: prefix {:?} must start with '/' and have no '.' or '..' segments",
+                    r.prefix
+                ));
             }
             if !seen.insert(r.prefix.trim_end_matches('/').to_owned()) {
                 return invalid(format!("{at}: prefix {:?} is used twice", r.prefix));
@@ -434,12 +456,25 @@ impl Config {
                 Ok(u)
                     if matches!(u.scheme_str(), Some("http") | Some("https"))
                         && u.host().is_some()
-                        && u.query().is_none() => {}
+                        && u.query().is_none()
+                        && !u.authority().is_some_and(|a| a.as_str().contains('@')) => {}
                 _ => {
                     return invalid(format!(
-                    "{at}: upstream {:?} must be an http:// or https:// base URL without a query",
-                    r.upstream
-                ))
+                        "{at}: upstream {:?} must be an http:// or https:// base URL without a \
+                         query or credentials (send credentials as headers)",
+                        r.upstream
+                    ))
+                }
+            }
+            if let Some(carriers) = &r.carriers {
+                if let Some(bad) = carriers
+                    .iter()
+                    .find(|c| crate::reasoning::Carrier::from_name(c).is_none())
+                {
+                    return invalid(format!(
+                        "{at}: unknown carrier {bad:?}; known: reasoning_content, reasoning, \
+                         reasoning_details, extra_content, reasoning_opaque"
+                    ));
                 }
             }
             if let Some(p) = &r.provider {
@@ -540,6 +575,12 @@ upstream = "https://api.anthropic.com"
             "[[routes]]\nname='a'\nprefix='/x'\nupstream='https://a.com'\nprovider='nope'\n",
             "[[routes]]\nname='a'\nprefix='/x'\nupstream='https://a.com'\n[[routes]]\nname='b'\nprefix='/x/'\nupstream='https://b.com'\n",
             "[[routes]]\nname='a'\nprefix='/x'\n",
+            "[[routes]]\nname='a'\nprefix='/x'\nupstream='http://user:pw@a.com'\n",
+            "[[routes]]\nname='a'\nprefix='/a/../b'\nupstream='https://a.com'\n",
+            "[[routes]]\nname=''\nprefix='/x'\nupstream='https://a.com'\n",
+            "[[routes]]\nname='a'\nprefix='/x'\nupstream='https://a.com'\n[[routes]]\nname='a'\nprefix='/y'\nupstream='https://b.com'\n",
+            "[[routes]]\nname='a'\nprefix='/x'\nupstream='https://a.com'\ncarriers=['reasoning_contnet']\n",
+            "[server]\nlisten='127.0.0.1:1'\n",
         ] {
             assert!(Config::from_toml(bad).is_err(), "{bad}");
         }

@@ -46,6 +46,9 @@ pub enum ProxyError {
     /// The upstream closed or broke the connection before sending a response. 502.
     #[error("cachekeeper: upstream {upstream} failed before responding: {detail}")]
     UpstreamBroken { upstream: String, detail: String },
+    /// `CONNECT`: this is a reverse proxy, not a forward proxy. 405.
+    #[error("cachekeeper: method {0} is not supported by a reverse proxy; point the client's base URL at cachekeeper instead")]
+    MethodNotAllowed(String),
     /// Reading the client's request body failed (the client went away). 400.
     #[error("cachekeeper: could not read the request body: {0}")]
     ClientBody(String),
@@ -64,15 +67,17 @@ impl ProxyError {
                 StatusCode::GATEWAY_TIMEOUT
             }
             ProxyError::ClientBody(_) => StatusCode::BAD_REQUEST,
+            ProxyError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
 
     /// Where the error came from.
     pub fn source_kind(&self) -> ErrorSource {
         match self {
-            ProxyError::NoRoute { .. } | ProxyError::BadClientToken | ProxyError::ClientBody(_) => {
-                ErrorSource::Downstream
-            }
+            ProxyError::NoRoute { .. }
+            | ProxyError::BadClientToken
+            | ProxyError::ClientBody(_)
+            | ProxyError::MethodNotAllowed(_) => ErrorSource::Downstream,
             _ => ErrorSource::Upstream,
         }
     }
@@ -98,6 +103,7 @@ impl ProxyError {
             ProxyError::FirstByteTimeout { .. } => "first_byte_timeout",
             ProxyError::UpstreamBroken { .. } => "upstream_broken",
             ProxyError::ClientBody(_) => "client_body",
+            ProxyError::MethodNotAllowed(_) => "method_not_allowed",
         }
     }
 
@@ -136,7 +142,7 @@ fn anthropic_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
         401 => "authentication_error",
         404 => "not_found_error",
-        400 => "invalid_request_error",
+        400 | 405 => "invalid_request_error",
         504 => "timeout_error",
         _ => "api_error",
     }
@@ -144,7 +150,7 @@ fn anthropic_type(status: StatusCode) -> &'static str {
 
 fn openai_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
-        400 | 404 => "invalid_request_error",
+        400 | 404 | 405 => "invalid_request_error",
         401 => "authentication_error",
         _ => "server_error",
     }
@@ -155,6 +161,7 @@ fn gemini_status(status: StatusCode) -> &'static str {
         400 => "INVALID_ARGUMENT",
         401 => "UNAUTHENTICATED",
         404 => "NOT_FOUND",
+        405 => "UNIMPLEMENTED",
         504 => "DEADLINE_EXCEEDED",
         _ => "UNAVAILABLE",
     }

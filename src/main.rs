@@ -78,6 +78,10 @@ fn verdicts(path: &std::path::Path, clear: Option<&[String]>) -> ExitCode {
         Err(code) => return code,
     };
     let db = loaded.base_dir.join(&loaded.config.state.path);
+    if !db.exists() {
+        println!("no verdicts (no state database at {} yet)", db.display());
+        return ExitCode::SUCCESS;
+    }
     let conn = match state::open_connection(&db, loaded.config.state.max_bytes) {
         Ok(c) => c,
         Err(e) => {
@@ -164,6 +168,19 @@ fn check(path: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let ca = loaded
+        .config
+        .server
+        .ca_file
+        .as_ref()
+        .map(|p| loaded.base_dir.join(p));
+    if let Err(e) = cachekeeper::upstream::build_client(
+        std::time::Duration::from_millis(loaded.config.server.connect_timeout_ms),
+        ca.as_deref(),
+    ) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     println!("config OK: {}", path.display());
     println!("listen: {}", loaded.config.server.listen);
     for r in table.routes() {
@@ -179,7 +196,7 @@ fn check(path: &std::path::Path) -> ExitCode {
             None,
             r.carriers.as_deref(),
         );
-        let carriers: Vec<String> = profile.carriers.iter().map(|c| format!("{c:?}")).collect();
+        let carriers: Vec<&str> = profile.carriers.iter().map(|c| c.field()).collect();
         if !profile.unknown_carrier_names.is_empty() {
             println!(
                 "warning: route {}: unknown carrier names {:?}",

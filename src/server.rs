@@ -25,7 +25,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -52,6 +52,9 @@ pub type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;
 pub const REWRITES_HEADER: &str = "x-cachekeeper-rewrites";
 /// Request header carrying the client token when `[server] client_token` is set.
 pub const TOKEN_HEADER: &str = "x-cachekeeper-token";
+
+/// How long a client may take to send its request headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Shared, read-only state of a running proxy.
 struct AppState {
@@ -129,7 +132,12 @@ impl Server {
     /// (streams included) finish for up to `shutdown_grace_ms`.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         let graceful = GracefulShutdown::new();
-        let builder = auto::Builder::new(TokioExecutor::new());
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // A client must send its request headers within this long (slow-header clients).
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT);
         let grace = Duration::from_millis(self.state.server.shutdown_grace_ms);
         tokio::pin!(shutdown);
         loop {
@@ -200,7 +208,28 @@ async fn handle(
         ..RequestLog::default()
     };
 
-    // Phase 1: route.
+    // Phase 1: client token, route.
+    if let Some(expected) = &state.server.client_token {
+        let given = req.headers().get(TOKEN_HEADER).map(HeaderValue::as_bytes);
+        if !given.is_some_and(|g| constant_time_eq(g, expected.as_bytes())) {
+            let dialect = error_dialect_for_path(&path, None);
+            return Ok(proxy_error(
+                ProxyError::BadClientToken,
+                dialect,
+                log,
+                started,
+            ));
+        }
+    }
+    if req.method() == Method::CONNECT {
+        let err = ProxyError::MethodNotAllowed(req.method().to_string());
+        return Ok(proxy_error(
+            err,
+            error_dialect_for_path(&path, None),
+            log,
+            started,
+        ));
+    }
     let query = req.uri().query().map(str::to_owned);
     let Some(matched) = state.routes.find(&path, query.as_deref()) else {
         let err = ProxyError::NoRoute {
@@ -218,17 +247,6 @@ async fn handle(
     let class = classify_path(&matched.rest);
     let dialect = matched.route.dialect.or(class.map(|(d, _)| d));
     log.dialect = dialect.map(Dialect::as_str);
-    if let Some(expected) = &state.server.client_token {
-        let given = req.headers().get(TOKEN_HEADER).map(HeaderValue::as_bytes);
-        if !given.is_some_and(|g| constant_time_eq(g, expected.as_bytes())) {
-            return Ok(proxy_error(
-                ProxyError::BadClientToken,
-                dialect,
-                log,
-                started,
-            ));
-        }
-    }
     if is_upgrade(&req) {
         return Ok(tunnel_upgrade(&state, matched, req, log, started).await);
     }
@@ -317,11 +335,15 @@ async fn handle(
         }
         _ => resp,
     };
-    if log.retried_without.is_some() {
+    if let Some(fields) = &log.retried_without {
+        // The retry re-ran the passes: report what went out the second time.
         rewrites_header = format!(
-            "{rewrites_header}; retried_without={}",
-            log.retried_without.as_deref().unwrap_or("")
+            "{}; retried_without={fields}",
+            rewrites_summary(&log, matched.route.dry_run)
         );
+    }
+    if log.model.is_none() {
+        log.model = model_from_path(&matched.rest).map(str::to_owned);
     }
     log.ttfb_ms = Some(ms_since(upstream_started));
 
@@ -811,7 +833,11 @@ fn proxy_error(
         "request failed in the proxy"
     );
     log.emit(Outcome::ProxyError, ms_since(started));
-    err.response::<Bytes>(dialect).map(full_body)
+    let mut resp = err.response::<Bytes>(dialect).map(full_body);
+    if let Ok(v) = HeaderValue::from_str(&format!("proxy_error={}", err.label())) {
+        resp.headers_mut().insert(REWRITES_HEADER, v);
+    }
+    resp
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -19,26 +19,69 @@ pub fn init() {
         .try_init();
 }
 
-/// Query parameters whose value is a credential.
-const SECRET_QUERY_PARAMS: &[&str] = &["key", "api_key", "api-key", "access_token"];
+/// Query parameters whose value is a credential (compared after percent-decoding, ignoring
+/// case): Gemini's `key`, and the common spellings of API keys and tokens.
+const SECRET_QUERY_PARAMS: &[&str] = &[
+    "key",
+    "api_key",
+    "api-key",
+    "apikey",
+    "x-goog-api-key",
+    "x-api-key",
+    "access_token",
+    "token",
+    "auth",
+    "password",
+    "secret",
+    "sig",
+    "signature",
+];
 
-/// The query string with credential parameters' values replaced by `REDACTED`.
-pub fn redact_query(query: &str) -> String {
-    query
-        .split('&')
-        .map(|pair| {
-            let name = pair.split('=').next().unwrap_or("");
-            if SECRET_QUERY_PARAMS
-                .iter()
-                .any(|s| name.eq_ignore_ascii_case(s))
-            {
-                format!("{name}=REDACTED")
-            } else {
-                pair.to_owned()
+/// Percent-decode a query parameter name (invalid escapes are kept as they are).
+fn decode_name(name: &str) -> String {
+    let b = name.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                i += 3;
+                continue;
             }
-        })
-        .collect::<Vec<_>>()
-        .join("&")
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The query string with credential parameters' values replaced by `REDACTED`. Both `&` and
+/// `;` separate parameters; names are percent-decoded before comparing.
+pub fn redact_query(query: &str) -> String {
+    let mut out = String::with_capacity(query.len());
+    let mut rest = query;
+    loop {
+        let end = rest.find(['&', ';']).unwrap_or(rest.len());
+        let pair = &rest[..end];
+        let name = pair.split('=').next().unwrap_or("");
+        let decoded = decode_name(name);
+        if SECRET_QUERY_PARAMS
+            .iter()
+            .any(|s| decoded.trim().eq_ignore_ascii_case(s))
+        {
+            out.push_str(name);
+            out.push_str("=REDACTED");
+        } else {
+            out.push_str(pair);
+        }
+        if end == rest.len() {
+            return out;
+        }
+        out.push_str(&rest[end..=end]);
+        rest = &rest[end + 1..];
+    }
 }
 
 /// How a request ended, for its log line.
@@ -160,5 +203,12 @@ mod tests {
         assert_eq!(redact_query("KEY=x"), "KEY=REDACTED");
         assert_eq!(redact_query("alt=sse"), "alt=sse");
         assert_eq!(redact_query("monkey=1"), "monkey=1");
+        assert_eq!(redact_query("%6Bey=S"), "%6Bey=REDACTED");
+        assert_eq!(redact_query("a=1;key=S"), "a=1;key=REDACTED");
+        assert_eq!(
+            redact_query("token=S&apikey=S&x-goog-api-key=S&b=2"),
+            "token=REDACTED&apikey=REDACTED&x-goog-api-key=REDACTED&b=2"
+        );
+        assert_eq!(redact_query("key"), "key=REDACTED");
     }
 }

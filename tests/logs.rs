@@ -101,4 +101,5 @@ async fn one_line_per_request_with_outcome_and_no_credentials_at_any_level() {
     assert_eq!(lines[1]["model"], "gpt-x");
     assert_eq!(lines[2]["query"], "alt=sse&key=REDACTED");
     assert_eq!(lines[2]["dialect"], "gemini");
+    assert_eq!(lines[2]["model"], "gemini-2.5-pro");
 }

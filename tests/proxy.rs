@@ -104,8 +104,9 @@ async fn every_method_and_non_generation_path_is_tunnelled() {
 async fn unknown_route_is_404_in_dialect_shape_listing_prefixes() {
     let mock = start_mock(echo_ok()).await;
     let proxy = start_proxy(&config_for(&mock.url(), "")).await;
-    let (status, _, body) = send(&client(), &proxy.url("/nope/v1/messages"), &[], "{}").await;
+    let (status, headers, body) = send(&client(), &proxy.url("/nope/v1/messages"), &[], "{}").await;
     assert_eq!(status, 404);
+    assert_eq!(headers["x-cachekeeper-rewrites"], "proxy_error=no_route");
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["type"], "error");
     let msg = v["error"]["message"].as_str().unwrap();
@@ -409,6 +410,10 @@ async fn client_token_is_required_when_configured_and_never_forwarded() {
     .await;
     let (status, _, body) = send(&client(), &proxy.url("/anthropic/v1/messages"), &[], "{}").await;
     assert_eq!(status, 401);
+    // Without the token, an unknown path is 401 too: the route list is not disclosed.
+    let (status, _, other) = send(&client(), &proxy.url("/nope"), &[], "{}").await;
+    assert_eq!(status, 401);
+    assert!(!String::from_utf8_lossy(&other).contains("/anthropic"));
     assert!(std::str::from_utf8(&body)
         .unwrap()
         .contains("authentication_error"));
@@ -718,5 +723,22 @@ async fn a_slow_streamed_upload_is_not_cut_by_the_first_byte_timeout() {
         &mock.last().body[..],
         b"part0;part1;part2;part3;part4;part5;part6;part7;"
     );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn connect_is_refused_in_the_dialect_shape() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 405"), "{text}");
+    assert!(text.contains("cachekeeper: method CONNECT"), "{text}");
+    assert_eq!(mock.count(), 0);
     proxy.stop().await;
 }
