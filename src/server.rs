@@ -63,6 +63,9 @@ struct AppState {
     server: ServerConfig,
     reasoning: ReasoningConfig,
     store: Store,
+    /// Bounds how many requests run the passes at once, so concurrent image decodes cannot
+    /// grow memory without limit (each pass run is CPU-bound anyway).
+    passes: tokio::sync::Semaphore,
     /// Transcoded images, shared by all requests (bounded by `[images] transcode_cache_bytes`).
     transcodes: Arc<crate::images::cache::TranscodeCache>,
 }
@@ -116,6 +119,7 @@ impl Server {
                 server: cfg.server.clone(),
                 reasoning: cfg.reasoning.clone(),
                 store,
+                passes: tokio::sync::Semaphore::new(concurrent_passes()),
                 transcodes: Arc::new(crate::images::cache::TranscodeCache::new(
                     cfg.images.transcode_cache_bytes,
                 )),
@@ -174,6 +178,11 @@ impl Server {
             tracing::warn!(target: "cachekeeper::server", "grace period over; closing remaining connections");
         }
     }
+}
+
+/// Requests that may run the passes at once: twice the CPUs (at least 2).
+fn concurrent_passes() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get() * 2)
 }
 
 fn text_response(status: StatusCode, text: &'static str) -> Response<ResponseBody> {
@@ -633,6 +642,8 @@ async fn run_passes_inner(
     let input = original.clone();
     let transcodes = Arc::clone(&state.transcodes);
     let credential_scope = crate::credential::scope(headers, matched.upstream_uri.query());
+    // Closed only if the state is torn down; then run unbounded rather than fail.
+    let _permit = state.passes.acquire().await.ok();
     let joined = tokio::task::spawn_blocking(move || {
         let decoded = body::decode(encoding.as_deref(), &input, limit)?;
         let host = route.authority.host().to_owned();
