@@ -9,10 +9,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-
 use crate::images::codec::{Mode, Target, TranscodeError, Transcoded};
 
-/// A cache key: SHA-256 of scope, target and input.
+/// A cache key: XXH3 digests of scope, target and input (see [`key`]).
 pub type Key = [u8; 32];
 
 /// What is cached for one key.
