@@ -1,7 +1,7 @@
 //! The transcode cache: process memory, bounded by `[images] transcode_cache_bytes`, least
 //! recently used evicted first.
 //!
-//! Keyed by SHA-256 over (credential scope, [`Target`], the base64 text as sent), so one
+//! Keyed by XXH3 digests ([`key`]) over (credential scope, [`Target`], the base64 text as sent), so one
 //! tenant's images never answer another's requests, and a warm request hashes each base64
 //! string once and never decodes it again. Transcodes are pure, so the output never depends on
 //! whether the cache hit: it only saves time. Failures (corrupt, bomb) are cached too.
