@@ -742,3 +742,28 @@ async fn connect_is_refused_in_the_dialect_shape() {
     assert_eq!(mock.count(), 0);
     proxy.stop().await;
 }
+
+/// A bodiless GET stays bodiless upstream: no `transfer-encoding: chunked` added.
+#[tokio::test]
+async fn a_get_without_body_goes_upstream_without_one() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let resp = client()
+        .request(
+            http::Request::get(proxy.url("/openai/v1/models"))
+                .header("authorization", "Bearer sk-x")
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let rec = mock.last();
+    assert!(
+        rec.headers.get("transfer-encoding").is_none(),
+        "{:?}",
+        rec.headers
+    );
+    assert!(rec.body.is_empty());
+    proxy.stop().await;
+}
