@@ -49,16 +49,18 @@ struct Message<'a> {
     content: Option<Items<'a>>,
 }
 
+/// A content part, as OpenAI Chat and the Responses API share it (`text` / `input_text`,
+/// `image_url` / `input_image`).
 #[derive(serde::Deserialize)]
-struct Part<'a> {
+pub(crate) struct Part<'a> {
     #[serde(rename = "type", borrow, default)]
-    kind: Option<&'a RawValue>,
+    pub(crate) kind: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    text: Option<&'a RawValue>,
+    pub(crate) text: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    image_url: Option<&'a RawValue>,
+    pub(crate) image_url: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    prompt_cache_breakpoint: Option<&'a RawValue>,
+    pub(crate) prompt_cache_breakpoint: Option<&'a RawValue>,
 }
 
 /// `image_url` as an object: its first `url` (raw), or nothing readable.

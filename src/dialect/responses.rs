@@ -11,7 +11,7 @@
 
 use serde_json::value::RawValue;
 
-use super::openai::{agent_label, url_payload};
+use super::openai::{agent_label, url_payload, Part};
 use super::{parse_body, raw_is, raw_str, string_value, Items, List};
 use crate::images::sites::{Placement, Site, TextStyle, Walk};
 use crate::json_edit::span_of;
@@ -41,17 +41,6 @@ struct Item<'a> {
     output: Option<Items<'a>>,
 }
 
-#[derive(serde::Deserialize)]
-struct Part<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    text: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    image_url: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    prompt_cache_breakpoint: Option<&'a RawValue>,
-}
 
 fn internal() -> RewriteError {
     RewriteError::Shape {
