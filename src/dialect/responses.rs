@@ -41,7 +41,6 @@ struct Item<'a> {
     output: Option<Items<'a>>,
 }
 
-
 fn internal() -> RewriteError {
     RewriteError::Shape {
         dialect: DIALECT,
