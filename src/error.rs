@@ -168,7 +168,8 @@ fn gemini_status(status: StatusCode) -> &'static str {
 }
 
 /// The event that ends a stream the upstream broke mid-way, in the dialect's SSE shape:
-/// Anthropic `event: error` with `api_error`, OpenAI a `data: {"error":…}` event. Gemini has
+/// Anthropic `event: error` with `api_error`, OpenAI Chat a `data: {"error":…}` event, OpenAI
+/// Responses an `event: error` with `type: "error"`. Gemini has
 /// no error event (`None`): its streams are aborted so the client sees the break.
 pub fn midstream_error_event(dialect: Option<Dialect>, detail: &str) -> Option<Bytes> {
     let message = format!("cachekeeper: upstream stream broke mid-way: {detail}");
@@ -179,7 +180,12 @@ pub fn midstream_error_event(dialect: Option<Dialect>, detail: &str) -> Option<B
             Some(Bytes::from(format!("event: error\ndata: {v}\n\n")))
         }
         Some(Dialect::Gemini) => None,
-        Some(Dialect::Openai) | Some(Dialect::OpenaiResponses) | None => {
+        Some(Dialect::OpenaiResponses) => {
+            // The Responses API's own stream error event (`type: "error"`).
+            let v = serde_json::json!({"type":"error","code":"upstream_broken","message":message,"param":null});
+            Some(Bytes::from(format!("event: error\ndata: {v}\n\n")))
+        }
+        Some(Dialect::Openai) | None => {
             let v = serde_json::json!({"error":{"message":message,"type":"server_error","code":"upstream_broken"}});
             Some(Bytes::from(format!("data: {v}\n\n")))
         }
@@ -223,5 +229,9 @@ mod tests {
             .unwrap()
             .starts_with("data: {\"error\""));
         assert!(midstream_error_event(Some(Dialect::Gemini), "reset").is_none());
+        let r = midstream_error_event(Some(Dialect::OpenaiResponses), "reset").unwrap();
+        let r = std::str::from_utf8(&r).unwrap();
+        assert!(r.starts_with("event: error\ndata: {"), "{r}");
+        assert!(r.contains("\"type\":\"error\""), "{r}");
     }
 }
