@@ -63,6 +63,34 @@ pub(crate) struct Part<'a> {
     pub(crate) prompt_cache_breakpoint: Option<&'a RawValue>,
 }
 
+impl<'a> Part<'a> {
+    /// The image site of this part (`image_url` / `input_image`), `raw` being the part itself;
+    /// `None` when `raw` does not point into `text`.
+    pub(crate) fn image_site(
+        &self,
+        text: &'a str,
+        raw: &'a RawValue,
+        path: String,
+    ) -> Option<Site<'a>> {
+        Some(Site {
+            path,
+            carrier: None,
+            block: span_of(text, raw.get())?,
+            payload: url_payload(text, self.image_url),
+            keep: self
+                .prompt_cache_breakpoint
+                .map(|b| ("prompt_cache_breakpoint", b.get())),
+            placement: Placement::InList,
+        })
+    }
+
+    /// Length of the part's `text`, bytes as sent.
+    pub(crate) fn text_len(&self) -> usize {
+        self.text
+            .map_or(0, |t| raw_str(t).map_or(t.get().len(), str::len))
+    }
+}
+
 /// `image_url` as an object: its first `url` (raw), or nothing readable.
 struct UrlObject<'a>(Option<&'a RawValue>);
 
@@ -184,24 +212,15 @@ pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, R
                 continue;
             };
             if raw_is(part.kind, "image_url") || raw_is(part.kind, "input_image") {
-                let range = span_of(text, raw.get()).ok_or_else(|| RewriteError::Shape {
-                    dialect: DIALECT,
-                    detail: "internal: a part does not point into the body".to_owned(),
-                })?;
-                images.push(Site {
-                    path: format!("messages[{mi}].content[{pi}]"),
-                    carrier: None,
-                    block: range,
-                    payload: url_payload(text, part.image_url),
-                    keep: part
-                        .prompt_cache_breakpoint
-                        .map(|b| ("prompt_cache_breakpoint", b.get())),
-                    placement: Placement::InList,
-                });
+                let site = part
+                    .image_site(text, raw, format!("messages[{mi}].content[{pi}]"))
+                    .ok_or_else(|| RewriteError::Shape {
+                        dialect: DIALECT,
+                        detail: "internal: a part does not point into the body".to_owned(),
+                    })?;
+                images.push(site);
             } else if raw_is(part.kind, "text") {
-                text_len += part
-                    .text
-                    .map_or(0, |t| raw_str(t).map_or(t.get().len(), str::len));
+                text_len += part.text_len();
             } else {
                 only_images_and_text = false;
             }

@@ -11,10 +11,9 @@
 
 use serde_json::value::RawValue;
 
-use super::openai::{agent_label, url_payload, Part};
-use super::{parse_body, raw_is, raw_str, string_value, Items, List};
-use crate::images::sites::{Placement, Site, TextStyle, Walk};
-use crate::json_edit::span_of;
+use super::openai::{agent_label, Part};
+use super::{parse_body, raw_is, string_value, Items, List};
+use crate::images::sites::{TextStyle, Walk};
 use crate::rewrite::RewriteError;
 
 const DIALECT: &str = "openai-responses";
@@ -81,20 +80,10 @@ pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, R
                 continue;
             };
             if raw_is(part.kind, "input_image") {
-                images.push(Site {
-                    path: format!("input[{ii}].{field}[{pi}]"),
-                    carrier: None,
-                    block: span_of(text, praw.get()).ok_or_else(internal)?,
-                    payload: url_payload(text, part.image_url),
-                    keep: part
-                        .prompt_cache_breakpoint
-                        .map(|b| ("prompt_cache_breakpoint", b.get())),
-                    placement: Placement::InList,
-                });
+                let path = format!("input[{ii}].{field}[{pi}]");
+                images.push(part.image_site(text, praw, path).ok_or_else(internal)?);
             } else if raw_is(part.kind, "input_text") {
-                text_len += part
-                    .text
-                    .map_or(0, |t| raw_str(t).map_or(t.get().len(), str::len));
+                text_len += part.text_len();
             } else {
                 only_images_and_text = false;
             }
