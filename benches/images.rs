@@ -11,7 +11,8 @@ mod images_fixtures;
 use std::hint::black_box;
 use std::time::Duration;
 
-use cachekeeper::config::{Dialect, ImagesConfig};
+use cachekeeper::config::ImagesConfig;
+use cachekeeper::dialect::Dialect;
 use cachekeeper::images::cache::{key, TranscodeCache};
 use cachekeeper::images::codec::{transcode, Mode, Target};
 use cachekeeper::rewrite::{rewrite_request, RewriteContext};

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use cachekeeper::config::{Dialect, ImagesConfig};
+use cachekeeper::config::ImagesConfig;
+use cachekeeper::dialect::Dialect;
 use cachekeeper::rewrite::{rewrite_request, RewriteContext};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 

@@ -17,6 +17,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use crate::dialect::Dialect;
 use serde::Deserialize;
 
 /// Why a config could not be loaded.
@@ -279,32 +280,6 @@ impl Default for ReasoningConfig {
             .chain(crate::reasoning::KEEP_THINKING_PARAMS.iter())
             .map(|s| (*s).to_owned())
             .collect(),
-        }
-    }
-}
-
-/// A request body's wire format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Dialect {
-    /// Anthropic Messages (`/v1/messages`).
-    Anthropic,
-    /// OpenAI Chat Completions (`/chat/completions`).
-    Openai,
-    /// OpenAI Responses (`/responses`).
-    OpenaiResponses,
-    /// Gemini `generateContent` / `streamGenerateContent`.
-    Gemini,
-}
-
-impl Dialect {
-    /// The name used in config and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dialect::Anthropic => "anthropic",
-            Dialect::Openai => "openai",
-            Dialect::OpenaiResponses => "openai-responses",
-            Dialect::Gemini => "gemini",
         }
     }
 }

@@ -11,7 +11,7 @@
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
-use crate::config::Dialect;
+use crate::dialect::Dialect;
 
 /// Where an error came from (pingora's error source).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,18 +5,19 @@
 //! - [`rewrite_request`] returns `Ok(outcome)` with `outcome.body == None` when nothing
 //!   changed (the server then forwards the ORIGINAL bytes, byte-identical), or
 //!   `Some(new_bytes)` when a pass changed something.
-//! - It returns `Err(RewriteError)` when the body is not something the passes understand
+//! - It returns `Err(ParseError)` when the body is not something the passes understand
 //!   (not JSON, `messages` of the wrong type, ...): the server forwards the original bytes.
 //!
 //! Layout of the image passes: [`crate::dialect`] walks the body (one skimming parse,
-//! borrowed slices) into a [`crate::images::sites::Walk`] (every image with its spans);
+//! borrowed slices) into a [`crate::dialect::doc::Walk`] (every image with its spans);
 //! [`crate::images::passes::run`] repairs, downscales, caps repeats and then asks the eviction
 //! policy ([`crate::images::policy::retire_count`]) how many oldest carriers to retire, and
 //! returns edits; [`crate::json_edit::splice`] writes them into the original bytes.
 
 use std::collections::BTreeSet;
 
-use crate::config::{Dialect, ImagesConfig};
+use crate::config::ImagesConfig;
+use crate::dialect::{Dialect, ParseError};
 use crate::images::cache::TranscodeCache;
 use crate::images::passes::{self, Settings};
 use crate::images::profile::ImageProfile;
@@ -126,20 +127,6 @@ pub struct RewriteContext<'a> {
     pub reasoning: Option<ReasoningInputs<'a>>,
 }
 
-/// Why a body was left alone.
-#[derive(Debug, thiserror::Error)]
-pub enum RewriteError {
-    /// Not valid JSON (truncated, wrong encoding, ...).
-    #[error("body is not valid JSON: {0}")]
-    NotJson(String),
-    /// Valid JSON of a shape the dialect does not describe (e.g. `messages` not an array).
-    #[error("body does not have the {dialect} shape: {detail}")]
-    Shape {
-        dialect: &'static str,
-        detail: String,
-    },
-}
-
 /// Run every request pass for the dialect on `body`.
 ///
 /// Passes 1–4 (image repair, downscale, repeat cap, eviction; [`crate::images::passes`]) on
@@ -149,7 +136,7 @@ pub enum RewriteError {
 pub fn rewrite_request(
     ctx: &RewriteContext<'_>,
     body: &[u8],
-) -> Result<RewriteOutcome, RewriteError> {
+) -> Result<RewriteOutcome, ParseError> {
     let mut outcome = image_passes(ctx, body)?;
     if let Some(inputs) = &ctx.reasoning {
         shape_pass(ctx.dialect, inputs, body, &mut outcome);
@@ -220,7 +207,7 @@ fn first_difference(a: &[u8], b: &[u8]) -> usize {
 }
 
 /// Passes 1–4: the image passes ([`crate::images::passes`]) on every dialect.
-fn image_passes(ctx: &RewriteContext<'_>, body: &[u8]) -> Result<RewriteOutcome, RewriteError> {
+fn image_passes(ctx: &RewriteContext<'_>, body: &[u8]) -> Result<RewriteOutcome, ParseError> {
     let agent_in_user = ctx.images.agent_images_in_user_turns;
     let walk = match ctx.dialect {
         Dialect::Anthropic => dialect::anthropic::walk(body)?,
@@ -515,7 +502,7 @@ mod tests {
             assert_eq!(out.report.model.as_deref(), Some("m"));
             assert!(matches!(
                 rewrite_request(&ctx, b"{\"model\":"),
-                Err(RewriteError::NotJson(_))
+                Err(ParseError::NotJson(_))
             ));
         }
     }

@@ -6,7 +6,8 @@
 
 use http::Uri;
 
-use crate::config::{Config, Dialect, ImagesConfig};
+use crate::config::{Config, ImagesConfig};
+use crate::dialect::Dialect;
 
 /// One configured route, ready for matching.
 #[derive(Debug, Clone)]

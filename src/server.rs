@@ -32,7 +32,8 @@ use tokio::net::TcpListener;
 
 use crate::body::{self, ReadBody};
 use crate::config::ReasoningConfig;
-use crate::config::{Dialect, Loaded, ServerConfig};
+use crate::config::{Loaded, ServerConfig};
+use crate::dialect::Dialect;
 use crate::error::ProxyError;
 use crate::images::recovery::{classify_image_rejection, ImageRejectionKind, NO_IMAGE_INPUT};
 use crate::reasoning::{self, ResolvedRoute};

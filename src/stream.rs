@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
-use crate::config::Dialect;
+use crate::dialect::Dialect;
 use crate::error::midstream_error_event;
 use crate::telemetry::{Outcome, RequestLog};
 use crate::upstream::{BoxError, UpstreamBody};

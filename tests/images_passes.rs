@@ -5,9 +5,10 @@
 
 mod images_fixtures;
 
-use cachekeeper::config::{Dialect, ImagesConfig};
+use cachekeeper::config::ImagesConfig;
+use cachekeeper::dialect::Dialect;
 use cachekeeper::images::cache::TranscodeCache;
-use cachekeeper::images::recovery::{classify_image_rejection, rebuild_for_rejection};
+use cachekeeper::images::recovery::{classify_image_rejection, ImageRejection};
 use cachekeeper::rewrite::{rewrite_request, RewriteContext, RewriteOutcome};
 use cachekeeper::texts;
 use image::{DynamicImage, ImageFormat};
@@ -30,6 +31,20 @@ fn ctx<'a>(
 
 fn run(dialect: Dialect, images: &ImagesConfig, body: &[u8]) -> RewriteOutcome {
     rewrite_request(&ctx(dialect, images, None), body).unwrap()
+}
+
+/// The retry's rebuild, as the server does it: the whole pipeline again on the original body
+/// with the rejection's recovery applied.
+fn rebuild_for_rejection(
+    c: &RewriteContext<'_>,
+    body: &[u8],
+    rejection: &ImageRejection,
+) -> Result<RewriteOutcome, cachekeeper::dialect::ParseError> {
+    let c = RewriteContext {
+        image_recovery: Some(rejection.kind),
+        ..*c
+    };
+    rewrite_request(&c, body)
 }
 
 /// The 1920×1080 golden screenshot (flat UI, 47 KB PNG) and its pinned input hash.

@@ -8,7 +8,8 @@
 
 mod images_fixtures;
 
-use cachekeeper::config::{Dialect, ImagesConfig};
+use cachekeeper::config::ImagesConfig;
+use cachekeeper::dialect::Dialect;
 use cachekeeper::images::cache::TranscodeCache;
 use cachekeeper::rewrite::{rewrite_request, RewriteContext};
 use image::ImageFormat;

@@ -5,7 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cachekeeper::config::{Dialect, ReasoningConfig};
+use cachekeeper::config::ReasoningConfig;
+use cachekeeper::dialect::Dialect;
 use cachekeeper::reasoning::{
     detect, resolve, shape_request, Carrier, ResolvedRoute, ShapeContext, ShapeOutcome,
     BINDING_BETA,

@@ -7,8 +7,10 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use cachekeeper::config::{Dialect, ImagesConfig};
-use cachekeeper::rewrite::{rewrite_request, RewriteContext, RewriteError, RewriteOutcome};
+use cachekeeper::config::ImagesConfig;
+use cachekeeper::dialect::Dialect;
+use cachekeeper::dialect::ParseError;
+use cachekeeper::rewrite::{rewrite_request, RewriteContext, RewriteOutcome};
 use cachekeeper::texts::RETIRED_IMAGE;
 use serde_json::{json, Value};
 
@@ -427,10 +429,7 @@ fn bad_input_truncated_json() {
                 },
                 &body[..cut],
             );
-            assert!(
-                matches!(r, Err(RewriteError::NotJson(_))),
-                "cut {cut}: {r:?}"
-            );
+            assert!(matches!(r, Err(ParseError::NotJson(_))), "cut {cut}: {r:?}");
         }
     }
     let r = rewrite_request(
@@ -444,7 +443,7 @@ fn bad_input_truncated_json() {
         },
         b"not json",
     );
-    assert!(matches!(r, Err(RewriteError::NotJson(_))));
+    assert!(matches!(r, Err(ParseError::NotJson(_))));
 }
 
 #[test]
@@ -469,10 +468,7 @@ fn bad_input_messages_of_the_wrong_type() {
                 },
                 body.as_bytes(),
             );
-            assert!(
-                matches!(r, Err(RewriteError::Shape { .. })),
-                "{body}: {r:?}"
-            );
+            assert!(matches!(r, Err(ParseError::Shape { .. })), "{body}: {r:?}");
         }
         // null / absent messages: nothing to do.
         for body in [r#"{"model":"m","messages":null}"#, r#"{"model":"m"}"#] {

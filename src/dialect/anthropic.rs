@@ -16,10 +16,9 @@ use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Vis
 use serde_json::value::RawValue;
 
 use super::{drain_seq, parse_body, raw_is, str_at, string_value, Items, List};
-use crate::images::sites::{CarrierInfo, Payload, Placement, Site, TextStyle, Walk};
-use crate::images::Inventory;
+use crate::dialect::doc::{CarrierInfo, Payload, Placement, Site, TextStyle, Walk};
+use crate::dialect::ParseError;
 use crate::json_edit::span_of;
-use crate::rewrite::RewriteError;
 
 const DIALECT: &str = "anthropic";
 
@@ -232,8 +231,8 @@ impl<'a> Block<'a> {
     }
 }
 
-fn locate(text: &str, raw: &RawValue) -> Result<std::ops::Range<usize>, RewriteError> {
-    span_of(text, raw.get()).ok_or_else(|| RewriteError::Shape {
+fn locate(text: &str, raw: &RawValue) -> Result<std::ops::Range<usize>, ParseError> {
+    span_of(text, raw.get()).ok_or_else(|| ParseError::Shape {
         dialect: DIALECT,
         detail: "internal: a block does not point into the body".to_owned(),
     })
@@ -243,7 +242,7 @@ fn locate(text: &str, raw: &RawValue) -> Result<std::ops::Range<usize>, RewriteE
 ///
 /// Uploads: `image` blocks directly in a message's `content`. Agent images: `image` blocks in
 /// a `tool_result`'s `content` (each such tool result is one carrier).
-pub fn walk(body: &[u8]) -> Result<Walk<'_>, RewriteError> {
+pub fn walk(body: &[u8]) -> Result<Walk<'_>, ParseError> {
     let (text, parsed): (&str, Body<'_>) = parse_body(body, DIALECT)?;
     let mut walk = Walk::new(string_value(parsed.model), TextStyle::Text);
     for (mi, message) in parsed.messages.unwrap_or_default().iter().enumerate() {
@@ -262,6 +261,7 @@ pub fn walk(body: &[u8]) -> Result<Walk<'_>, RewriteError> {
                     payload: block.payload(text),
                     keep: block.cache_control.map(|cc| ("cache_control", cc.get())),
                     placement: Placement::InList,
+                    needs_sniff: false,
                 });
             } else if raw_is(block.kind, "tool_result") {
                 let carrier = walk.carriers.len();
@@ -281,6 +281,7 @@ pub fn walk(body: &[u8]) -> Result<Walk<'_>, RewriteError> {
                         payload: inner.payload(text),
                         keep: inner.cache_control.map(|cc| ("cache_control", cc.get())),
                         placement: Placement::InList,
+                        needs_sniff: false,
                     });
                 }
                 if images > 0 {
@@ -294,69 +295,4 @@ pub fn walk(body: &[u8]) -> Result<Walk<'_>, RewriteError> {
         }
     }
     Ok(walk)
-}
-
-/// The eviction inventory of an Anthropic body as sent (no repair or downscale applied).
-pub fn inventory(body: &[u8]) -> Result<(Option<String>, Inventory), RewriteError> {
-    let walk = walk(body)?;
-    let inv = crate::images::passes::plain_inventory(&walk);
-    Ok((walk.model, inv))
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_uploads_and_carriers() {
-        let body = br#"{"model":"claude-x","messages":[
-          {"role":"user","content":[{"type":"text","text":"hi"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}]},
-          {"role":"user","content":[
-            {"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"a"},{"type":"image","source":{"type":"url","url":"https://x/y.png"}}]},
-            {"type":"tool_result","tool_use_id":"toolu_2","content":"plain"},
-            {"type":"tool_result","tool_use_id":"toolu_3","content":[{"type":"image","source":"bogus","cache_control":{"type":"ephemeral"}},{"type":"image"}]}
-          ]}]}"#;
-        let (model, inv) = inventory(body).unwrap();
-        assert_eq!(model.as_deref(), Some("claude-x"));
-        assert_eq!(inv.images_seen, 4);
-        assert_eq!((inv.reserved_blocks, inv.reserved_bytes), (1, 4));
-        assert_eq!(inv.carriers.len(), 2);
-        assert_eq!(inv.carriers[0].path, "messages[1].content[0]");
-        assert_eq!(
-            inv.carriers[0].label.as_deref(),
-            Some("tool_use_id toolu_1")
-        );
-        assert_eq!((inv.carriers[0].blocks, inv.carriers[0].bytes), (1, 0));
-        assert_eq!(inv.carriers[1].path, "messages[1].content[2]");
-        assert_eq!(inv.carriers[1].blocks, 2);
-        assert!(!inv.many_image_safe);
-        // The bogus-source block: bytes as sent (its string), cache_control kept.
-        let first = &inv.carriers[1].edits[0];
-        assert_eq!(
-            &body[first.range.clone()],
-            br#"{"type":"image","source":"bogus","cache_control":{"type":"ephemeral"}}"#
-        );
-        assert_eq!(inv.carriers[1].bytes, 5);
-        assert_eq!(
-            std::str::from_utf8(&first.replacement).unwrap(),
-            r#"{"type":"text","text":"[image removed by cachekeeper to stay within provider limits]","cache_control":{"type":"ephemeral"}}"#
-        );
-    }
-
-    #[test]
-    fn wrong_shapes() {
-        assert!(matches!(
-            inventory(br#"{"messages":"nope"}"#),
-            Err(RewriteError::Shape { .. })
-        ));
-        assert!(matches!(
-            inventory(br#"{"messages":[{"content":[1,2]}"#),
-            Err(RewriteError::NotJson(_))
-        ));
-        let (_, inv) = inventory(br#"{"messages":[{"content":[1,{"type":5},[2],null,{"type":"tool_result","content":[7,{"type":"image","source":[1],"type":"image"}]}]}],"x":{}}"#).unwrap();
-        assert_eq!((inv.images_seen, inv.carriers.len()), (1, 1));
-        let (m, inv) = inventory(br#"{"system":"s"}"#).unwrap();
-        assert_eq!((m, inv.images_seen), (None, 0));
-    }
 }

@@ -15,10 +15,9 @@
 use serde_json::value::RawValue;
 
 use super::{parse_body, str_at, string_value, Items, List};
-use crate::images::format::sniff_b64;
-use crate::images::sites::{CarrierInfo, Payload, Placement, Site, TextStyle, Walk};
+use crate::dialect::doc::{CarrierInfo, Payload, Placement, Site, TextStyle, Walk};
+use crate::dialect::ParseError;
 use crate::json_edit::span_of;
-use crate::rewrite::RewriteError;
 
 const DIALECT: &str = "gemini";
 
@@ -72,33 +71,33 @@ struct FunctionResponse<'a> {
     parts: Option<Items<'a>>,
 }
 
-fn internal() -> RewriteError {
-    RewriteError::Shape {
+fn internal() -> ParseError {
+    ParseError::Shape {
         dialect: DIALECT,
         detail: "internal: a part does not point into the body".to_owned(),
     }
 }
 
-/// The image payload of an `inlineData` value, `None` when it is not an image.
-fn image_payload<'a>(text: &'a str, blob_raw: &'a RawValue) -> Option<Payload<'a>> {
+/// The image payload of an `inlineData` value and whether it is an image only if its bytes
+/// sniff as one (declared type not `image/*`; the image policy decides). `None` when it is
+/// not an image (a non-image type without base64 data).
+fn image_payload<'a>(text: &'a str, blob_raw: &'a RawValue) -> Option<(Payload<'a>, bool)> {
     let blob = serde_json::from_str::<Blob<'_>>(blob_raw.get()).ok()?;
     let media_type = blob.mime_type.and_then(|m| str_at(text, m));
     let declared_image = media_type
         .as_ref()
         .is_some_and(|m| m.text.to_ascii_lowercase().starts_with("image/"));
     let Some(data) = blob.data.and_then(|d| str_at(text, d)) else {
-        return declared_image.then(|| Payload::Opaque {
-            bytes: blob.data.map_or(0, |d| d.get().len() as u64),
+        return declared_image.then(|| {
+            let bytes = blob.data.map_or(0, |d| d.get().len() as u64);
+            (Payload::Opaque { bytes }, false)
         });
     };
-    if !declared_image && sniff_b64(data.text).0.is_none() {
-        return None;
-    }
-    Some(Payload::Base64 { data, media_type })
+    Some((Payload::Base64 { data, media_type }, !declared_image))
 }
 
 /// Walk a Gemini body: its `model` (rarely present; the path names it) and every image.
-pub fn walk(body: &[u8]) -> Result<Walk<'_>, RewriteError> {
+pub fn walk(body: &[u8]) -> Result<Walk<'_>, ParseError> {
     let (text, parsed): (&str, Body<'_>) = parse_body(body, DIALECT)?;
     let mut walk = Walk::new(string_value(parsed.model), TextStyle::Bare);
     let Some(List(Some(contents))) = parsed.contents else {
@@ -143,7 +142,7 @@ pub fn walk(body: &[u8]) -> Result<Walk<'_>, RewriteError> {
         for (pi, (praw, part)) in parts.iter().zip(&parsed_parts).enumerate() {
             let Some(part) = part else { continue };
             if let Some(blob) = part.inline_data {
-                if let Some(payload) = image_payload(text, blob) {
+                if let Some((payload, needs_sniff)) = image_payload(text, blob) {
                     images += 1;
                     walk.sites.push(Site {
                         path: format!("contents[{ci}].parts[{pi}]"),
@@ -154,6 +153,7 @@ pub fn walk(body: &[u8]) -> Result<Walk<'_>, RewriteError> {
                             .thought_signature
                             .map(|t| ("thoughtSignature", t.get())),
                         placement: Placement::InList,
+                        needs_sniff,
                     });
                 }
             }
@@ -175,7 +175,9 @@ pub fn walk(body: &[u8]) -> Result<Walk<'_>, RewriteError> {
                 let Ok(np) = serde_json::from_str::<Part<'_>>(nraw.get()) else {
                     continue;
                 };
-                let Some(payload) = np.inline_data.and_then(|b| image_payload(text, b)) else {
+                let Some((payload, needs_sniff)) =
+                    np.inline_data.and_then(|b| image_payload(text, b))
+                else {
                     continue;
                 };
                 images += 1;
@@ -190,6 +192,7 @@ pub fn walk(body: &[u8]) -> Result<Walk<'_>, RewriteError> {
                         index: ni,
                         after,
                     },
+                    needs_sniff,
                 });
             }
             walk.arrays.push(spans);
@@ -216,7 +219,9 @@ mod tests {
           {"role":"user","parts":[{"functionResponse":{"name":"noimg","response":{}}}]}
         ]}"#;
         let w = walk(body).unwrap();
-        assert_eq!(w.sites.len(), 3);
+        // The PDF part is listed for the image policy to sniff (it drops it: not an image).
+        assert_eq!(w.sites.len(), 4);
+        assert!(w.sites[3].needs_sniff && !w.sites[0].needs_sniff);
         assert_eq!(w.sites[0].carrier, None);
         assert_eq!(w.carriers.len(), 1);
         assert_eq!(

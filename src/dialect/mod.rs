@@ -11,7 +11,45 @@ use std::marker::PhantomData;
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::rewrite::RewriteError;
+/// A request body's wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dialect {
+    /// Anthropic Messages (`/v1/messages`).
+    Anthropic,
+    /// OpenAI Chat Completions (`/chat/completions`).
+    Openai,
+    /// OpenAI Responses (`/responses`).
+    OpenaiResponses,
+    /// Gemini `generateContent` / `streamGenerateContent`.
+    Gemini,
+}
+
+impl Dialect {
+    /// The name used in config and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Anthropic => "anthropic",
+            Dialect::Openai => "openai",
+            Dialect::OpenaiResponses => "openai-responses",
+            Dialect::Gemini => "gemini",
+        }
+    }
+}
+
+/// Why a body was left alone: what reading it as its dialect found.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// Not valid JSON (truncated, wrong encoding, ...).
+    #[error("body is not valid JSON: {0}")]
+    NotJson(String),
+    /// Valid JSON of a shape the dialect does not describe (e.g. `messages` not an array).
+    #[error("body does not have the {dialect} shape: {detail}")]
+    Shape {
+        dialect: &'static str,
+        detail: String,
+    },
+}
 
 /// Visitor methods that map every scalar (string, number, bool, null) to `$value`.
 macro_rules! scalars_as {
@@ -38,39 +76,26 @@ macro_rules! scalars_as {
 }
 
 pub mod anthropic;
+pub mod doc;
 pub mod gemini;
 pub mod openai;
 pub mod responses;
 
-/// A body's top level, for dialects whose images are not handled yet: only `model` is read.
-#[derive(serde::Deserialize)]
-struct Head<'a> {
-    #[serde(borrow, default)]
-    model: Option<&'a RawValue>,
-}
-
-/// Validate `body` as a JSON object and return its `model` string, if any. For dialects
-/// without image passes yet (OpenAI Responses, Gemini).
-pub fn model_only(body: &[u8], dialect: &'static str) -> Result<Option<String>, RewriteError> {
-    let (_, head): (_, Head<'_>) = parse_body(body, dialect)?;
-    Ok(string_value(head.model))
-}
-
 /// Parse `body` as a JSON object into `T`, borrowing from it. Returns the body as `&str` too
 /// (the base of every span).
 ///
-/// Errors: invalid UTF-8 or JSON ⇒ [`RewriteError::NotJson`]; valid JSON that is not an object
-/// or whose named fields have the wrong type ⇒ [`RewriteError::Shape`].
+/// Errors: invalid UTF-8 or JSON ⇒ [`ParseError::NotJson`]; valid JSON that is not an object
+/// or whose named fields have the wrong type ⇒ [`ParseError::Shape`].
 pub(crate) fn parse_body<'a, T: Deserialize<'a>>(
     body: &'a [u8],
     dialect: &'static str,
-) -> Result<(&'a str, T), RewriteError> {
-    let text = std::str::from_utf8(body).map_err(|e| RewriteError::NotJson(e.to_string()))?;
+) -> Result<(&'a str, T), ParseError> {
+    let text = std::str::from_utf8(body).map_err(|e| ParseError::NotJson(e.to_string()))?;
     let first = text.bytes().find(|b| !b.is_ascii_whitespace());
     if first != Some(b'{') {
         return Err(match serde_json::from_str::<IgnoredAny>(text) {
-            Err(e) => RewriteError::NotJson(e.to_string()),
-            Ok(_) => RewriteError::Shape {
+            Err(e) => ParseError::NotJson(e.to_string()),
+            Ok(_) => ParseError::Shape {
                 dialect,
                 detail: "the body is not a JSON object".to_owned(),
             },
@@ -81,14 +106,14 @@ pub(crate) fn parse_body<'a, T: Deserialize<'a>>(
         Err(e) if e.classify() == serde_json::error::Category::Data => {
             // A type mismatch may hide a syntax error later in the body: report that first.
             match serde_json::from_str::<IgnoredAny>(text) {
-                Err(syntax) => Err(RewriteError::NotJson(syntax.to_string())),
-                Ok(_) => Err(RewriteError::Shape {
+                Err(syntax) => Err(ParseError::NotJson(syntax.to_string())),
+                Ok(_) => Err(ParseError::Shape {
                     dialect,
                     detail: e.to_string(),
                 }),
             }
         }
-        Err(e) => Err(RewriteError::NotJson(e.to_string())),
+        Err(e) => Err(ParseError::NotJson(e.to_string())),
     }
 }
 
@@ -102,13 +127,10 @@ pub(crate) fn raw_str(raw: &RawValue) -> Option<&str> {
 
 /// A raw JSON string's text and its span inside `base` (between the quotes); `None` when `raw`
 /// is not a string or does not point into `base`.
-pub(crate) fn str_at<'a>(
-    base: &'a str,
-    raw: &'a RawValue,
-) -> Option<crate::images::sites::StrAt<'a>> {
+pub(crate) fn str_at<'a>(base: &'a str, raw: &'a RawValue) -> Option<doc::StrAt<'a>> {
     let text = raw_str(raw)?;
     let span = crate::json_edit::span_of(base, text)?;
-    Some(crate::images::sites::StrAt { text, span })
+    Some(doc::StrAt { text, span })
 }
 
 /// True when `raw` is the JSON string `s` (written without escapes).
@@ -176,26 +198,16 @@ mod tests {
 
     #[test]
     fn parse_errors_are_classified() {
-        let r: Result<(&str, Head<'_>), _> = parse_body(b"{\"model\": \"x\"", "t");
-        assert!(matches!(r, Err(RewriteError::NotJson(_))));
-        let r: Result<(&str, Head<'_>), _> = parse_body(b"[1,2]", "t");
-        assert!(matches!(r, Err(RewriteError::Shape { .. })));
-        let r: Result<(&str, Head<'_>), _> = parse_body(b"[1,2", "t");
-        assert!(matches!(r, Err(RewriteError::NotJson(_))));
-        let r: Result<(&str, Head<'_>), _> = parse_body(b"\xff{}", "t");
-        assert!(matches!(r, Err(RewriteError::NotJson(_))));
-        let r: Result<(&str, Head<'_>), _> = parse_body(b"", "t");
-        assert!(matches!(r, Err(RewriteError::NotJson(_))));
-    }
-
-    #[test]
-    fn model_only_reads_the_model() {
-        assert_eq!(
-            model_only(br#"{"model":"gpt-5","input":[1]}"#, "t").unwrap(),
-            Some("gpt-5".to_owned())
-        );
-        assert_eq!(model_only(br#"{"contents":[]}"#, "t").unwrap(), None);
-        assert_eq!(model_only(br#"{"model":7}"#, "t").unwrap(), None);
+        let r: Result<(&str, IgnoredAny), _> = parse_body(b"{\"model\": \"x\"", "t");
+        assert!(matches!(r, Err(ParseError::NotJson(_))));
+        let r: Result<(&str, IgnoredAny), _> = parse_body(b"[1,2]", "t");
+        assert!(matches!(r, Err(ParseError::Shape { .. })));
+        let r: Result<(&str, IgnoredAny), _> = parse_body(b"[1,2", "t");
+        assert!(matches!(r, Err(ParseError::NotJson(_))));
+        let r: Result<(&str, IgnoredAny), _> = parse_body(b"\xff{}", "t");
+        assert!(matches!(r, Err(ParseError::NotJson(_))));
+        let r: Result<(&str, IgnoredAny), _> = parse_body(b"", "t");
+        assert!(matches!(r, Err(ParseError::NotJson(_))));
     }
 
     #[test]

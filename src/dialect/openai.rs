@@ -18,10 +18,9 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor}
 use serde_json::value::RawValue;
 
 use super::{parse_body, raw_is, raw_str, str_at, string_value, Items, List};
-use crate::images::sites::{split_data_url, Payload, Placement, Site, TextStyle, Walk};
-use crate::images::Inventory;
+use crate::dialect::doc::{split_data_url, Payload, Placement, Site, TextStyle, Walk};
+use crate::dialect::ParseError;
 use crate::json_edit::span_of;
-use crate::rewrite::RewriteError;
 
 const DIALECT: &str = "openai";
 
@@ -81,6 +80,7 @@ impl<'a> Part<'a> {
                 .prompt_cache_breakpoint
                 .map(|b| ("prompt_cache_breakpoint", b.get())),
             placement: Placement::InList,
+            needs_sniff: false,
         })
     }
 
@@ -191,7 +191,7 @@ pub(crate) fn agent_label(
 }
 
 /// Walk an OpenAI Chat body: its `model` and every image part, with spans.
-pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, RewriteError> {
+pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, ParseError> {
     let (text, parsed): (&str, Body<'_>) = parse_body(body, DIALECT)?;
     let mut walk = Walk::new(string_value(parsed.model), TextStyle::Text);
     let mut after_tool = false;
@@ -214,7 +214,7 @@ pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, R
             if raw_is(part.kind, "image_url") || raw_is(part.kind, "input_image") {
                 let site = part
                     .image_site(text, raw, format!("messages[{mi}].content[{pi}]"))
-                    .ok_or_else(|| RewriteError::Shape {
+                    .ok_or_else(|| ParseError::Shape {
                         dialect: DIALECT,
                         detail: "internal: a part does not point into the body".to_owned(),
                     })?;
@@ -244,85 +244,4 @@ pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, R
         walk.extend_sites(images, carrier);
     }
     Ok(walk)
-}
-
-/// The eviction inventory of an OpenAI Chat body as sent (no repair or downscale applied).
-pub fn inventory(
-    body: &[u8],
-    agent_images_in_user_turns: bool,
-) -> Result<(Option<String>, Inventory), RewriteError> {
-    let walk = walk(body, agent_images_in_user_turns)?;
-    let inv = crate::images::passes::plain_inventory(&walk);
-    Ok((walk.model, inv))
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    const IMG: &str =
-        r#"{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"high"}}"#;
-
-    fn body(messages: &[String]) -> Vec<u8> {
-        format!(r#"{{"model":"gpt-x","messages":[{}]}}"#, messages.join(",")).into_bytes()
-    }
-
-    #[test]
-    fn tool_messages_are_carriers_uploads_reserved() {
-        let b = body(&[
-            format!(r#"{{"role":"user","content":[{{"type":"text","text":"look"}},{IMG}]}}"#),
-            r#"{"role":"assistant","content":null,"tool_calls":[]}"#.to_owned(),
-            format!(r#"{{"role":"tool","tool_call_id":"call_1","content":[{IMG},{IMG}]}}"#),
-        ]);
-        let (model, inv) = inventory(&b, true).unwrap();
-        assert_eq!(model.as_deref(), Some("gpt-x"));
-        assert_eq!(inv.images_seen, 3);
-        assert_eq!(inv.reserved_blocks, 1);
-        assert_eq!(inv.reserved_bytes, 26);
-        assert_eq!(inv.carriers.len(), 1);
-        assert_eq!(inv.carriers[0].blocks, 2);
-        assert_eq!(
-            inv.carriers[0].label.as_deref(),
-            Some("tool_call_id call_1")
-        );
-    }
-
-    #[test]
-    fn user_turn_after_tool_is_a_carrier_only_when_short() {
-        let tool = r#"{"role":"tool","tool_call_id":"c","content":"done"}"#.to_owned();
-        let short =
-            format!(r#"{{"role":"user","content":[{{"type":"text","text":"screenshot"}},{IMG}]}}"#);
-        let long_text = "x".repeat(SHORT_TEXT_CHARS + 1);
-        let long = format!(
-            r#"{{"role":"user","content":[{{"type":"text","text":"{long_text}"}},{IMG}]}}"#
-        );
-        let bare = r#"{"role":"user","content":[{"type":"image_url","image_url":"data:image/png;base64,AAAA"}]}"#.to_owned();
-
-        let (_, inv) = inventory(&body(&[tool.clone(), short.clone()]), true).unwrap();
-        assert_eq!((inv.carriers.len(), inv.reserved_blocks), (1, 0));
-        let (_, inv) = inventory(&body(&[tool.clone(), short.clone()]), false).unwrap();
-        assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
-        let (_, inv) = inventory(&body(&[tool.clone(), long]), true).unwrap();
-        assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
-        let (_, inv) = inventory(&body(std::slice::from_ref(&short)), true).unwrap();
-        assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
-        let (_, inv) = inventory(&body(&[tool, bare]), true).unwrap();
-        assert_eq!(inv.carriers.len(), 1);
-        assert_eq!(inv.carriers[0].bytes, 26);
-    }
-
-    #[test]
-    fn odd_parts_do_not_fail() {
-        let b = body(&[
-            r#"{"role":"tool","content":[{"type":"image_url","image_url":5},{"type":"image_url"},{"type":3},7]}"#.to_owned(),
-        ]);
-        let (_, inv) = inventory(&b, true).unwrap();
-        assert_eq!(inv.images_seen, 2);
-        assert_eq!(inv.carriers[0].blocks, 2);
-        assert!(matches!(
-            inventory(br#"{"messages":{"role":"user"}}"#, true),
-            Err(RewriteError::Shape { .. })
-        ));
-    }
 }

@@ -13,8 +13,8 @@ use serde_json::value::RawValue;
 
 use super::openai::{agent_label, Part};
 use super::{parse_body, raw_is, string_value, Items, List};
-use crate::images::sites::{TextStyle, Walk};
-use crate::rewrite::RewriteError;
+use crate::dialect::doc::{TextStyle, Walk};
+use crate::dialect::ParseError;
 
 const DIALECT: &str = "openai-responses";
 
@@ -40,15 +40,15 @@ struct Item<'a> {
     output: Option<Items<'a>>,
 }
 
-fn internal() -> RewriteError {
-    RewriteError::Shape {
+fn internal() -> ParseError {
+    ParseError::Shape {
         dialect: DIALECT,
         detail: "internal: a part does not point into the body".to_owned(),
     }
 }
 
 /// Walk an OpenAI Responses body: its `model` and every `input_image`, with spans.
-pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, RewriteError> {
+pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, ParseError> {
     let (text, parsed): (&str, Body<'_>) = parse_body(body, DIALECT)?;
     let mut walk = Walk::new(string_value(parsed.model), TextStyle::InputText);
     let Some(List(Some(items))) = parsed.input else {
@@ -114,7 +114,7 @@ pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, R
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::images::sites::Payload;
+    use crate::dialect::doc::Payload;
 
     #[test]
     fn outputs_are_carriers_messages_uploads() {
@@ -144,7 +144,7 @@ mod tests {
         assert_eq!(walk(br#"{"input":"hi"}"#, true).unwrap().sites.len(), 0);
         assert!(matches!(
             walk(br#"{"input":[1"#, true),
-            Err(RewriteError::NotJson(_))
+            Err(ParseError::NotJson(_))
         ));
     }
 }

@@ -14,7 +14,6 @@ pub mod policy;
 pub mod probe;
 pub mod profile;
 pub mod recovery;
-pub mod sites;
 
 use crate::json_edit::Edit;
 use policy::{Limits, Load};

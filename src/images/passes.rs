@@ -23,13 +23,13 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use crate::config::ImagesConfig;
+use crate::dialect::doc::{split_data_url, Payload, Placement, Walk};
 use crate::images::cache::{self, Entry, TranscodeCache};
 use crate::images::codec::{self, Mode, Target, Transcoded};
 use crate::images::format::{self, Format};
 use crate::images::policy::Limits;
 use crate::images::profile::ImageProfile;
 use crate::images::recovery::ImageRejectionKind;
-use crate::images::sites::{Payload, Placement, Walk};
 use crate::images::{evict, Carrier, Inventory};
 use crate::json_edit::Edit;
 use crate::texts;
@@ -108,8 +108,26 @@ impl State {
     }
 }
 
+/// `walk` without the sites that are images only if their bytes say so and whose bytes are
+/// not an image (a Gemini PDF / audio `inlineData`); borrowed when there is none.
+fn images_only<'w, 'a>(walk: &'w Walk<'a>) -> std::borrow::Cow<'w, Walk<'a>> {
+    if !walk.sites.iter().any(|s| s.needs_sniff) {
+        return std::borrow::Cow::Borrowed(walk);
+    }
+    let mut owned = walk.clone();
+    owned.sites.retain(|site| {
+        !site.needs_sniff
+            || site
+                .payload
+                .base64()
+                .is_some_and(|(b64, _)| format::sniff_b64(b64).0.is_some())
+    });
+    std::borrow::Cow::Owned(owned)
+}
+
 /// Run passes 1–4 on `walk` (spans into `text`); returns the edits and the report.
 pub fn run(walk: &Walk<'_>, s: &Settings<'_>) -> (Vec<Edit>, ImageReport) {
+    let walk: &Walk<'_> = &images_only(walk);
     let mut report = ImageReport {
         images_seen: walk.sites.len(),
         ..ImageReport::default()
@@ -160,8 +178,9 @@ pub fn run(walk: &Walk<'_>, s: &Settings<'_>) -> (Vec<Edit>, ImageReport) {
 }
 
 /// The eviction inventory of a walk as sent (no pass applied), with each carrier's retire
-/// edits. Used by the per-dialect `inventory` functions.
-pub fn plain_inventory(walk: &Walk<'_>) -> Inventory {
+/// edits (what the dialect tests below check).
+#[cfg(test)]
+fn plain_inventory(walk: &Walk<'_>) -> Inventory {
     let states: Vec<State> = walk
         .sites
         .iter()
@@ -589,11 +608,9 @@ fn render(walk: &Walk<'_>, states: &[State]) -> Vec<Edit> {
                                 replacement: format!("data:{};base64,{}", t.format.mime(), t.b64)
                                     .into_bytes(),
                             });
-                        } else if let (true, Some((_, data)), Some(f)) = (
-                            *fix_mime,
-                            crate::images::sites::split_data_url(url.text),
-                            format,
-                        ) {
+                        } else if let (true, Some((_, data)), Some(f)) =
+                            (*fix_mime, split_data_url(url.text), format)
+                        {
                             let header_end = url.span.end - data.len();
                             edits.push(Edit {
                                 range: url.span.start..header_end,
@@ -711,6 +728,150 @@ mod tests {
                 serde_json::from_str::<serde_json::Value>(&out).is_ok(),
                 "{out}"
             );
+        }
+    }
+
+    /// The dialect walks, checked through the eviction inventory they give.
+    mod anthropic_walk {
+        use super::super::plain_inventory;
+        use crate::dialect::ParseError;
+        use crate::images::Inventory;
+
+        fn inventory(body: &[u8]) -> Result<(Option<String>, Inventory), ParseError> {
+            let walk = crate::dialect::anthropic::walk(body)?;
+            Ok((walk.model.clone(), plain_inventory(&walk)))
+        }
+
+        #[test]
+        fn finds_uploads_and_carriers() {
+            let body = br#"{"model":"claude-x","messages":[
+              {"role":"user","content":[{"type":"text","text":"hi"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}]},
+              {"role":"user","content":[
+                {"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"a"},{"type":"image","source":{"type":"url","url":"https://x/y.png"}}]},
+                {"type":"tool_result","tool_use_id":"toolu_2","content":"plain"},
+                {"type":"tool_result","tool_use_id":"toolu_3","content":[{"type":"image","source":"bogus","cache_control":{"type":"ephemeral"}},{"type":"image"}]}
+              ]}]}"#;
+            let (model, inv) = inventory(body).unwrap();
+            assert_eq!(model.as_deref(), Some("claude-x"));
+            assert_eq!(inv.images_seen, 4);
+            assert_eq!((inv.reserved_blocks, inv.reserved_bytes), (1, 4));
+            assert_eq!(inv.carriers.len(), 2);
+            assert_eq!(inv.carriers[0].path, "messages[1].content[0]");
+            assert_eq!(
+                inv.carriers[0].label.as_deref(),
+                Some("tool_use_id toolu_1")
+            );
+            assert_eq!((inv.carriers[0].blocks, inv.carriers[0].bytes), (1, 0));
+            assert_eq!(inv.carriers[1].path, "messages[1].content[2]");
+            assert_eq!(inv.carriers[1].blocks, 2);
+            assert!(!inv.many_image_safe);
+            // The bogus-source block: bytes as sent (its string), cache_control kept.
+            let first = &inv.carriers[1].edits[0];
+            assert_eq!(
+                &body[first.range.clone()],
+                br#"{"type":"image","source":"bogus","cache_control":{"type":"ephemeral"}}"#
+            );
+            assert_eq!(inv.carriers[1].bytes, 5);
+            assert_eq!(
+                std::str::from_utf8(&first.replacement).unwrap(),
+                r#"{"type":"text","text":"[image removed by cachekeeper to stay within provider limits]","cache_control":{"type":"ephemeral"}}"#
+            );
+        }
+
+        #[test]
+        fn wrong_shapes() {
+            assert!(matches!(
+                inventory(br#"{"messages":"nope"}"#),
+                Err(ParseError::Shape { .. })
+            ));
+            assert!(matches!(
+                inventory(br#"{"messages":[{"content":[1,2]}"#),
+                Err(ParseError::NotJson(_))
+            ));
+            let (_, inv) = inventory(br#"{"messages":[{"content":[1,{"type":5},[2],null,{"type":"tool_result","content":[7,{"type":"image","source":[1],"type":"image"}]}]}],"x":{}}"#).unwrap();
+            assert_eq!((inv.images_seen, inv.carriers.len()), (1, 1));
+            let (m, inv) = inventory(br#"{"system":"s"}"#).unwrap();
+            assert_eq!((m, inv.images_seen), (None, 0));
+        }
+    }
+
+    mod openai_walk {
+        use super::super::plain_inventory;
+        use crate::dialect::openai::SHORT_TEXT_CHARS;
+        use crate::dialect::ParseError;
+        use crate::images::Inventory;
+
+        fn inventory(
+            body: &[u8],
+            agent_images_in_user_turns: bool,
+        ) -> Result<(Option<String>, Inventory), ParseError> {
+            let walk = crate::dialect::openai::walk(body, agent_images_in_user_turns)?;
+            Ok((walk.model.clone(), plain_inventory(&walk)))
+        }
+
+        const IMG: &str = r#"{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"high"}}"#;
+
+        fn body(messages: &[String]) -> Vec<u8> {
+            format!(r#"{{"model":"gpt-x","messages":[{}]}}"#, messages.join(",")).into_bytes()
+        }
+
+        #[test]
+        fn tool_messages_are_carriers_uploads_reserved() {
+            let b = body(&[
+                format!(r#"{{"role":"user","content":[{{"type":"text","text":"look"}},{IMG}]}}"#),
+                r#"{"role":"assistant","content":null,"tool_calls":[]}"#.to_owned(),
+                format!(r#"{{"role":"tool","tool_call_id":"call_1","content":[{IMG},{IMG}]}}"#),
+            ]);
+            let (model, inv) = inventory(&b, true).unwrap();
+            assert_eq!(model.as_deref(), Some("gpt-x"));
+            assert_eq!(inv.images_seen, 3);
+            assert_eq!(inv.reserved_blocks, 1);
+            assert_eq!(inv.reserved_bytes, 26);
+            assert_eq!(inv.carriers.len(), 1);
+            assert_eq!(inv.carriers[0].blocks, 2);
+            assert_eq!(
+                inv.carriers[0].label.as_deref(),
+                Some("tool_call_id call_1")
+            );
+        }
+
+        #[test]
+        fn user_turn_after_tool_is_a_carrier_only_when_short() {
+            let tool = r#"{"role":"tool","tool_call_id":"c","content":"done"}"#.to_owned();
+            let short = format!(
+                r#"{{"role":"user","content":[{{"type":"text","text":"screenshot"}},{IMG}]}}"#
+            );
+            let long_text = "x".repeat(SHORT_TEXT_CHARS + 1);
+            let long = format!(
+                r#"{{"role":"user","content":[{{"type":"text","text":"{long_text}"}},{IMG}]}}"#
+            );
+            let bare = r#"{"role":"user","content":[{"type":"image_url","image_url":"data:image/png;base64,AAAA"}]}"#.to_owned();
+
+            let (_, inv) = inventory(&body(&[tool.clone(), short.clone()]), true).unwrap();
+            assert_eq!((inv.carriers.len(), inv.reserved_blocks), (1, 0));
+            let (_, inv) = inventory(&body(&[tool.clone(), short.clone()]), false).unwrap();
+            assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
+            let (_, inv) = inventory(&body(&[tool.clone(), long]), true).unwrap();
+            assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
+            let (_, inv) = inventory(&body(std::slice::from_ref(&short)), true).unwrap();
+            assert_eq!((inv.carriers.len(), inv.reserved_blocks), (0, 1));
+            let (_, inv) = inventory(&body(&[tool, bare]), true).unwrap();
+            assert_eq!(inv.carriers.len(), 1);
+            assert_eq!(inv.carriers[0].bytes, 26);
+        }
+
+        #[test]
+        fn odd_parts_do_not_fail() {
+            let b = body(&[
+                r#"{"role":"tool","content":[{"type":"image_url","image_url":5},{"type":"image_url"},{"type":3},7]}"#.to_owned(),
+            ]);
+            let (_, inv) = inventory(&b, true).unwrap();
+            assert_eq!(inv.images_seen, 2);
+            assert_eq!(inv.carriers[0].blocks, 2);
+            assert!(matches!(
+                inventory(br#"{"messages":{"role":"user"}}"#, true),
+                Err(ParseError::Shape { .. })
+            ));
         }
     }
 }

@@ -5,7 +5,7 @@
 //! then the dialect (an Anthropic Messages body gets Anthropic's limits, Gemini's gets
 //! Gemini's, everything else OpenAI's).
 
-use crate::config::Dialect;
+use crate::dialect::Dialect;
 use crate::images::format::Format;
 
 /// Which provider's image rules a request is held to.

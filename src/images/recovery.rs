@@ -4,10 +4,11 @@
 //! Two pure steps for the server's retry-once loop:
 //! 1. [`classify_image_rejection`]`(status, body)` → `Some(ImageRejection)` when the error is
 //!    about images (the phrase lists below, lowercased substring match, 4xx only).
-//! 2. [`rebuild_for_rejection`]`(ctx, original_body, &rejection)` runs the whole pass
-//!    pipeline again on the ORIGINAL request body with the recovery applied (so the retried
-//!    bytes are the same on every later turn that hits the same rejection), returning a
-//!    [`RewriteOutcome`]. Retry only when its body differs from what was sent.
+//! 2. The caller runs the whole pass pipeline again on the ORIGINAL request body with
+//!    `RewriteContext::image_recovery = Some(rejection.kind)` (so the retried bytes are the
+//!    same on every later turn that hits the same rejection), and retries only when the
+//!    result differs from what was sent. This module names the rejection; it never calls the
+//!    pipeline (which sits above it).
 //!
 //! What the rebuild does per kind: `TooLarge { cap_px: Some(n) }` shrinks every image (uploads
 //! too) to ≤ n px a side; `TooLarge { cap_px: None }` shrinks every image over 5 MiB of base64
@@ -18,8 +19,6 @@
 //! [`crate::texts::IMAGES_NOT_SUPPORTED`] (text blocks in place of images, so tool-call pairing
 //! and message order survive). Only `ModelCannotSeeImages` is worth remembering per
 //! (upstream host, model); pass it as `RewriteContext::image_recovery` on later requests.
-
-use crate::rewrite::{rewrite_request, RewriteContext, RewriteError, RewriteOutcome};
 
 /// The verdict field stored for a (host, model) that answered "model can't see images": later
 /// requests get their images replaced up front (hermes-reference §1.9).
@@ -181,21 +180,6 @@ pub fn stated_cap_px(lower: &str) -> Option<u32> {
         }
     }
     None
-}
-
-/// Rebuild `original` (the body as the client sent it, decoded) for `rejection`: the whole
-/// pass pipeline with the recovery applied. Pure; the caller retries once when the result
-/// differs from what it sent.
-pub fn rebuild_for_rejection(
-    ctx: &RewriteContext<'_>,
-    original: &[u8],
-    rejection: &ImageRejection,
-) -> Result<RewriteOutcome, RewriteError> {
-    let ctx = RewriteContext {
-        image_recovery: Some(rejection.kind),
-        ..*ctx
-    };
-    rewrite_request(&ctx, original)
 }
 
 #[cfg(test)]

@@ -52,9 +52,9 @@ use super::profiles::{
     KEEP_THINKING_PARAMS,
 };
 use super::scan::{self, Object};
-use crate::config::Dialect;
+use crate::dialect::Dialect;
+use crate::dialect::ParseError;
 use crate::json_edit::{splice, Edit};
-use crate::rewrite::RewriteError;
 
 /// Text of the block that replaces an assistant turn left empty by stripping its thinking
 /// (hermes-reference §3.7 uses the same placeholder). Fixed: the prefix cache depends on it.
@@ -122,12 +122,12 @@ pub struct ShapeOutcome {
 
 /// Run the shaping pass on `body` (the output of the earlier passes).
 ///
-/// Errors: the body is not JSON or not an object ([`RewriteError`]); the server then forwards
+/// Errors: the body is not JSON or not an object ([`ParseError`]); the server then forwards
 /// the bytes it has.
-pub fn shape_request(ctx: &ShapeContext<'_>, body: &[u8]) -> Result<ShapeOutcome, RewriteError> {
+pub fn shape_request(ctx: &ShapeContext<'_>, body: &[u8]) -> Result<ShapeOutcome, ParseError> {
     let (text, _): (&str, IgnoredAny) = crate::dialect::parse_body(body, ctx.dialect.as_str())?;
     let Some(top) = scan::object_at(text, 0) else {
-        return Err(RewriteError::Shape {
+        return Err(ParseError::Shape {
             dialect: ctx.dialect.as_str(),
             detail: "the body could not be scanned".to_owned(),
         });

@@ -1,4 +1,5 @@
-//! Where each image of a body sits: what the dialect walkers report and the image passes edit.
+//! Where each image of a body sits: the vocabulary the dialect walkers produce and the image
+//! passes (`crate::images`) edit.
 //!
 //! A [`Walk`] lists every image block / part ([`Site`]) in document order with the byte spans
 //! needed to edit it in place: the media-type string, the base64 / data-URL string, the whole
@@ -148,6 +149,10 @@ pub struct Site<'a> {
     /// A member carried over to a text replacement: `(key, raw JSON value)`.
     pub keep: Option<(&'static str, &'a str)>,
     pub placement: Placement,
+    /// True for a part that is an image only if its bytes sniff as one (a Gemini
+    /// `inlineData` whose declared type is not `image/*`: PDF, audio and video parts are not
+    /// images). The image policy drops such a site when its bytes are not an image.
+    pub needs_sniff: bool,
 }
 
 /// Every image of one body.
