@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use cachekeeper::config::{Config, Loaded};
+use cachekeeper::proxy::Server;
 use cachekeeper::reasoning;
 use cachekeeper::route::RouteTable;
-use cachekeeper::server::Server;
 use cachekeeper::{state, telemetry};
 
 #[derive(Parser)]
@@ -174,7 +174,7 @@ fn check(path: &std::path::Path) -> ExitCode {
         .ca_file
         .as_ref()
         .map(|p| loaded.base_dir.join(p));
-    if let Err(e) = cachekeeper::upstream::build_client(
+    if let Err(e) = cachekeeper::wire::upstream::build_client(
         std::time::Duration::from_millis(loaded.config.server.connect_timeout_ms),
         ca.as_deref(),
     ) {

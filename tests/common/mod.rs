@@ -194,7 +194,7 @@ pub async fn start_proxy(toml_text: &str) -> Proxy {
         base_dir: std::env::temp_dir(),
         warnings,
     };
-    let server = cachekeeper::server::Server::bind(&loaded, Some("127.0.0.1:0".parse().unwrap()))
+    let server = cachekeeper::proxy::Server::bind(&loaded, Some("127.0.0.1:0".parse().unwrap()))
         .await
         .unwrap();
     let addr = server.local_addr().unwrap();

@@ -30,21 +30,21 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
-use crate::body::{self, ReadBody};
 use crate::config::ReasoningConfig;
 use crate::config::{Loaded, ServerConfig};
 use crate::dialect::Dialect;
-use crate::error::ProxyError;
 use crate::images::recovery::{classify_image_rejection, ImageRejectionKind, NO_IMAGE_INPUT};
+use crate::proxy::errors::ProxyError;
 use crate::reasoning::{self, ResolvedRoute};
 use crate::rewrite::{
     rewrite_request, ReasoningInputs, RewriteContext, RewriteOutcome, RewriteReport, VerdictLookup,
 };
 use crate::route::{classify_path, error_dialect_for_path, model_from_path, Matched, RouteTable};
 use crate::state::{Store, StoreOptions};
-use crate::stream::ObservedBody;
 use crate::telemetry::{redact_query, Outcome, RequestLog};
-use crate::upstream::{self, BoxError, HttpClient};
+use crate::wire::body::{self, ReadBody};
+use crate::wire::stream::ObservedBody;
+use crate::wire::upstream::{self, BoxError, HttpClient};
 
 /// The body type of every response the proxy sends.
 pub type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;

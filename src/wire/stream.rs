@@ -13,9 +13,9 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
 use crate::dialect::Dialect;
-use crate::error::midstream_error_event;
+use crate::proxy::errors::midstream_error_event;
 use crate::telemetry::{Outcome, RequestLog};
-use crate::upstream::{BoxError, UpstreamBody};
+use crate::wire::upstream::{BoxError, UpstreamBody};
 
 /// The upstream response body, observed.
 pub struct ObservedBody {

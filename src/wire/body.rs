@@ -9,7 +9,7 @@ use http_body::Frame;
 use http_body_util::{BodyExt, BodyStream, Full, StreamBody};
 use hyper::body::Incoming;
 
-use crate::upstream::{BoxError, UpstreamBody};
+use crate::wire::upstream::{BoxError, UpstreamBody};
 
 /// Result of [`read_bounded`].
 pub enum ReadBody {
