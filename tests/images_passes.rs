@@ -619,3 +619,41 @@ fn recovery_rebuilds() {
     assert_eq!(parts[0]["functionResponse"]["parts"], serde_json::json!([]));
     assert_eq!(parts[1]["text"], texts::IMAGES_NOT_SUPPORTED);
 }
+
+/// The official `google-genai` Python SDK sends `inlineData.data` in URL-safe base64 (`-`,
+/// `_`). Found by testing: every image pass skipped such images, so a PNG labelled
+/// `image/jpeg` went upstream unrepaired.
+#[test]
+fn gemini_url_safe_base64_is_read() {
+    use base64::engine::general_purpose::URL_SAFE;
+    use base64::Engine as _;
+    let cfg = ImagesConfig::default();
+    // A real PNG labelled image/jpeg: the media type is repaired, the data string untouched.
+    let png_bytes = png(&screenshot(320, 200, 3, 2));
+    let url_safe = URL_SAFE.encode(&png_bytes);
+    assert!(url_safe.contains('-') && url_safe.contains('_'));
+    let body = gemini_body(Some(("image/jpeg", &url_safe)), &[], false);
+    let out = run(Dialect::Gemini, &cfg, &body);
+    let new = out.body.expect("the media type is repaired");
+    let expected = String::from_utf8(body.clone()).unwrap().replacen(
+        "\"mimeType\":\"image/jpeg\"",
+        "\"mimeType\":\"image/png\"",
+        1,
+    );
+    assert_eq!(String::from_utf8(new).unwrap(), expected);
+    assert_eq!(out.report.images_repaired, 1);
+    // A 1920x1080 agent screenshot in URL-safe base64 is downscaled (the output is standard
+    // base64, as every provider documents).
+    let shot = URL_SAFE.encode(golden_png());
+    assert!(shot.contains('-') || shot.contains('_'));
+    let body = gemini_body(None, &[("image/png".to_owned(), shot)], false);
+    let out = run(Dialect::Gemini, &cfg, &body);
+    assert_eq!(out.report.images_downscaled, 1);
+    let images = images_in(&out.body.expect("downscaled"));
+    assert_eq!(images.len(), 1);
+    assert_eq!(
+        assert_downscaled_jpeg(&images[0].0, &images[0].1),
+        (1568, 882)
+    );
+    assert_eq!(sha(&images[0].1), GOLDEN_OUTPUT_SHA);
+}

@@ -164,8 +164,9 @@ pub fn unescape_b64(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
     Some(std::borrow::Cow::Owned(out))
 }
 
-/// Decode the first `max_chars` (rounded down to a multiple of 4) of a base64 string given as
-/// raw JSON string text. `None` on invalid base64 or an escape other than `\/`.
+/// Decode the first `max_chars` (rounded down to a multiple of 4) of a base64 string (either
+/// alphabet, [`crate::images::probe::decode_base64`]) given as raw JSON string text. `None` on
+/// invalid base64 or an escape other than `\/`.
 pub fn decode_prefix(raw: &str, max_chars: usize) -> Option<Vec<u8>> {
     // Enough raw chars to yield max_chars after unescaping `\/` (2 raw chars → 1).
     let cut = floor_char_boundary(raw, max_chars.saturating_mul(2));
@@ -185,17 +186,15 @@ pub fn decode_prefix(raw: &str, max_chars: usize) -> Option<Vec<u8>> {
     let decoded = if part.len() < s.len() && part.ends_with('=') {
         return None;
     } else {
-        base64::engine::general_purpose::STANDARD.decode(part.as_bytes())
+        crate::images::probe::decode_base64(part.as_bytes())
     };
-    decoded.ok()
+    decoded
 }
 
-/// Decode a whole base64 string given as raw JSON string text.
+/// Decode a whole base64 string (either alphabet) given as raw JSON string text.
 pub fn decode_all(raw: &str) -> Option<Vec<u8>> {
     let s = unescape_b64(raw)?;
-    base64::engine::general_purpose::STANDARD
-        .decode(s.as_bytes())
-        .ok()
+    crate::images::probe::decode_base64(s.as_bytes())
 }
 
 /// Largest char boundary ≤ `i` in `s`.

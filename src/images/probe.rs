@@ -16,6 +16,25 @@ pub const MANY_IMAGE_DIMENSION_LIMIT: u32 = 2000;
 /// `(width, height)` in px.
 pub type Dimensions = (u32, u32);
 
+/// URL-safe base64 (RFC 4648 §5: `-` and `_` for 62 and 63), padded or not: the official
+/// `google-genai` Python SDK sends Gemini `inlineData.data` this way (docs/images.md).
+const URL_SAFE_ANY_PADDING: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::URL_SAFE,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+/// Decode base64 in either alphabet clients send: the standard one (`+` `/`, padded, as
+/// every provider documents) or, when a `-` or `_` appears, the URL-safe one. The one decoder
+/// of image base64 in this crate; what is forwarded unchanged keeps the client's spelling.
+pub(crate) fn decode_base64(chars: &[u8]) -> Option<Vec<u8>> {
+    if chars.iter().any(|&c| c == b'-' || c == b'_') {
+        URL_SAFE_ANY_PADDING.decode(chars).ok()
+    } else {
+        base64::engine::general_purpose::STANDARD.decode(chars).ok()
+    }
+}
+
 /// Dimensions of an image given as a `data:…;base64,` URL or as bare base64.
 ///
 /// `text` may be the raw inner text of a JSON string: the only escape base64 can plausibly
@@ -34,9 +53,7 @@ pub fn dimensions(text: &str) -> Option<Dimensions> {
         text
     };
     let chars = base64_prefix(payload)?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(chars.as_bytes())
-        .ok()?;
+    let bytes = decode_base64(chars.as_bytes())?;
     png_dimensions(&bytes).or_else(|| jpeg_dimensions(&bytes))
 }
 
@@ -182,6 +199,20 @@ mod tests {
             let b64 = STANDARD.encode(fake::jpeg(1920, 1080, not_sof));
             assert_eq!(dimensions(&b64), None, "marker {not_sof:#x}");
         }
+    }
+
+    #[test]
+    fn url_safe_alphabet() {
+        use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
+        let png = fake::png(1568, 882, 300);
+        let b64 = URL_SAFE.encode(&png);
+        assert!(b64.contains('-') || b64.contains('_'), "{b64}");
+        assert_eq!(dimensions(&b64), Some((1568, 882)));
+        assert_eq!(decode_base64(b64.as_bytes()), Some(png.clone()));
+        let bare = URL_SAFE_NO_PAD.encode(&png);
+        assert_eq!(decode_base64(bare.as_bytes()), Some(png));
+        // One string may not mix the alphabets.
+        assert_eq!(decode_base64(b"ab+-"), None);
     }
 
     #[test]
