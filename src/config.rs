@@ -1,6 +1,6 @@
 //! `proxy.toml`: the schema, its defaults (all in this file) and validation.
 //!
-//! Shape (see `../shared/design.md`, "Contracts"):
+//! Shape (see `docs/architecture.md#config` and the shipped `proxy.toml`):
 //!
 //! ```toml
 //! [server]   # listen, timeouts, max_rewrite_bytes, dry_run, client_token, ca_file
@@ -118,7 +118,7 @@ impl Default for StateConfig {
 /// `[images]` (and `[routes.images]`): eviction ceilings and the downscale budget.
 ///
 /// The defaults are Anthropic's documented limits and the constants of the Hermes agent's
-/// eviction policy (`../shared/hermes-reference.md` §1.1).
+/// eviction policy (`docs/images.md#constants`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ImagesConfig {

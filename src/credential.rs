@@ -1,6 +1,6 @@
 //! Credential scopes: which tenant a request belongs to, without keeping the credential.
 //!
-//! design.md "Credentials": a credential is identified by a hash of the first present of
+//! `docs/architecture.md#credentials`: a credential is identified by a hash of the first present of
 //! `x-api-key`, `authorization`, `x-goog-api-key`, or the `key` query parameter. Rotating
 //! OAuth tokens therefore start fresh scopes. Used to keep per-tenant caches (the transcode
 //! cache) apart; the scope is never logged with the credential.

@@ -1,5 +1,6 @@
 //! Fixed texts the passes insert. They never vary: tests and the provider prefix cache depend on
-//! them never changing (design.md, "Fixed texts"). No time, no counter, no per-request data.
+//! them never changing (`docs/architecture.md#fixed-texts`). No time, no counter, no per-request
+//! data.
 
 /// The sentence that replaces each retired image block / part (one text block per image).
 ///
@@ -25,14 +26,15 @@ pub const UNSUPPORTED_HEIF: &str =
 pub const UNSUPPORTED_AVIF: &str =
     "[image omitted by cachekeeper: image/avif is not a supported image format]";
 /// Replaces an image of a format that cannot be recognised, after the provider said the format
-/// is unsupported (reactive recovery, hermes-reference §1.9).
+/// is unsupported (reactive recovery, `docs/images.md#rejection-wordings`).
 pub const UNSUPPORTED_UNKNOWN: &str =
     "[image omitted by cachekeeper: the image format is not supported]";
-/// Replaces an image the provider could not decode (reactive recovery, hermes-reference §1.9).
+/// Replaces an image the provider could not decode (reactive recovery,
+/// `docs/images.md#rejection-wordings`).
 pub const CORRUPT_IMAGE: &str =
     "[image omitted by cachekeeper: the image data could not be decoded]";
-/// Replaces every image when the model cannot see images (hermes-reference §1.9, the strip
-/// rule's placeholder, kept verbatim so tool-call pairing survives).
+/// Replaces every image when the model cannot see images (`docs/images.md#rejection-wordings`, the
+/// strip rule's placeholder, kept verbatim so tool-call pairing survives).
 pub const IMAGES_NOT_SUPPORTED: &str =
     "[image content removed \u{2014} server does not support images]";
 
@@ -48,7 +50,7 @@ pub fn unsupported_format(mime: &str) -> &'static str {
     }
 }
 
-/// The repeat-cap text (`[images] max_calls_per_image`, hermes-reference §2.4): replaces the
+/// The repeat-cap text (`[images] max_calls_per_image`, `docs/images.md#repeat-cap`): replaces the
 /// (n+1)-th and later occurrences of one image. Same `n`, same text.
 pub fn repeat_cap(n: u32) -> String {
     let times = if n == 1 { "time" } else { "times" };
@@ -58,7 +60,7 @@ pub fn repeat_cap(n: u32) -> String {
     )
 }
 
-/// The note added right after a downscaled agent image (hermes-reference §2.2): original and
+/// The note added right after a downscaled agent image (`docs/images.md#downscale`): original and
 /// new size, and the factor that maps coordinates read from the new image back to the
 /// original (computer-use agents click by pixel). Sizes are `(width, height)` in px; the
 /// factor is printed with 4 decimals, one per axis when they differ at that precision.

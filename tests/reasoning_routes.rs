@@ -1,5 +1,5 @@
-//! Reasoning shaping on real request shapes, per profile, and the pure part of the
-//! unknown-field sequence of hermes-reference §3.8 (detect → learned set → shape again → a
+//! Reasoning shaping on real request shapes, per profile, and the pure part of the unknown-field
+//! sequence of `docs/reasoning.md#detection-and-widening` (detect → learned set → shape again → a
 //! second rejection teaches nothing new).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

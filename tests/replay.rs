@@ -244,7 +244,7 @@ fn small_screenshots_are_never_retired() {
 
 #[test]
 fn one_large_upload_keeps_the_strict_ceiling() {
-    // hermes-reference §1.4: one upload at 2001 px plus 20 small screenshots → 8 retired,
+    // `docs/images.md#worked-cases`: one upload at 2001 px plus 20 small screenshots → 8 retired,
     // upload untouched.
     let (upload, per_turn) = anthropic_session(20, (2001, 1000), SMALL);
     let body = body_with(r#""model":"m""#, &per_turn[19]);
@@ -565,7 +565,7 @@ fn bad_input_missing_source_is_a_block() {
 
 #[test]
 fn uploads_alone_over_the_ceiling_keep_the_floor() {
-    // hermes-reference §1.8: 21 uploads + 5 screenshots → exactly 3 screenshots kept.
+    // `docs/images.md#worked-cases`: 21 uploads + 5 screenshots → exactly 3 screenshots kept.
     let cfg = ImagesConfig::default();
     let uploads: Vec<String> = (0..21)
         .map(|u| anthropic_image(&png(LARGE.0, LARGE.1, 500 + u, 8)))

@@ -7,7 +7,7 @@
 //!   `cache_control`, if it had one).
 //! - Bytes of an image = length of its `source.data` string as sent (base64 source); 0 for
 //!   `url` / `file` sources and for a block without `source`. Those are unprobeable, hence large.
-//!   (See `../shared/wire-formats.md` §2.2.)
+//!   (See `docs/wire-formats.md#anthropic-messages`.)
 
 use std::fmt;
 use std::marker::PhantomData;

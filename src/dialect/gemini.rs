@@ -1,5 +1,5 @@
 //! Gemini `generateContent` / `streamGenerateContent` / `countTokens`: where images live
-//! (wire-formats §6.1–6.2).
+//! (`docs/wire-formats.md#gemini`).
 //!
 //! - Images: `inlineData` parts (`{"mimeType","data"}`, snake_case `inline_data` /
 //!   `mime_type` accepted too) whose declared type is `image/*` or whose bytes sniff as an

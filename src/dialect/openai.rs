@@ -2,7 +2,7 @@
 //!
 //! - Image parts: `{"type":"image_url","image_url":{"url":…}}` (or `image_url` as a bare
 //!   string, as some clients send; `input_image` parts are read the same way). Bytes = length
-//!   of the URL / data-URL string as sent. (See `../shared/wire-formats.md` §3.1–3.2.)
+//!   of the URL / data-URL string as sent. (See `docs/wire-formats.md#openai-chat-completions`.)
 //! - Carriers: `role: "tool"` messages with image parts, and — when
 //!   `agent_images_in_user_turns` is on — a `user` message right after a `tool` message whose
 //!   parts are only images and at most [`SHORT_TEXT_CHARS`] of text (OpenAI rejects images in

@@ -1,4 +1,4 @@
-//! OpenAI Responses (`/responses`): where images live (wire-formats §5.1).
+//! OpenAI Responses (`/responses`): where images live (`docs/wire-formats.md#openai-responses`).
 //!
 //! - `input` is a string (no images) or a list of items.
 //! - Agent images (carriers): `input_image` parts in a `function_call_output` item's `output`

@@ -1,4 +1,4 @@
-//! Decode, resize and encode one image, deterministically (hermes-reference §2.2).
+//! Decode, resize and encode one image, deterministically (`docs/images.md#downscale`).
 //!
 //! Same input bytes and [`Target`] ⇒ same output bytes: one pinned resize filter, integer
 //! size arithmetic, the `image` crate's single-threaded encoders, no metadata copied. The
@@ -14,17 +14,17 @@ use crate::images::format::{decode_all, sniff, Format};
 /// The one resize filter (pinned: changing it changes every transcoded byte). Lanczos3 keeps
 /// small text in screenshots legible.
 pub const RESIZE_FILTER: image::imageops::FilterType = image::imageops::FilterType::Lanczos3;
-/// JPEG quality ladder tried at each size (hermes-reference §2.2).
+/// JPEG quality ladder tried at each size (`docs/images.md#downscale`).
 pub const QUALITY_LADDER: [u8; 3] = [85, 70, 50];
-/// Most halvings after the quality ladder fails at the fitted size (hermes-reference §2.2).
+/// Most halvings after the quality ladder fails at the fitted size (`docs/images.md#downscale`).
 pub const MAX_HALVINGS: u32 = 4;
-/// A halving never takes the shorter side below this, px (hermes-reference §2.2).
+/// A halving never takes the shorter side below this, px (`docs/images.md#downscale`).
 pub const MIN_SHORT_SIDE: u32 = 64;
 /// Most pixels (width × height) decoded from one image: a decompression-bomb guard
-/// (hermes-reference §2.3, 100,000,000 aggregate pixels).
+/// (`docs/images.md#decode-bounds`, 100,000,000 aggregate pixels).
 pub const MAX_PIXELS: u64 = 100_000_000;
-/// Most frames an animated GIF / WebP may declare (hermes-reference §2.3); only the first is
-/// decoded (providers use the first frame, wire-formats §2.3).
+/// Most frames an animated GIF / WebP may declare (`docs/images.md#decode-bounds`); only the
+/// first is decoded (providers use the first frame).
 pub const MAX_FRAMES: usize = 100;
 /// Most bytes the decoder may allocate (the `image` crate's default, 512 MiB).
 pub const MAX_ALLOC: u64 = 512 * 1024 * 1024;
@@ -34,8 +34,8 @@ pub const MAX_ALLOC: u64 = 512 * 1024 * 1024;
 pub struct Target {
     /// Longest side of the output, px.
     pub max_side: u32,
-    /// Most characters of the output string: base64, plus the `data:<mime>;base64,` header
-    /// when [`Target::data_url`] is set (the unit of `embed_target_bytes`, hermes §2.1).
+    /// Most characters of the output string: base64, plus the `data:<mime>;base64,` header when
+    /// [`Target::data_url`] is set (the unit of `embed_target_bytes`, `docs/images.md#downscale`).
     pub max_len: u64,
     /// Count the data-URL header in `max_len`.
     pub data_url: bool,
@@ -47,7 +47,7 @@ pub struct Target {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
     /// Agent images over the budget: always JPEG (alpha flattened onto white), quality ladder,
-    /// then halvings (hermes-reference §2.2, `force_jpeg` for history embeds).
+    /// then halvings (`docs/images.md#downscale`).
     Downscale,
     /// A repair: the smallest change that fits. A lossless source (PNG, GIF, BMP, TIFF) is
     /// tried as PNG first at the fitted size; otherwise (or when PNG is too long) as
@@ -229,7 +229,7 @@ pub fn halve((w, h): (u32, u32)) -> (u32, u32) {
     (scale(w), scale(h))
 }
 
-/// RGB with any alpha composited onto white (JPEG has no alpha, hermes-reference §2.2).
+/// RGB with any alpha composited onto white (JPEG has no alpha, `docs/images.md#downscale`).
 fn flatten_onto_white(img: &DynamicImage) -> RgbImage {
     if !img.color().has_alpha() {
         return img.to_rgb8();

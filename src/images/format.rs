@@ -1,8 +1,9 @@
-//! Image formats from magic bytes (hermes-reference §2.3; wire-formats §2.4), and the base64
+//! Image formats from magic bytes (`docs/images.md#formats-and-magic-bytes`), and the base64
 //! helpers every image pass uses.
 //!
 //! The declared `media_type` / `mimeType` / data-URL type is never trusted: Anthropic checks it
-//! against the payload's magic bytes and answers 400 on a mismatch (wire-formats §2.4).
+//! against the payload's magic bytes and answers 400 on a mismatch
+//! (`docs/images.md#anthropic-limits`).
 
 use base64::Engine as _;
 
@@ -97,9 +98,9 @@ pub fn sniff(b: &[u8]) -> Option<Format> {
     sniff_svg(b)
 }
 
-/// ISO-BMFF `ftyp` box (hermes-reference §2.3): major brand at 8–12, compatible brands every 4
-/// bytes from 16, bounded by the declared box size (a malformed size fails closed). AVIF brands
-/// win over the HEIF ones.
+/// ISO-BMFF `ftyp` box (`docs/images.md#formats-and-magic-bytes`): major brand at 8–12, compatible
+/// brands every 4 bytes from 16, bounded by the declared box size (a malformed size fails closed).
+/// AVIF brands win over the HEIF ones.
 fn sniff_ftyp(b: &[u8]) -> Option<Format> {
     if b.len() < 12 || &b[4..8] != b"ftyp" {
         return None;
@@ -223,8 +224,9 @@ pub fn sniff_b64(raw: &str) -> (Option<Format>, Option<(u32, u32)>) {
     (format, dims)
 }
 
-/// Dimensions from a header prefix: PNG IHDR and JPEG SOF read directly (hermes §1.4), the
-/// other formats the `image` crate decodes through its header readers.
+/// Dimensions from a header prefix: PNG IHDR and JPEG SOF read directly
+/// (`docs/images.md#header-probe`), the other formats the `image` crate decodes through its header
+/// readers.
 pub fn header_dimensions(format: Format, head: &[u8]) -> Option<(u32, u32)> {
     match format {
         Format::Png => return crate::images::probe::png_dimensions(head),

@@ -1,4 +1,4 @@
-//! Image passes 1–4 (design.md "Request passes") over one [`Walk`]:
+//! Image passes 1–4 (`docs/architecture.md#request-passes`) over one [`Walk`]:
 //!
 //! 1. **repair** (any image, uploads included — the one exception to "uploads are never
 //!    touched"): the declared media type set from the magic bytes; formats the profile rejects
@@ -35,7 +35,7 @@ use crate::json_edit::Edit;
 use crate::texts;
 
 /// Hard per-image byte cap after a "too large" rejection without a stated pixel cap, bytes of
-/// base64 (hermes-reference §2.1 `_RESIZE_TARGET_BYTES` = 5 MiB).
+/// base64 (Hermes `_RESIZE_TARGET_BYTES` = 5 MiB, `docs/images.md#downscale`).
 pub const RESIZE_TARGET_BYTES: u64 = 5 * 1024 * 1024;
 
 /// The inputs of the image passes besides the body.
@@ -49,7 +49,8 @@ pub struct Settings<'a> {
     pub cache: Option<&'a TranscodeCache>,
     /// The credential scope the cache entries belong to.
     pub scope: &'a str,
-    /// A provider rejection being recovered from (reactive recovery, hermes-reference §1.9).
+    /// A provider rejection being recovered from (reactive recovery,
+    /// `docs/images.md#rejection-wordings`).
     pub recovery: Option<ImageRejectionKind>,
 }
 

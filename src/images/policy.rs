@@ -1,28 +1,29 @@
 //! The retire-count step function: how many of the oldest carriers to retire so a request stays
 //! within the provider's image-block and byte ceilings.
 //!
-//! A port of the Hermes agent's `agent/image_eviction_policy.py` as described in
-//! `../shared/hermes-reference.md` §1.3 (constants §1.1, worked cases §1.8). It is recomputed from
-//! scratch on every request and only moves at batch boundaries, so the cached prefix changes once
-//! per batch instead of once per image (§1.2).
+//! A port of the Hermes agent's `agent/image_eviction_policy.py`, described in
+//! `docs/images.md#the-retire-function` (constants `#constants`, worked cases `#worked-cases`). It
+//! is recomputed from scratch on every request and only moves at batch boundaries, so the cached
+//! prefix changes once per batch instead of once per image (`docs/images.md#why-batches`).
 
 use crate::config::ImagesConfig;
 
-/// Strict image-block ceiling (Hermes `OUTBOUND_IMAGE_LIMIT`, §1.1): above 20 images Anthropic
-/// holds every image to 2000 px per side. Default of [`ImagesConfig::max_blocks`].
+/// Strict image-block ceiling (Hermes `OUTBOUND_IMAGE_LIMIT`, `docs/images.md#constants`): above 20
+/// images Anthropic holds every image to 2000 px per side. Default of [`ImagesConfig::max_blocks`].
 pub const OUTBOUND_IMAGE_LIMIT: usize = 20;
 /// Block ceiling when every image is known to be ≤ 2000 px (Hermes `OUTBOUND_IMAGE_HARD_LIMIT`,
-/// §1.1; Anthropic's per-request count on 200K-context models). Default of
+/// `docs/images.md#constants`; Anthropic's per-request count on 200K-context models). Default of
 /// [`ImagesConfig::max_blocks_small`].
 pub const OUTBOUND_IMAGE_HARD_LIMIT: usize = 100;
-/// Byte budget over all base64 / data-URL strings (Hermes `OUTBOUND_IMAGE_BUDGET_BYTES`, §1.1;
-/// headroom under Anthropic's 32 MB request limit). Default of [`ImagesConfig::max_bytes`].
+/// Byte budget over all base64 / data-URL strings (Hermes `OUTBOUND_IMAGE_BUDGET_BYTES`,
+/// `docs/images.md#constants`; headroom under Anthropic's 32 MB request limit). Default of
+/// [`ImagesConfig::max_bytes`].
 pub const OUTBOUND_IMAGE_BUDGET_BYTES: u64 = 24_000_000;
-/// Carriers retired per step (Hermes `IMAGE_EVICTION_BATCH`, §1.1). Default of
-/// [`ImagesConfig::evict_batch`].
+/// Carriers retired per step (Hermes `IMAGE_EVICTION_BATCH`, `docs/images.md#constants`). Default
+/// of [`ImagesConfig::evict_batch`].
 pub const IMAGE_EVICTION_BATCH: usize = 8;
-/// Satisfiability floor (Hermes `OUTBOUND_IMAGE_FLOOR`, §1.1): newest carriers protected when
-/// uploads alone break the block ceiling. Not a sliding window. Default of
+/// Satisfiability floor (Hermes `OUTBOUND_IMAGE_FLOOR`, `docs/images.md#constants`): newest
+/// carriers protected when uploads alone break the block ceiling. Not a sliding window. Default of
 /// [`ImagesConfig::evict_floor`].
 pub const OUTBOUND_IMAGE_FLOOR: usize = 3;
 
@@ -83,7 +84,7 @@ pub struct Load<'a> {
     /// Image blocks per carrier, NEWEST first.
     pub carrier_blocks: &'a [usize],
     /// Bytes per carrier, newest first, same length as `carrier_blocks`; `None` = enforce the
-    /// block ceiling only (the Hermes Anthropic pass has no sizes, §1.6).
+    /// block ceiling only (`docs/images.md#the-retire-function`).
     pub carrier_bytes: Option<&'a [u64]>,
     /// Image blocks outside carriers (uploads): counted, never retired.
     pub reserved_blocks: usize,
@@ -93,7 +94,7 @@ pub struct Load<'a> {
     pub many_image_safe: bool,
 }
 
-/// How many of the OLDEST carriers to retire (hermes-reference §1.3).
+/// How many of the OLDEST carriers to retire (`docs/images.md#the-retire-function`).
 ///
 /// 0 while both ceilings hold (append-only below the limit). Otherwise whole steps of
 /// `min(batch, window - floor)` (at least 1) until the kept carriers fit, where `window` is the
@@ -182,7 +183,8 @@ mod tests {
         )
     }
 
-    // hermes-reference §1.8, test_image_eviction_policy.py table, one test per row.
+    // `docs/images.md#worked-cases` (the Hermes test_image_eviction_policy.py table), one test per
+    // row.
     #[test]
     fn row_20_singles_retire_nothing() {
         assert_eq!(blocks_only(&[1; 20], 0), 0);

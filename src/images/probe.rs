@@ -1,4 +1,4 @@
-//! Image dimensions from headers only (hermes-reference §1.4): PNG IHDR, JPEG SOF.
+//! Image dimensions from headers only (`docs/images.md#header-probe`): PNG IHDR, JPEG SOF.
 //!
 //! Only a prefix of the base64 is decoded. Anything that cannot be read — a remote URL, a
 //! non-base64 data URL, corrupt bytes, another container such as GIF or WebP — gives `None`,
@@ -6,11 +6,12 @@
 
 use base64::Engine as _;
 
-/// Most base64 characters decoded to find a header (Hermes `_DIMENSION_PROBE_CHARS`, §1.1).
+/// Most base64 characters decoded to find a header (Hermes `_DIMENSION_PROBE_CHARS`,
+/// `docs/images.md#header-probe`).
 pub const PROBE_CHARS: usize = 32 * 1024;
 
 /// Side length in px above which an image keeps the strict block ceiling (Hermes
-/// `MANY_IMAGE_DIMENSION_LIMIT`, §1.1; Anthropic's many-image rule).
+/// `MANY_IMAGE_DIMENSION_LIMIT`, `docs/images.md#constants`; Anthropic's many-image rule).
 pub const MANY_IMAGE_DIMENSION_LIMIT: u32 = 2000;
 
 /// `(width, height)` in px.

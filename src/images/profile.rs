@@ -1,9 +1,9 @@
 //! Per-provider image limits: the one table every image pass reads.
 //!
-//! Three profiles. The route's `provider` key wins, then the upstream host (suffix match), then
-//! the model (a `claude` model behind a gateway gets Anthropic's limits, design.md "Config"),
-//! then the dialect (an Anthropic Messages body gets Anthropic's limits, Gemini's gets
-//! Gemini's, everything else OpenAI's).
+//! Three profiles. The route's `provider` key wins, then the upstream host (suffix match), then the
+//! model (a `claude` model behind a gateway gets Anthropic's limits,
+//! `docs/images.md#anthropic-limits`), then the dialect (an Anthropic Messages body gets
+//! Anthropic's limits, Gemini's gets Gemini's, everything else OpenAI's).
 
 use crate::dialect::Dialect;
 use crate::images::format::Format;
@@ -16,13 +16,15 @@ pub enum ImageProfile {
     Gemini,
 }
 
-/// Anthropic's largest side, px (wire-formats §2.3 "Max dimensions" 8000×8000; the 400
-/// `At least one of the image dimensions exceed max allowed size: 8000 pixels`, §2.4).
+/// Anthropic's largest side, px (8000×8000, `docs/images.md#anthropic-limits`; the 400
+/// `At least one of the image dimensions exceed max allowed size: 8000 pixels`,
+/// `docs/images.md#rejection-wordings`).
 pub const ANTHROPIC_MAX_SIDE: u32 = 8000;
-/// Anthropic's many-image rule: above this many images in one request (wire-formats §2.3)…
+/// Anthropic's many-image rule: above this many images in one request
+/// (`docs/images.md#anthropic-limits`)…
 pub const MANY_IMAGE_COUNT: usize = 20;
-/// …each image must be ≤ this many px per side (wire-formats §2.3; hermes §1.1
-/// `MANY_IMAGE_DIMENSION_LIMIT`).
+/// …each image must be ≤ this many px per side (`docs/images.md#anthropic-limits`; Hermes
+/// `MANY_IMAGE_DIMENSION_LIMIT`, `docs/images.md#constants`).
 pub const MANY_IMAGE_SIDE: u32 = crate::images::probe::MANY_IMAGE_DIMENSION_LIMIT;
 
 /// The limits of one profile.
@@ -30,7 +32,7 @@ pub const MANY_IMAGE_SIDE: u32 = crate::images::probe::MANY_IMAGE_DIMENSION_LIMI
 pub struct ProfileLimits {
     /// Profile name for reports (`anthropic`, `openai`, `gemini`).
     pub name: &'static str,
-    /// Inline formats the provider accepts (wire-formats §2.2 / §3.1 / §6.2). GIF is kept for
+    /// Inline formats the provider accepts (`docs/images.md#provider-limits`). GIF is kept for
     /// Gemini: a repair happens only where a rejection is certain, and GIF is not documented
     /// as rejected there.
     pub accepted: &'static [Format],

@@ -1,5 +1,5 @@
-//! Reactive image recovery (hermes-reference §1.9): read a provider's 4xx, say which image
-//! problem it names, and rebuild the request so the one retry can succeed.
+//! Reactive image recovery (`docs/images.md#rejection-wordings`): read a provider's 4xx, say which
+//! image problem it names, and rebuild the request so the one retry can succeed.
 //!
 //! Two pure steps for the server's retry-once loop:
 //! 1. [`classify_image_rejection`]`(status, body)` → `Some(ImageRejection)` when the error is
@@ -21,7 +21,7 @@
 //! (upstream host, model); pass it as `RewriteContext::image_recovery` on later requests.
 
 /// The verdict field stored for a (host, model) that answered "model can't see images": later
-/// requests get their images replaced up front (hermes-reference §1.9).
+/// requests get their images replaced up front (`docs/images.md#rejection-wordings`).
 pub const NO_IMAGE_INPUT: &str = "image_input";
 
 /// What a provider rejected.
@@ -47,7 +47,7 @@ pub struct ImageRejection {
     pub wording: &'static str,
 }
 
-/// "Model can't see images" phrases (hermes-reference §1.9).
+/// "Model can't see images" phrases (`docs/images.md#rejection-wordings`).
 pub const CANNOT_SEE_IMAGES: &[&str] = &[
     "only 'text' content type is supported",
     "only text content type is supported",
@@ -70,8 +70,8 @@ pub const CANNOT_SEE_IMAGES: &[&str] = &[
     "no endpoints found that support image input",
 ];
 
-/// "Corrupt image payload" phrases (hermes-reference §1.9), plus Anthropic's media-type
-/// mismatch wordings (wire-formats §2.4), repaired the same way.
+/// "Corrupt image payload" phrases, plus Anthropic's media-type mismatch wordings, repaired
+/// the same way (`docs/images.md#rejection-wordings`).
 pub const CORRUPT: &[&str] = &[
     "image data you provided does not represent a valid image",
     "failed to decode image",
@@ -82,7 +82,7 @@ pub const CORRUPT: &[&str] = &[
     "but the image appears to be",
 ];
 
-/// Dimension phrases (hermes-reference §1.9 "image too large", wire-formats §2.4); the stated
+/// Dimension phrases (`docs/images.md#rejection-wordings`); the stated
 /// cap is read with [`stated_cap_px`].
 pub const DIMENSIONS: &[&str] = &[
     "image dimensions exceed",
@@ -91,7 +91,7 @@ pub const DIMENSIONS: &[&str] = &[
     "patches after processing",
 ];
 
-/// Size phrases (hermes-reference §1.9 "image too large").
+/// Size phrases (`docs/images.md#rejection-wordings`).
 pub const TOO_LARGE: &[&str] = &[
     "image exceeds",
     "image too large",
@@ -103,8 +103,8 @@ pub const TOO_LARGE: &[&str] = &[
     "streamreadconstraints.getmaxstringlength",
 ];
 
-/// Unsupported-format phrases: Anthropic's media-type enum error (wire-formats §2.4) and
-/// generic wordings.
+/// Unsupported-format phrases: Anthropic's media-type enum error
+/// (`docs/images.md#rejection-wordings`) and generic wordings.
 pub const UNSUPPORTED: &[&str] = &[
     "input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
     "unsupported image format",
@@ -112,7 +112,7 @@ pub const UNSUPPORTED: &[&str] = &[
     "you uploaded an unsupported image",
 ];
 
-/// Smallest and largest stated pixel cap accepted (hermes-reference §1.9).
+/// Smallest and largest stated pixel cap accepted (`docs/images.md#rejection-wordings`).
 pub const CAP_PX_RANGE: std::ops::RangeInclusive<u32> = 512..=8000;
 
 /// Classify a provider error. `None` unless `status` is 4xx and the body names an image
@@ -158,7 +158,7 @@ pub fn classify_image_rejection(status: u16, body: &[u8]) -> Option<ImageRejecti
 }
 
 /// The cap in `max allowed size[ for …]: NNNN pixels` (lowercased text), when it lies in
-/// [`CAP_PX_RANGE`] (hermes-reference §1.9).
+/// [`CAP_PX_RANGE`] (`docs/images.md#rejection-wordings`).
 pub fn stated_cap_px(lower: &str) -> Option<u32> {
     let mut rest = lower;
     while let Some(at) = rest.find("max allowed size") {
@@ -226,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn hermes_1_9_wordings() {
+    fn hermes_recovery_wordings() {
         for p in CANNOT_SEE_IMAGES {
             assert_eq!(
                 kind(

@@ -1,6 +1,6 @@
 //! The proxy's own failures and their responses in each dialect's error shape.
 //!
-//! Shapes (design.md, "Contracts"; wire-formats.md §1):
+//! Shapes (`docs/architecture.md#errors-the-proxy-produces`, `docs/wire-formats.md#error-bodies`):
 //! - Anthropic: `{"type":"error","error":{"type":…,"message":…}}`
 //! - OpenAI (also when the dialect is unknown): `{"error":{"message":…,"type":…,"code":…}}`
 //! - Gemini: `{"error":{"code":…,"message":…,"status":…}}`

@@ -452,7 +452,8 @@ enum Lesson {
     Image(ImageRejectionKind),
 }
 
-/// A 4xx arrived for a buffered request. Two cases earn the one retry (design.md, "Retry"):
+/// A 4xx arrived for a buffered request. Two cases earn the one retry
+/// (`docs/architecture.md#the-one-retry`):
 /// it names a field this request sent as unknown, new for this (host, model) — the verdict
 /// is stored first; or it rejects an image the passes can repair, shrink or replace (a model
 /// that sees no images is remembered the same way). The request is rebuilt from the client's

@@ -1,12 +1,12 @@
 //! Reasoning carriers: the per-route table, shaping of assistant turns, and unknown-field verdicts.
 //!
-//! Three pure parts (no I/O, no clock, no randomness; see `../shared/design.md` pass 6 and
-//! issue 4):
+//! Three pure parts (no I/O, no clock, no randomness; see `docs/architecture.md#request-passes`
+//! and issue 4):
 //! - [`profiles`]: the route table. [`resolve`] turns a route's `provider` key, upstream host
 //!   and path, the request's model and the route's `carriers = [...]` into a
 //!   [`ResolvedRoute`]: the carriers sent on the OpenAI Chat wire, the must-echo family, the
 //!   Anthropic-wire [`ThinkingRoute`], and the keep-thinking flag. Defaults and sources:
-//!   hermes-reference §3.2–3.3, §3.7, §3.9.
+//!   `docs/providers.md`, `docs/reasoning.md`.
 //! - [`shape`]: the shaping pass, [`shape_request`], run after the image passes and eviction.
 //! - [`unknown_field`]: [`detect`], which reads a 4xx and says which sent fields the provider
 //!   called unknown (widened), or nothing.

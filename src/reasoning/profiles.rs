@@ -2,18 +2,18 @@
 //! OpenAI Chat wire, which must be echoed back, how signed thinking is replayed on the Anthropic
 //! wire, and which keep-thinking flag a profile may add.
 //!
-//! Sources (see `../shared/hermes-reference.md` §3.2, §3.3, §3.7, §3.9 and
-//! `../shared/wire-formats.md` §4, §8, §9):
+//! Sources (see `docs/providers.md` for each row and `docs/reasoning.md` for the rules):
 //! - Carrier sets are Hermes' `_REASONING_CARRIER_ROUTES` defaults: strict schemas (Mistral, Groq,
 //!   Cerebras, SambaNova, Hunyuan) get none; OpenRouter-style gateways RC + R + RD; Novita /
 //!   MiniMax RC + RD; local servers and Ollama Cloud RC + R; Fireworks and everything else RC.
 //!   One deliberate difference: z.ai's OpenAI-compatible endpoint bills a replayed
-//!   `reasoning_content` but never shows it to the model (Hermes PR #86433, §3.9), so `zai`
-//!   sends none on that wire.
-//! - Must-echo is Hermes' `_REASONING_ECHO_RULES` (§3.2): DeepSeek, Kimi/Moonshot, MiMo, and
-//!   the `stealth/missingno` model.
+//!   `reasoning_content` but never shows it to the model (Hermes PR #86433,
+//!   `docs/reasoning.md#keep-thinking-flags`), so `zai` sends none on that wire.
+//! - Must-echo is Hermes' `_REASONING_ECHO_RULES` (`docs/reasoning.md#must-echo`): DeepSeek,
+//!   Kimi/Moonshot, MiMo, and the `stealth/missingno` model.
 //! - Gemini `extra_content.google.thought_signature` on tool calls is kept only for models whose
-//!   name contains `gemini` or `gemma` (§3.5, §3.6): every other host 400s on it.
+//!   name contains `gemini` or `gemma` (`docs/reasoning.md#gemini-thought-signatures`): every
+//!   other host 400s on it.
 //!
 //! A host matches a domain when, lowercased and without a trailing dot, it equals the domain or
 //! ends with `"." + domain`; never by substring (`notmistral.ai` is not Mistral) and never by
@@ -73,7 +73,8 @@ impl Carrier {
     }
 }
 
-/// How signed thinking blocks are replayed on the Anthropic Messages wire (hermes §3.7).
+/// How signed thinking blocks are replayed on the Anthropic Messages wire
+/// (`docs/reasoning.md#thinking-routes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThinkingRoute {
     /// anthropic.com (and gateways that forward to Claude): `thinking` / `redacted_thinking`
@@ -82,20 +83,22 @@ pub enum ThinkingRoute {
     /// Kimi's Anthropic-compatible endpoint or a Kimi-family model: replay as-is.
     Kimi,
     /// DeepSeek's Anthropic-compatible endpoint or a DeepSeek model on another host: replay
-    /// (DeepSeek demands `content[].thinking` back, wire-formats §4.3).
+    /// (DeepSeek demands `content[].thinking` back, `docs/reasoning.md#must-echo`).
     DeepSeek,
-    /// z.ai's Anthropic-compatible endpoint: replay (replayed thinking works there, §3.9).
+    /// z.ai's Anthropic-compatible endpoint: replay (replayed thinking works there,
+    /// `docs/reasoning.md#thinking-routes`).
     Zai,
     /// Any other third-party host: strip thinking blocks (it cannot verify the signatures).
     StripThirdParty,
 }
 
-/// Must-echo family (hermes §3.2): a tool-call turn without a non-empty `reasoning_content`
-/// is a 400 there.
+/// Must-echo family (`docs/reasoning.md#must-echo`): a tool-call turn without a non-empty
+/// `reasoning_content` is a 400 there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EchoFamily {
     Kimi,
-    /// Also: when the request carries `tools`, every assistant turn (wire-formats §4.2).
+    /// Also: when the request carries `tools`, every assistant turn
+    /// (`docs/reasoning.md#must-echo`).
     DeepSeek,
     Mimo,
     Missingno,
@@ -104,19 +107,19 @@ pub enum EchoFamily {
 /// A keep-thinking flag a profile may add when the request explicitly enables thinking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeepThinking {
-    /// GLM: `thinking.clear_thinking: false` next to `thinking.type: "enabled"`.
-    /// Source: docs.z.ai / docs.bigmodel.cn "thinking mode" (wire-formats §4.2, §9); the Coding
-    /// Plan endpoint preserves thinking by default, so it is not added there. On by default,
-    /// but only matters when `reasoning_content` is replayed (the `zai` profile replays none on
-    /// the OpenAI wire unless `carriers` says so, hermes §3.9).
+    /// GLM: `thinking.clear_thinking: false` next to `thinking.type: "enabled"`. Source: docs.z.ai
+    /// / docs.bigmodel.cn "thinking mode" (`docs/reasoning.md#keep-thinking-flags`); the Coding
+    /// Plan endpoint preserves thinking by default, so it is not added there. On by default, but
+    /// only matters when `reasoning_content` is replayed (the `zai` profile replays none on the
+    /// OpenAI wire unless `carriers` says so, `docs/reasoning.md#keep-thinking-flags`).
     GlmClearThinking,
     /// DashScope / Qwen: top-level `preserve_thinking: true` next to `enable_thinking: true`.
     /// Source: Alibaba Model Studio "deep thinking" page (help.aliyun.com, cited by
-    /// wire-formats §9, official text not read directly, §13) and qwen-code PR #5637
-    /// (public code). On by default.
+    /// `docs/reasoning.md#keep-thinking-flags`, official text not read directly) and qwen-code PR
+    /// #5637 (public code). On by default.
     DashscopePreserve,
     /// Kimi: `thinking.keep: "all"` next to `thinking.type: "enabled"`. No public vendor
-    /// document of the wire value was found (Hermes documents it but its code lacks it, §3.9;
+    /// document of the wire value was found (Hermes documents it but its code lacks it;
     /// Moonshot's own kimi-code client has a `[thinking] keep` setting, value not documented),
     /// so it ships OFF: [`Profile::keep_thinking`] is `None` for `kimi`.
     KimiKeepAll,
@@ -143,7 +146,7 @@ pub const KEEP_THINKING_PARAMS: [&str; 3] = [
     "thinking.keep",
 ];
 
-/// Anthropic beta that enables `thinking.block_binding` (wire-formats §2.5.6).
+/// Anthropic beta that enables `thinking.block_binding` (`docs/reasoning.md#prefix-binding`).
 pub const BINDING_BETA: &str = "thinking-binding-controls-2026-08-01";
 
 /// One built-in provider profile.
@@ -406,13 +409,15 @@ fn model_leaf(model: &str) -> String {
     m.rsplit('/').next().unwrap_or("").to_owned()
 }
 
-/// Gemini signatures are replayed only for these model names (hermes §3.5/3.6).
+/// Gemini signatures are replayed only for these model names
+/// (`docs/reasoning.md#gemini-thought-signatures`).
 pub fn is_gemini_model(model: &str) -> bool {
     let m = model.to_ascii_lowercase();
     m.contains("gemini") || m.contains("gemma")
 }
 
-/// Kimi-family model names (hermes §3.7): `kimi-…`, `moonshot-…`, `k2.…`, `k3-…`, bare `k3`.
+/// Kimi-family model names (`docs/reasoning.md#thinking-routes`): `kimi-…`, `moonshot-…`,
+/// `k2.…`, `k3-…`, bare `k3`.
 fn is_kimi_model(model: &str) -> bool {
     let leaf = model_leaf(model);
     leaf.starts_with("kimi")
@@ -422,7 +427,8 @@ fn is_kimi_model(model: &str) -> bool {
         || leaf == "k3"
 }
 
-/// Must-echo by model substring (hermes §3.2: deepseek, mimo, stealth/missingno).
+/// Must-echo by model substring (`docs/reasoning.md#must-echo`: deepseek, mimo,
+/// stealth/missingno).
 fn echo_by_model(model: &str) -> Option<EchoFamily> {
     let m = model.to_ascii_lowercase();
     if m.contains("deepseek") {
@@ -489,7 +495,8 @@ pub fn resolve(
 
     // Must-echo: by profile / host first (table order: kimi, deepseek, mimo), then by model
     // substring. Only where `reasoning_content` is sent at all: a strict route never gets the
-    // pad (hermes §3.3), nor a route whose `carriers` override leaves RC out.
+    // pad (`docs/reasoning.md#shaping-an-assistant-turn`), nor a route whose `carriers`
+    // override leaves RC out.
     let echo = prof
         .echo
         .or_else(|| echo_by_model(model))
@@ -504,7 +511,7 @@ pub fn resolve(
         } else if prof.name == "default" && model.to_ascii_lowercase().contains("claude") {
             // An unknown host serving a `claude-*` model is a gateway to Claude (LiteLLM,
             // a corporate proxy): the signatures are Anthropic's and verifiable there, and
-            // stripping them would break thinking tool loops (wire-formats §2.5.3).
+            // stripping them would break thinking tool loops (`docs/reasoning.md#thinking-routes`).
             thinking = ThinkingRoute::Native;
         }
     }
@@ -617,7 +624,7 @@ mod tests {
 
     #[test]
     fn expected_carrier_sets_per_profile() {
-        // hermes §3.3 "Test expectations", plus the profiles cachekeeper adds.
+        // The Hermes agent's route tests (`docs/providers.md`), plus the profiles cachekeeper adds.
         let cases: &[(Option<&str>, &str, &[Carrier])] = &[
             (None, "api.mistral.ai", &[]),
             (None, "api.groq.com", &[]),

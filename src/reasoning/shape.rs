@@ -1,15 +1,15 @@
-//! The reasoning shaping pass (design.md pass 6): keep / strip / pad the reasoning carriers of
-//! every outbound assistant turn per the route's carrier set minus the learned verdicts, drop
-//! learned-unknown top-level parameters, add keep-thinking flags, and on the Anthropic wire
-//! replay or strip signed thinking per the route.
+//! The reasoning shaping pass (`docs/architecture.md#request-passes`): keep / strip / pad the
+//! reasoning carriers of every outbound assistant turn per the route's carrier set minus the
+//! learned verdicts, drop learned-unknown top-level parameters, add keep-thinking flags, and on the
+//! Anthropic wire replay or strip signed thinking per the route.
 //!
 //! Pure and deterministic. Edits are spliced into the original bytes
 //! ([`crate::json_edit::splice`]): an assistant turn that already matches stays
 //! byte-identical, and a body with nothing to change gives `body: None`.
 //!
-//! OpenAI Chat, per assistant message (hermes-reference §3.4, made minimal: a carrier that is
-//! already right is never rewritten, and reasoning is copied between carriers only when the
-//! carrier that holds it is not sent):
+//! OpenAI Chat, per assistant message (`docs/reasoning.md#shaping-an-assistant-turn`, made minimal:
+//! a carrier that is already right is never rewritten, and reasoning is copied between carriers
+//! only when the carrier that holds it is not sent):
 //! - `reasoning_content` (RC), when the route reads it: a non-blank value is kept; otherwise
 //!   the text of a non-blank `reasoning` is moved into it when `reasoning` is not sent (or the
 //!   turn needs the must-echo pad); otherwise the must-echo pad `" "` (never `""`) on a turn
@@ -23,21 +23,21 @@
 //! - A strict route (no carrier) never gets one, not even the pad. On a must-echo route RC is
 //!   never omitted, even if `omit` names it (a complaint about RC there is about its value).
 //!
-//! Anthropic Messages (hermes-reference §3.7, wire-formats §2.5):
+//! Anthropic Messages (`docs/reasoning.md#signed-thinking-on-the-anthropic-wire`):
 //! - `Native`, `Kimi`, `DeepSeek`, `Zai`: `thinking` / `redacted_thinking` blocks pass
 //!   byte-exact on every turn (never rewritten by model age).
 //! - `StripThirdParty`: every thinking block is removed; a turn left empty gets
 //!   [`EMPTY_TURN_TEXT`].
 //! - `cache_control` is never left on a thinking block (Anthropic rejects it there; a
-//!   marker is not part of the signature or of the prefix binding, §2.5.6). It moves to the
+//!   marker is not part of the signature or of the prefix binding). It moves to the
 //!   last non-thinking block of the same message that has none, so the agent's breakpoint
 //!   keeps caching (at least) the same prefix; when there is no such block it is dropped.
-//! - When earlier passes changed bytes of the binding prefix (`system`, `tools`, or a message
-//!   at or before a signed thinking block) on a route with binding controls, the request gets
-//!   `thinking.block_binding.prefix_mismatch_behavior: "drop_block"` and the
-//!   [`BINDING_BETA`] `anthropic-beta` token, so the provider drops the invalidated blocks
-//!   instead of failing (wire-formats §2.5.6). Only when thinking is enabled and the client has
-//!   not set `block_binding` itself.
+//! - When earlier passes changed bytes of the binding prefix (`system`, `tools`, or a message at or
+//!   before a signed thinking block) on a route with binding controls, the request gets
+//!   `thinking.block_binding.prefix_mismatch_behavior: "drop_block"` and the [`BINDING_BETA`]
+//!   `anthropic-beta` token, so the provider drops the invalidated blocks instead of failing
+//!   (`docs/reasoning.md#prefix-binding`). Only when thinking is enabled and the client has not set
+//!   `block_binding` itself.
 //!
 //! Every dialect: top-level parameters in `omit` that are droppable (`droppable_params` plus
 //! [`KEEP_THINKING_PARAMS`]) are removed; a dotted name (`thinking.keep`) removes a nested key.
@@ -57,7 +57,8 @@ use crate::dialect::ParseError;
 use crate::json_edit::{splice, Edit};
 
 /// Text of the block that replaces an assistant turn left empty by stripping its thinking
-/// (hermes-reference §3.7 uses the same placeholder). Fixed: the prefix cache depends on it.
+/// (the Hermes agent uses the same placeholder, `docs/reasoning.md#thinking-routes`). Fixed: the
+/// prefix cache depends on it.
 pub const EMPTY_TURN_TEXT: &str = "(empty)";
 
 /// The must-echo pad: one space, never `""` (DeepSeek V4 rejects the empty string, #17341).
@@ -711,7 +712,7 @@ impl Shaper<'_, '_> {
     }
 
     /// Set drop-on-prefix-mismatch when earlier passes changed the binding prefix of a signed
-    /// thinking block (wire-formats §2.5.6).
+    /// thinking block (`docs/reasoning.md#prefix-binding`).
     fn binding(&mut self, top: &Object, signed: &[Range<usize>], removed_top: &BTreeSet<String>) {
         let text = self.text;
         let route = self.ctx.route;

@@ -1,6 +1,6 @@
 //! Unknown-field verdicts: does a provider's 4xx say that a field this request sent is unknown?
 //!
-//! A verdict needs both (hermes-reference §3.8, wire-formats §8):
+//! A verdict needs both (`docs/reasoning.md#unknown-field-errors`):
 //! 1. an unknown-field wording in the body ([`WORDINGS`], or Gemini's
 //!    `Unknown name "…": Cannot find field`), and
 //! 2. a field the request actually sent, named in the body: a reasoning carrier present on some
@@ -31,7 +31,7 @@ use serde_json::Value;
 use super::profiles::{ResolvedRoute, KEEP_THINKING_PARAMS};
 use super::scan;
 
-/// Unknown-field phrases (lowercase), from hermes-reference §3.8 and wire-formats §8.
+/// Unknown-field phrases (lowercase), with their sources in `docs/reasoning.md#wordings`.
 pub const WORDINGS: &[&str] = &[
     "extra inputs are not permitted",
     "is unsupported",
