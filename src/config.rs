@@ -99,9 +99,10 @@ impl Default for ServerConfig {
 pub struct StateConfig {
     /// SQLite file, relative to the config file's folder. Default `cachekeeper.db`.
     pub path: PathBuf,
-    /// Rows older than this many days are deleted. Default 30.
+    /// Records older than this many days are deleted (0 = never). Default 30.
     pub retention_days: u32,
-    /// Upper bound for the database file, bytes. Default 1 GiB.
+    /// Bound on the stored records' total size, bytes: past it the oldest records of the
+    /// large kinds are evicted first, verdicts never (`docs/state.md`). Default 1 GiB.
     pub max_bytes: u64,
 }
 
@@ -259,7 +260,8 @@ pub struct ReasoningConfig {
     /// Top-level request parameters that may be learned as unknown from a provider's 4xx
     /// and then omitted for that (host, model). Default: `reasoning_effort`,
     /// `stream_options`, `parallel_tool_calls`, `prompt_cache_key`, `store`, `metadata`,
-    /// `service_tier` and the keep-thinking flags
+    /// `service_tier`, `enable_thinking`, `reasoning` (the top-level parameter, not the
+    /// message carrier) and the keep-thinking flags
     /// ([`crate::reasoning::KEEP_THINKING_PARAMS`]; dotted names are nested keys).
     pub droppable_params: Vec<String>,
 }
@@ -275,6 +277,8 @@ impl Default for ReasoningConfig {
                 "store",
                 "metadata",
                 "service_tier",
+                "enable_thinking",
+                "reasoning",
             ]
             .iter()
             .chain(crate::reasoning::KEEP_THINKING_PARAMS.iter())

@@ -77,59 +77,57 @@ fn verdicts(path: &std::path::Path, clear: Option<&[String]>) -> ExitCode {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let db = loaded.base_dir.join(&loaded.config.state.path);
-    if !db.exists() {
-        println!("no verdicts (no state database at {} yet)", db.display());
+    let opts = state::StoreOptions::from_config(&loaded.config.state, &loaded.base_dir);
+    if !opts.path.exists() {
+        println!(
+            "no verdicts (no state database at {} yet)",
+            opts.path.display()
+        );
         return ExitCode::SUCCESS;
     }
-    let conn = match state::open_connection(&db, loaded.config.state.max_bytes) {
-        Ok(c) => c,
+    let store = match state::Store::open_strict(&opts) {
+        Ok(s) => s,
         Err(e) => {
-            eprintln!("error: cannot open state database {}: {e}", db.display());
+            eprintln!(
+                "error: cannot open state database {}: {e}",
+                opts.path.display()
+            );
             return ExitCode::FAILURE;
         }
     };
     if let Some(args) = clear {
         let host = args.first().map(String::as_str).unwrap_or_default();
         let model = args.get(1).map(String::as_str);
-        return match state::clear_verdicts(&conn, host, model) {
-            Ok(n) => {
-                println!(
-                    "removed {n} verdict(s) for {host}{}",
-                    model.map(|m| format!(" / {m}")).unwrap_or_default()
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        };
+        let n = store.verdicts().clear(host, model);
+        store.flush();
+        if !store.is_durable() {
+            eprintln!("error: could not write {}", opts.path.display());
+            return ExitCode::FAILURE;
+        }
+        println!(
+            "removed {n} verdict(s) for {host}{}",
+            model.map(|m| format!(" / {m}")).unwrap_or_default()
+        );
+        return ExitCode::SUCCESS;
     }
-    match state::load_verdicts(&conn) {
-        Ok(all) if all.is_empty() => {
-            println!("no verdicts in {}", db.display());
-            ExitCode::SUCCESS
-        }
-        Ok(all) => {
-            for (k, v) in all {
-                let fields: Vec<&str> = v.fields.iter().map(String::as_str).collect();
-                println!(
-                    "{}\t{}\t{}\t{}\t{}",
-                    k.host,
-                    k.model,
-                    fields.join(","),
-                    format_time(v.learned_at),
-                    v.wording.replace(['\n', '\t'], " ")
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
+    let all = store.verdicts().all();
+    if all.is_empty() {
+        println!("no verdicts in {}", opts.path.display());
+        return ExitCode::SUCCESS;
     }
+    // One line per (host, model): host, model, fields (`message:…` / `param:…` /
+    // `model:image_input`), when learned, the provider's wording.
+    for (k, v) in all {
+        println!(
+            "{}\t{}\t{}\t{}\t{}",
+            k.host,
+            k.model,
+            v.fields.joined(),
+            format_time(v.learned_at),
+            v.wording.replace(['\n', '\t'], " ")
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 /// Unix seconds as `YYYY-MM-DDTHH:MM:SSZ` (UTC; civil-from-days, Howard Hinnant's algorithm).

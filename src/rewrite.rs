@@ -14,8 +14,6 @@
 //! policy ([`crate::images::policy::retire_count`]) how many oldest carriers to retire, and
 //! returns edits; [`crate::json_edit::splice`] writes them into the original bytes.
 
-use std::collections::BTreeSet;
-
 use crate::config::ImagesConfig;
 use crate::dialect::{Dialect, ParseError};
 use crate::images::cache::TranscodeCache;
@@ -23,6 +21,8 @@ use crate::images::passes::{self, Settings};
 use crate::images::profile::ImageProfile;
 use crate::images::recovery::ImageRejectionKind;
 use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts};
+use crate::state::FieldSet;
+pub use crate::state::VerdictLookup;
 use crate::{dialect, json_edit};
 
 /// What the request passes saw and did; goes into the request's log line and the
@@ -69,21 +69,7 @@ pub struct RewriteOutcome {
     /// [`reasoning::detect`] when the upstream answers 4xx. `None` when shaping did not run.
     pub reasoning_route: Option<ResolvedRoute>,
     /// The learned unknown fields that shaping omitted.
-    pub omitted: BTreeSet<String>,
-}
-
-/// Read access to learned unknown-field verdicts: the fields to omit for (upstream host,
-/// model). Implemented by the state store's in-memory cache; never touches disk.
-pub trait VerdictLookup: Sync {
-    /// Fields learned as unknown for `host` (lowercase, no port) and `model` (case kept).
-    fn omit(&self, host: &str, model: &str) -> BTreeSet<String>;
-}
-
-/// No verdicts (tests, benchmarks).
-impl VerdictLookup for () {
-    fn omit(&self, _host: &str, _model: &str) -> BTreeSet<String> {
-        BTreeSet::new()
-    }
+    pub omitted: FieldSet,
 }
 
 /// Inputs of reasoning shaping (pass 6) that come from the route and the request headers.

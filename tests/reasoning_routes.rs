@@ -3,7 +3,7 @@
 //! second rejection teaches nothing new).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use cachekeeper::config::ReasoningConfig;
 use cachekeeper::dialect::Dialect;
@@ -11,6 +11,7 @@ use cachekeeper::reasoning::{
     detect, resolve, shape_request, Carrier, ResolvedRoute, ShapeContext, ShapeOutcome,
     BINDING_BETA,
 };
+use cachekeeper::state::{Field, FieldSet};
 use serde_json::{json, Value};
 
 const CHAT: &str = include_str!("../fixtures/reasoning/chat_tool_loop.json");
@@ -27,7 +28,7 @@ fn chat_body(model: &str) -> Vec<u8> {
 fn shape(
     dialect: Dialect,
     route: &ResolvedRoute,
-    omit: &BTreeSet<String>,
+    omit: &FieldSet,
     fcb: Option<usize>,
     beta: Option<&str>,
     body: &[u8],
@@ -217,7 +218,7 @@ fn chat_turn_with_all_carriers_per_profile() {
         (None, "api.githubcopilot.com", "gpt-5", &[rc], false, &[rc]),
         (None, "example.com", "some-model", &[rc], false, &[rc]),
     ];
-    let omit = BTreeSet::new();
+    let omit = FieldSet::new();
     for (provider, host, model, kept, pad, last) in cases {
         let route = resolve(*provider, host, "/v1/chat/completions", Some(model), None);
         let body = chat_body(model);
@@ -269,7 +270,7 @@ fn untouched_messages_stay_byte_identical() {
         None,
     );
     let body = chat_body("m");
-    let out = shape(Dialect::Openai, &route, &BTreeSet::new(), None, None, &body);
+    let out = shape(Dialect::Openai, &route, &FieldSet::new(), None, None, &body);
     let new = String::from_utf8(out.body.expect("strips")).expect("utf8");
     let old = String::from_utf8(body).expect("utf8");
     // The text before the first assistant turn and after the last carrier is the same bytes.
@@ -293,7 +294,7 @@ fn deepseek_with_tools_pads_every_assistant_turn() {
     let mut v = value(&chat_body("deepseek-v4"));
     v["messages"][6] = json!({"role": "assistant", "content": "No reasoning here."});
     let body = v.to_string().into_bytes();
-    let out = shape(Dialect::Openai, &route, &BTreeSet::new(), None, None, &body);
+    let out = shape(Dialect::Openai, &route, &FieldSet::new(), None, None, &body);
     let v = value(&sent(&out, &body));
     assert_eq!(v["messages"][4]["reasoning_content"], " ");
     assert_eq!(v["messages"][6]["reasoning_content"], " ");
@@ -302,17 +303,17 @@ fn deepseek_with_tools_pads_every_assistant_turn() {
 
 /// A toy verdict store: (host, model) → learned fields.
 #[derive(Default)]
-struct Verdicts(BTreeMap<(String, String), BTreeSet<String>>);
+struct Verdicts(BTreeMap<(String, String), FieldSet>);
 
 impl Verdicts {
-    fn omit(&self, host: &str, model: &str) -> BTreeSet<String> {
+    fn omit(&self, host: &str, model: &str) -> FieldSet {
         self.0
             .get(&(host.to_owned(), model.to_owned()))
             .cloned()
             .unwrap_or_default()
     }
     /// Store the new fields; true when something new was learned (= retry once).
-    fn learn(&mut self, host: &str, model: &str, fields: &BTreeSet<String>) -> bool {
+    fn learn(&mut self, host: &str, model: &str, fields: &FieldSet) -> bool {
         let entry = self
             .0
             .entry((host.to_owned(), model.to_owned()))
@@ -356,9 +357,10 @@ fn hermes_sequence_learns_once_per_model_and_never_loops() {
     let verdict = detect(400, err, &first, &route, &d).expect("verdict");
     assert_eq!(
         verdict.fields,
-        names(&["reasoning", "reasoning_details"])
-            .into_iter()
-            .collect()
+        FieldSet::from([
+            Field::message("reasoning"),
+            Field::message("reasoning_details")
+        ])
     );
     assert!(store.learn(host, model, &verdict.fields), "new: retry once");
     let out = shape(
@@ -462,7 +464,7 @@ fn unknown_rc_and_params_sequences() {
     let verdict = detect(400, err, &retry, &route, &d).expect("verdict");
     assert_eq!(
         verdict.fields,
-        names(&["reasoning_effort"]).into_iter().collect()
+        FieldSet::from([Field::param("reasoning_effort")])
     );
     assert!(store.learn(host, model, &verdict.fields));
     let out = shape(
@@ -489,12 +491,12 @@ fn unknown_rc_and_params_sequences() {
     );
     let body = chat_body("m");
     let first = sent(
-        &shape(Dialect::Openai, &route, &BTreeSet::new(), None, None, &body),
+        &shape(Dialect::Openai, &route, &FieldSet::new(), None, None, &body),
         &body,
     );
     let err = br#"{"object":"Error","detail":[{"type":"extra_forbidden","loc":["body","messages",2,"assistant","reasoning"],"msg":"Extra inputs are not permitted"}],"type":"invalid_request_error","code":3001}"#;
     let verdict = detect(422, err, &first, &route, &d).expect("verdict");
-    let mut omit = BTreeSet::new();
+    let mut omit = FieldSet::new();
     omit.extend(verdict.fields);
     let out = shape(Dialect::Openai, &route, &omit, None, None, &body);
     let retry = sent(&out, &body);
@@ -515,7 +517,7 @@ fn must_echo_routes_never_learn_rc() {
     );
     let body = chat_body("deepseek-v4");
     let first = sent(
-        &shape(Dialect::Openai, &route, &BTreeSet::new(), None, None, &body),
+        &shape(Dialect::Openai, &route, &FieldSet::new(), None, None, &body),
         &body,
     );
     for err in [
@@ -525,7 +527,7 @@ fn must_echo_routes_never_learn_rc() {
         assert_eq!(detect(400, err, &first, &route, &d), None);
     }
     // Even a stray RC verdict in the store cannot strip it there.
-    let omit: BTreeSet<String> = ["reasoning_content".to_owned()].into();
+    let omit = FieldSet::from([Field::message("reasoning_content")]);
     let out = shape(Dialect::Openai, &route, &omit, None, None, &body);
     let v = value(&sent(&out, &body));
     assert_eq!(
@@ -548,7 +550,7 @@ fn anthropic_native_passes_signed_thinking_byte_exact() {
     let out = shape(
         Dialect::Anthropic,
         &route,
-        &BTreeSet::new(),
+        &FieldSet::new(),
         None,
         None,
         body,
@@ -593,7 +595,7 @@ fn anthropic_binding_when_eviction_changed_the_prefix() {
     let out = shape(
         Dialect::Anthropic,
         &route,
-        &BTreeSet::new(),
+        &FieldSet::new(),
         Some(fcb),
         Some("interleaved-thinking-2025-05-14"),
         body,
@@ -615,7 +617,7 @@ fn anthropic_binding_when_eviction_changed_the_prefix() {
     let out = shape(
         Dialect::Anthropic,
         &route,
-        &BTreeSet::new(),
+        &FieldSet::new(),
         Some(late),
         None,
         body,
@@ -639,7 +641,7 @@ fn anthropic_third_party_strips_and_replay_routes_keep() {
     let out = shape(
         Dialect::Anthropic,
         &minimax,
-        &BTreeSet::new(),
+        &FieldSet::new(),
         None,
         None,
         body,
@@ -666,7 +668,7 @@ fn anthropic_third_party_strips_and_replay_routes_keep() {
         let out = shape(
             Dialect::Anthropic,
             &route,
-            &BTreeSet::new(),
+            &FieldSet::new(),
             Some(10),
             None,
             body,

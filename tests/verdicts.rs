@@ -126,7 +126,9 @@ async fn mistral_like_422_learns_retries_once_and_remembers_across_restart() {
     assert_eq!(reqs[1].headers["authorization"], "Bearer sk-test");
     let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
     assert!(
-        h.contains("retried_without=reasoning,reasoning_content,reasoning_details"),
+        h.contains(
+            "retried_without=message:reasoning,message:reasoning_content,message:reasoning_details"
+        ),
         "{h}"
     );
 
@@ -312,7 +314,7 @@ async fn verdicts_cli_lists_and_clears_and_a_running_proxy_notices() {
     }
     assert!(
         listed.starts_with(
-            "127.0.0.1\tMistral-Large\treasoning,reasoning_content,reasoning_details\t20"
+            "127.0.0.1\tMistral-Large\tmessage:reasoning,message:reasoning_content,message:reasoning_details\t20"
         ),
         "{listed}"
     );
@@ -338,5 +340,118 @@ async fn verdicts_cli_lists_and_clears_and_a_running_proxy_notices() {
         }
     }
     assert!(relearned, "the running proxy did not notice the clear");
+    proxy.stop().await;
+}
+
+/// Lists the verdicts through the CLI, waiting (up to 5 s) for the writer thread to store one
+/// naming `model`.
+async fn listed_verdicts(cfg_path: &std::path::Path, model: &str) -> String {
+    let bin = env!("CARGO_BIN_EXE_cachekeeper");
+    let mut listed = String::new();
+    for _ in 0..50 {
+        let out = std::process::Command::new(bin)
+            .arg("verdicts")
+            .arg("--config")
+            .arg(cfg_path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        listed = String::from_utf8(out.stdout).unwrap();
+        if listed.contains(model) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    listed
+}
+
+/// Mistral's 422 lists one `extra_forbidden` entry per field; here the first names
+/// `stream_options`, which this request does not send.
+const MISTRAL_MULTI_422: &str = r#"{"object":"error","message":{"detail":[{"type":"extra_forbidden","loc":["body","stream_options"],"msg":"Extra inputs are not permitted","input":{}},{"type":"extra_forbidden","loc":["body","messages",1,"assistant","reasoning_content"],"msg":"Extra inputs are not permitted","input":"Call the tool."}]},"type":"invalid_request_error","param":null,"code":null}"#;
+
+#[tokio::test]
+async fn multi_field_422_stores_the_wording_of_the_learned_entry() {
+    let mock = start_mock(strict(
+        &["reasoning_content", "reasoning", "reasoning_details"],
+        422,
+        MISTRAL_MULTI_422,
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_text = config(&mock, &dir.path().join("state.db"), "local");
+    let cfg_path = dir.path().join("proxy.toml");
+    std::fs::write(&cfg_path, &cfg_text).unwrap();
+    let proxy = start_proxy(&cfg_text).await;
+    let (status, _, _) = post(&proxy, &chat_body("mistral-medium-latest")).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 2);
+    let listed = listed_verdicts(&cfg_path, "mistral-medium-latest").await;
+    assert!(
+        listed.starts_with(
+            "127.0.0.1\tmistral-medium-latest\tmessage:reasoning,message:reasoning_content,message:reasoning_details\t20"
+        ),
+        "{listed}"
+    );
+    assert!(
+        listed.trim_end().ends_with(
+            "\tbody.messages.1.assistant.reasoning_content: Extra inputs are not permitted"
+        ),
+        "{listed}"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn top_level_reasoning_is_learned_apart_from_the_message_carrier() {
+    // Rejects the top-level `reasoning` parameter, accepts the carrier on messages.
+    let top: Handler = Arc::new(|r: &Recorded| {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        if v.get("reasoning").is_some() {
+            json_response(
+                400,
+                r#"{"error":{"message":"Unknown parameter: 'reasoning'.","type":"invalid_request_error","param":"reasoning","code":"unknown_parameter"}}"#,
+            )
+        } else {
+            json_response(200, OK_CHAT)
+        }
+    });
+    let mock = start_mock(top).await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&config(&mock, &dir.path().join("s.db"), "local")).await;
+    let mut body: Value = serde_json::from_str(&chat_body("qwen3")).unwrap();
+    body["reasoning"] = json!({"effort": "high"});
+    let (status, headers, _) = post(&proxy, &body.to_string()).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 2);
+    let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(h.contains("retried_without=param:reasoning"), "{h}");
+    let retry = mock.last().body;
+    assert!(!has_param(&retry, "reasoning"));
+    // The message carrier of the same name is still sent (the `local` profile reads RC + R).
+    assert!(
+        assistant_keys(&retry).contains(&"reasoning".to_owned()),
+        "{:?}",
+        assistant_keys(&retry)
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_complaint_about_a_value_is_not_learned_and_not_retried() {
+    let value: Handler = Arc::new(|_r: &Recorded| {
+        json_response(
+            400,
+            r#"{"error":{"message":"Unsupported value: 'reasoning.effort' does not support 'minimal' with this model. Supported values are: 'low', 'medium', and 'high'.","type":"invalid_request_error","param":"reasoning.effort","code":"unsupported_value"}}"#,
+        )
+    });
+    let mock = start_mock(value).await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&config(&mock, &dir.path().join("s.db"), "openai")).await;
+    let mut body: Value = serde_json::from_str(&chat_body("o4-mini")).unwrap();
+    body["reasoning"] = json!({"effort": "minimal"});
+    let (status, _, resp) = post(&proxy, &body.to_string()).await;
+    assert_eq!(status, 400);
+    assert!(String::from_utf8_lossy(&resp).contains("Unsupported value"));
+    assert_eq!(mock.count(), 1, "no retry");
     proxy.stop().await;
 }

@@ -12,7 +12,6 @@
 //!    and, for event streams, `x-accel-buffering: no` added); the body streams back through
 //!    [`ObservedBody`], which writes the log line when it ends.
 
-use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,14 +32,14 @@ use tokio::net::TcpListener;
 use crate::config::ReasoningConfig;
 use crate::config::{Loaded, ServerConfig};
 use crate::dialect::Dialect;
-use crate::images::recovery::{classify_image_rejection, ImageRejectionKind, NO_IMAGE_INPUT};
+use crate::images::recovery::{classify_image_rejection, ImageRejectionKind};
 use crate::proxy::errors::ProxyError;
 use crate::reasoning::{self, ResolvedRoute};
 use crate::rewrite::{
     rewrite_request, ReasoningInputs, RewriteContext, RewriteOutcome, RewriteReport, VerdictLookup,
 };
 use crate::route::{classify_path, error_dialect_for_path, model_from_path, Matched, RouteTable};
-use crate::state::{Store, StoreOptions};
+use crate::state::{Field, FieldSet, Store, StoreOptions};
 use crate::telemetry::{redact_query, Outcome, RequestLog};
 use crate::wire::body::{self, ReadBody};
 use crate::wire::stream::ObservedBody;
@@ -107,11 +106,7 @@ impl Server {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| StartError::Bind { addr, source })?;
-        let store = Store::open(&StoreOptions {
-            path: loaded.base_dir.join(&cfg.state.path),
-            retention_days: cfg.state.retention_days,
-            max_bytes: cfg.state.max_bytes,
-        });
+        let store = Store::open(&StoreOptions::from_config(&cfg.state, &loaded.base_dir));
         Ok(Self {
             listener,
             state: Arc::new(AppState {
@@ -521,15 +516,17 @@ async fn retry_once(
     let lesson = match found {
         None => return Ok(pass_through(head, rest)),
         Some(Ok(detected)) => {
-            let learned =
-                state
-                    .store
-                    .learn(&route.host, &model, &detected.fields, &detected.wording);
+            let learned = state.store.verdicts().learn(
+                &route.host,
+                &model,
+                &detected.fields,
+                &detected.wording,
+            );
             if learned.is_empty() {
                 tracing::info!(target: "cachekeeper::retry", route = %log.route, host = %route.host, model = %model, "unknown-field rejection teaches nothing new; not retrying");
                 return Ok(pass_through(head, rest));
             }
-            let fields = learned.iter().cloned().collect::<Vec<_>>().join(",");
+            let fields = learned.joined();
             tracing::info!(
                 target: "cachekeeper::retry",
                 route = %log.route,
@@ -544,9 +541,10 @@ async fn retry_once(
         }
         Some(Err(rejection)) => {
             if rejection.kind == ImageRejectionKind::ModelCannotSeeImages {
-                let verdict = BTreeSet::from([NO_IMAGE_INPUT.to_owned()]);
+                let verdict = FieldSet::from([Field::NoImageInput]);
                 state
                     .store
+                    .verdicts()
                     .learn(&route.host, &model, &verdict, rejection.wording);
             }
             tracing::info!(
@@ -672,7 +670,7 @@ async fn run_passes_inner(
             o.reasoning_route
                 .as_ref()
                 .zip(o.report.model.as_deref())
-                .is_some_and(|(r, m)| store.omit(&r.host, m).contains(NO_IMAGE_INPUT))
+                .is_some_and(|(r, m)| store.omit(&r.host, m).contains(&Field::NoImageInput))
         };
         match first {
             Ok(o) if recovery.is_none() && o.report.images_seen > 0 && knows_no_images(&o) => {

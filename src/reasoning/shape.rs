@@ -55,6 +55,7 @@ use super::scan::{self, Object};
 use crate::dialect::Dialect;
 use crate::dialect::ParseError;
 use crate::json_edit::{splice, Edit};
+use crate::state::FieldSet;
 
 /// Text of the block that replaces an assistant turn left empty by stripping its thinking
 /// (the Hermes agent uses the same placeholder, `docs/reasoning.md#thinking-routes`). Fixed: the
@@ -74,10 +75,10 @@ pub struct ShapeContext<'a> {
     pub dialect: Dialect,
     /// From [`super::resolve`] for this route and the request's model.
     pub route: &'a ResolvedRoute,
-    /// Field names learned as unknown for (upstream host, model): carrier field names
-    /// (`reasoning_content`, `reasoning`, `reasoning_details`, `extra_content`,
-    /// `reasoning_opaque`) and top-level parameter names (dotted when nested).
-    pub omit: &'a BTreeSet<String>,
+    /// Fields learned as unknown for (upstream host, model): message fields (carriers:
+    /// `reasoning_content`, `reasoning`, `reasoning_details`, `extra_content`,
+    /// `reasoning_opaque`) and top-level parameters (dotted when nested).
+    pub omit: &'a FieldSet,
     /// `[reasoning] droppable_params`.
     pub droppable_params: &'a [String],
     /// Earliest byte of `body` that earlier passes changed vs the client's original;
@@ -250,7 +251,7 @@ impl Shaper<'_, '_> {
         let mut whole: Vec<usize> = Vec::new();
         let mut nested: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         let omit = self.ctx.omit;
-        for name in omit.iter().filter(|n| self.is_droppable(n)) {
+        for name in omit.params().filter(|n| self.is_droppable(n)) {
             match name.split_once('.') {
                 None => whole.extend(top.indexes_of(name)),
                 Some((parent, child)) if !child.contains('.') => {
@@ -308,7 +309,7 @@ impl Shaper<'_, '_> {
             .iter()
             .copied()
             .filter(|c| {
-                !self.ctx.omit.contains(c.field())
+                !self.ctx.omit.has_message_field(c.field())
                     || (*c == Carrier::ReasoningContent && route.echo.is_some())
             })
             .collect()
@@ -529,7 +530,7 @@ impl Shaper<'_, '_> {
         let Some(flag) = self.ctx.route.keep_thinking else {
             return;
         };
-        if self.ctx.omit.contains(flag.param())
+        if self.ctx.omit.has_param(flag.param())
             || !self.effective().contains(&Carrier::ReasoningContent)
         {
             return;
@@ -800,7 +801,7 @@ mod tests {
         beta: Option<&str>,
         body: &str,
     ) -> ShapeOutcome {
-        let omit: BTreeSet<String> = omit.iter().map(|s| (*s).to_owned()).collect();
+        let omit = FieldSet::from_flat(omit.iter().copied());
         let d = droppable();
         let ctx = ShapeContext {
             dialect,
@@ -1240,7 +1241,7 @@ mod tests {
     #[test]
     fn not_json_is_an_error() {
         let route = resolve(None, "example.com", "/v1", None, None);
-        let omit = BTreeSet::new();
+        let omit = FieldSet::new();
         let ctx = ShapeContext {
             dialect: Dialect::Openai,
             route: &route,

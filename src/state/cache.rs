@@ -1,0 +1,191 @@
+//! The store's in-memory read cache, bounded in bytes ([`Record::size`] summed).
+//!
+//! Records of resident kinds ([`Kind::is_resident`]: the verdicts) are never dropped: the
+//! hot path must find every one of them without reading the backend. They count towards the
+//! bound, and the other records are dropped least recently used first until the total is
+//! within it. A record larger than the bound on its own is not kept.
+
+use std::collections::BTreeMap;
+
+use super::{Kind, Record, RecordKey};
+
+struct Entry {
+    rec: Record,
+    /// Last use, for the LRU order; `None` for resident records.
+    tick: Option<u64>,
+}
+
+pub(crate) struct Cache {
+    cap: u64,
+    bytes: u64,
+    tick: u64,
+    entries: BTreeMap<RecordKey, Entry>,
+    /// Non-resident keys by last use, oldest first.
+    lru: BTreeMap<u64, RecordKey>,
+}
+
+impl Cache {
+    /// An empty cache holding at most `cap` bytes (plus resident records beyond it).
+    pub(crate) fn new(cap: u64) -> Self {
+        Self {
+            cap,
+            bytes: 0,
+            tick: 0,
+            entries: BTreeMap::new(),
+            lru: BTreeMap::new(),
+        }
+    }
+
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
+    /// Insert or replace, then drop least recently used records to stay within the bound.
+    pub(crate) fn insert(&mut self, rec: Record) {
+        self.remove(&rec.key);
+        let tick = if rec.key.kind.is_resident() {
+            None
+        } else {
+            let t = self.next_tick();
+            self.lru.insert(t, rec.key.clone());
+            Some(t)
+        };
+        self.bytes = self.bytes.saturating_add(rec.size());
+        self.entries.insert(rec.key.clone(), Entry { rec, tick });
+        self.shrink();
+    }
+
+    /// The record at `key`, marking it used.
+    pub(crate) fn get(&mut self, key: &RecordKey) -> Option<Record> {
+        let fresh = if key.kind.is_resident() {
+            None
+        } else {
+            Some(self.next_tick())
+        };
+        let entry = self.entries.get_mut(key)?;
+        if let (Some(old), Some(new)) = (entry.tick, fresh) {
+            self.lru.remove(&old);
+            self.lru.insert(new, key.clone());
+            entry.tick = Some(new);
+        }
+        Some(entry.rec.clone())
+    }
+
+    pub(crate) fn remove(&mut self, key: &RecordKey) -> Option<Record> {
+        let entry = self.entries.remove(key)?;
+        if let Some(t) = entry.tick {
+            self.lru.remove(&t);
+        }
+        self.bytes = self.bytes.saturating_sub(entry.rec.size());
+        Some(entry.rec)
+    }
+
+    /// Every cached record of `kind`, sorted by key.
+    pub(crate) fn scan(&self, kind: Kind) -> Vec<Record> {
+        self.entries
+            .values()
+            .filter(|e| e.rec.key.kind == kind)
+            .map(|e| e.rec.clone())
+            .collect()
+    }
+
+    /// Replace every cached record of `kind` with `records`.
+    pub(crate) fn replace_kind(&mut self, kind: Kind, records: Vec<Record>) {
+        let old: Vec<RecordKey> = self
+            .entries
+            .keys()
+            .filter(|k| k.kind == kind)
+            .cloned()
+            .collect();
+        for k in &old {
+            self.remove(k);
+        }
+        for r in records {
+            self.insert(r);
+        }
+    }
+
+    /// Drop every non-resident record.
+    pub(crate) fn clear_non_resident(&mut self) {
+        let keys: Vec<RecordKey> = self.lru.values().cloned().collect();
+        for k in &keys {
+            self.remove(k);
+        }
+    }
+
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn shrink(&mut self) {
+        while self.bytes > self.cap {
+            let Some((_, key)) = self.lru.pop_first() else {
+                return;
+            };
+            if let Some(entry) = self.entries.remove(&key) {
+                self.bytes = self.bytes.saturating_sub(entry.rec.size());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn rec(kind: Kind, key: &str, len: usize) -> Record {
+        Record::new(kind, "scope", key, vec![b'x'; len])
+    }
+
+    fn key(kind: Kind, key: &str) -> RecordKey {
+        RecordKey {
+            kind,
+            scope: "scope".into(),
+            key: key.into(),
+        }
+    }
+
+    #[test]
+    fn bounded_in_bytes_least_recently_used_out_and_resident_kept() {
+        // Each record: 64 overhead + 5 scope + 2 key + 1000 value = 1071 bytes.
+        let one = rec(Kind::Carrier, "c0", 1000).size();
+        assert_eq!(one, 1071);
+        let mut c = Cache::new(one * 4);
+        c.insert(rec(Kind::Verdict, "v0", 1000));
+        for i in 0..3 {
+            c.insert(rec(Kind::Carrier, &format!("c{i}"), 1000));
+        }
+        assert_eq!(c.bytes(), one * 4);
+        // Using c0 makes c1 the least recently used.
+        assert!(c.get(&key(Kind::Carrier, "c0")).is_some());
+        c.insert(rec(Kind::Carrier, "c3", 1000));
+        assert_eq!(c.bytes(), one * 4);
+        assert!(c.get(&key(Kind::Carrier, "c1")).is_none());
+        for k in ["c0", "c2", "c3"] {
+            assert!(c.get(&key(Kind::Carrier, k)).is_some(), "{k}");
+        }
+        // Many more large records: the bound holds and the verdict stays.
+        for i in 10..100 {
+            c.insert(rec(Kind::Usage, &format!("u{i}"), 1000));
+            assert!(c.bytes() <= one * 4);
+        }
+        assert!(c.get(&key(Kind::Verdict, "v0")).is_some());
+        assert!(c.get(&key(Kind::Usage, "u99")).is_some());
+        assert!(c.get(&key(Kind::Usage, "u10")).is_none());
+        // Resident records are kept even beyond the bound.
+        for i in 1..10 {
+            c.insert(rec(Kind::Verdict, &format!("v{i}"), 1000));
+        }
+        assert_eq!(c.scan(Kind::Verdict).len(), 10);
+        assert_eq!(c.bytes(), one * 10);
+        // A record larger than the bound on its own is not kept.
+        c.insert(rec(Kind::Carrier, "huge", 10_000));
+        assert!(c.get(&key(Kind::Carrier, "huge")).is_none());
+        // Replacing a record does not count it twice.
+        c.insert(rec(Kind::Verdict, "v0", 1000));
+        assert_eq!(c.bytes(), one * 10);
+    }
+}

@@ -1,0 +1,710 @@
+//! The storage interface: what the proxy and the passes keep between requests.
+//!
+//! Everything is a [`Record`]: a [`Kind`], a key (credential scope + key text), a payload
+//! schema version, the payload bytes and the time it was written. A [`Backend`] keeps records
+//! durably ([`SqliteBackend`], the embedded default; [`MemoryBackend`] when no file can be
+//! used; a shared backend later); a [`Store`] is the handle everyone talks to:
+//!
+//! - Reads are served from a read cache bounded in bytes ([`StoreOptions::cache_bytes`]).
+//!   Records of *resident* kinds (the verdicts) are always in it, so the hot path never reads
+//!   the backend; other kinds are kept least-recently-used first out.
+//! - Writes update the cache at once and are queued to one writer thread that owns the
+//!   backend, so no request ever waits on disk.
+//! - A change made by another process (`cachekeeper verdicts --clear`) is noticed within
+//!   [`RELOAD_INTERVAL`] ([`Backend::changed_elsewhere`]).
+//! - Retention per kind ([`Kind::retention_days`]): older records are deleted at start-up and
+//!   daily.
+//! - `[state] max_bytes`: when the records' total size ([`Record::size`]) passes it, the writer
+//!   evicts the oldest records of the large kinds first, then of the other evictable kinds,
+//!   down to [`EVICT_TO_PERCENT`] % of it; verdicts are never evicted.
+//! - Fail open: a backend that cannot be opened gives a [`MemoryBackend`]; a write that fails
+//!   leaves the record in memory; both log a warning, and [`Store::is_durable`] says which.
+//!
+//! `docs/state.md` describes the kinds, retention, eviction order and the verdicts' namespaces.
+
+mod cache;
+pub mod memory;
+pub mod sqlite;
+pub mod verdicts;
+
+#[cfg(test)]
+mod suite;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use memory::MemoryBackend;
+pub use sqlite::SqliteBackend;
+pub use verdicts::{Field, FieldSet, Verdict, VerdictKey, VerdictLookup, Verdicts};
+
+use cache::Cache;
+
+/// How often the writer checks for changes made by other processes.
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Longest provider wording kept with a record (a verdict's `wording`), chars. Detection
+/// ([`crate::reasoning::detect`]) truncates to the same limit.
+pub const MAX_WORDING_CHARS: usize = 500;
+
+/// Default bound of the in-memory read cache, bytes (sizes as [`Record::size`]).
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Bytes counted per record on top of its scope, key and value: the row's bookkeeping
+/// (kind, version, time, index entries). An estimate; it keeps many tiny records from
+/// looking free.
+pub const RECORD_OVERHEAD_BYTES: u64 = 64;
+
+/// Eviction for `max_bytes` stops when the total is at or below this share of it, percent,
+/// so the next writes do not evict again at once.
+pub const EVICT_TO_PERCENT: u64 = 90;
+
+/// Seconds in a day (retention is configured in days).
+const DAY_SECS: i64 = 86_400;
+
+/// What a record holds. Each kind's policy (name, payload version, size class, eviction,
+/// residency, retention) is one row of [`POLICIES`]; a new kind adds a variant and a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// An unknown-field verdict for (upstream host, model): [`Verdict`].
+    Verdict,
+    /// Reasoning carriers captured from a response, per assistant turn (next issues).
+    Carrier,
+    /// A conversation's prefix state: collapses, last seen turn (next issues).
+    Session,
+    /// Usage figures of one response (next issues).
+    Usage,
+    /// An image-eviction watermark of one conversation (next issues).
+    Watermark,
+}
+
+/// Size class of a kind, deciding the `max_bytes` eviction order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Grows with traffic or holds content (carriers, usage): evicted first.
+    Large,
+    /// A few small records per conversation: evicted when no large record is left.
+    Small,
+    /// Never evicted for `max_bytes` (verdicts: small, one per host and model, and losing one
+    /// costs a failed request). Retention still applies.
+    Pinned,
+}
+
+/// One row of the kind table.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    pub kind: Kind,
+    /// Stored name (the SQLite `kind` column).
+    pub name: &'static str,
+    /// Current payload schema version; a record with a newer version is ignored on read.
+    pub version: u32,
+    pub class: Class,
+    /// Every record of the kind is kept in memory (the hot path reads it on every request).
+    pub resident: bool,
+    /// Days a record is kept after it was last written; `None` = `[state] retention_days`.
+    pub retention_days: Option<u32>,
+}
+
+/// The kind table, one row per [`Kind`] in declaration order. Within a class, the oldest
+/// record goes first whatever its kind.
+pub const POLICIES: [Policy; 5] = [
+    Policy {
+        kind: Kind::Verdict,
+        name: "verdict",
+        version: 1,
+        class: Class::Pinned,
+        resident: true,
+        retention_days: None,
+    },
+    Policy {
+        kind: Kind::Carrier,
+        name: "carrier",
+        version: 1,
+        class: Class::Large,
+        resident: false,
+        retention_days: None,
+    },
+    Policy {
+        kind: Kind::Session,
+        name: "session",
+        version: 1,
+        class: Class::Small,
+        resident: false,
+        retention_days: None,
+    },
+    Policy {
+        kind: Kind::Usage,
+        name: "usage",
+        version: 1,
+        class: Class::Large,
+        resident: false,
+        retention_days: None,
+    },
+    Policy {
+        kind: Kind::Watermark,
+        name: "watermark",
+        version: 1,
+        class: Class::Small,
+        resident: false,
+        retention_days: None,
+    },
+];
+
+impl Kind {
+    /// Every kind, in [`POLICIES`] order.
+    pub const ALL: [Kind; 5] = [
+        Kind::Verdict,
+        Kind::Carrier,
+        Kind::Session,
+        Kind::Usage,
+        Kind::Watermark,
+    ];
+
+    /// This kind's row of [`POLICIES`].
+    pub fn policy(self) -> &'static Policy {
+        match self {
+            Kind::Verdict => &POLICIES[0],
+            Kind::Carrier => &POLICIES[1],
+            Kind::Session => &POLICIES[2],
+            Kind::Usage => &POLICIES[3],
+            Kind::Watermark => &POLICIES[4],
+        }
+    }
+
+    /// Stored name (`verdict`, `carrier`, ...).
+    pub fn name(self) -> &'static str {
+        self.policy().name
+    }
+
+    /// The kind stored under `name`.
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Current payload schema version.
+    pub fn version(self) -> u32 {
+        self.policy().version
+    }
+
+    /// Size class (eviction order).
+    pub fn class(self) -> Class {
+        self.policy().class
+    }
+
+    /// Always kept in memory.
+    pub fn is_resident(self) -> bool {
+        self.policy().resident
+    }
+
+    /// Retention in days given `[state] retention_days`; 0 = keep forever.
+    pub fn retention_days(self, configured: u32) -> u32 {
+        self.policy().retention_days.unwrap_or(configured)
+    }
+}
+
+/// Where a record lives: its kind, the credential scope it belongs to
+/// ([`crate::credential::scope`]; `""` for records that hold no user content, such as
+/// verdicts) and its key within the kind.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RecordKey {
+    pub kind: Kind,
+    pub scope: String,
+    pub key: String,
+}
+
+/// One stored record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub key: RecordKey,
+    /// Payload schema version ([`Kind::version`] when written).
+    pub version: u32,
+    /// The payload (JSON for the kinds defined so far).
+    pub value: Vec<u8>,
+    /// When it was written, Unix seconds (retention and eviction age).
+    pub written_at: i64,
+}
+
+impl Record {
+    /// A record of the kind's current version, written now.
+    pub fn new(kind: Kind, scope: &str, key: &str, value: Vec<u8>) -> Self {
+        Self {
+            key: RecordKey {
+                kind,
+                scope: scope.to_owned(),
+                key: key.to_owned(),
+            },
+            version: kind.version(),
+            value,
+            written_at: now_secs(),
+        }
+    }
+
+    /// Size counted against `max_bytes` and the cache bound, bytes: scope + key + value +
+    /// [`RECORD_OVERHEAD_BYTES`].
+    pub fn size(&self) -> u64 {
+        let len = self.key.scope.len() + self.key.key.len() + self.value.len();
+        RECORD_OVERHEAD_BYTES + u64::try_from(len).unwrap_or(u64::MAX)
+    }
+}
+
+/// Why a backend operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// SQLite refused (cannot open, disk full, read-only, corrupt, ...).
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A stored row that cannot be read back (unknown kind name, ...).
+    #[error("malformed stored record: {0}")]
+    Malformed(String),
+}
+
+/// Durable storage of records. Only the store's writer thread (and the CLI) calls it, so it
+/// may block; it never runs on the request path.
+pub trait Backend: Send {
+    /// Records survive a restart.
+    fn is_durable(&self) -> bool;
+    /// Insert or replace the record at `rec.key`.
+    fn put(&mut self, rec: &Record) -> Result<(), StateError>;
+    /// The record at `key`.
+    fn get(&mut self, key: &RecordKey) -> Result<Option<Record>, StateError>;
+    /// Delete the record at `key`; true if there was one.
+    fn delete(&mut self, key: &RecordKey) -> Result<bool, StateError>;
+    /// Every record of `kind`, sorted by key.
+    fn scan(&mut self, kind: Kind) -> Result<Vec<Record>, StateError>;
+    /// Sum of [`Record::size`] over every record, bytes.
+    fn total_bytes(&mut self) -> Result<u64, StateError>;
+    /// Up to `limit` records of `kinds` with their sizes, oldest `written_at` first (ties by
+    /// kind name, then scope, then key).
+    fn oldest(&mut self, kinds: &[Kind], limit: usize)
+        -> Result<Vec<(RecordKey, u64)>, StateError>;
+    /// Delete the records of `kind` written before `cutoff` (Unix seconds); the count.
+    fn prune(&mut self, kind: Kind, cutoff: i64) -> Result<usize, StateError>;
+    /// True when another process changed the stored records since the last call.
+    fn changed_elsewhere(&mut self) -> Result<bool, StateError>;
+}
+
+/// Settings of [`Store::open`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// The SQLite file.
+    pub path: PathBuf,
+    /// `[state] retention_days` (0 = keep forever).
+    pub retention_days: u32,
+    /// `[state] max_bytes`: bound on the records' total size, bytes.
+    pub max_bytes: u64,
+    /// Bound of the in-memory read cache, bytes.
+    pub cache_bytes: u64,
+}
+
+impl StoreOptions {
+    /// From `[state]`, with `path` relative to `base_dir` (the config file's folder).
+    pub fn from_config(cfg: &crate::config::StateConfig, base_dir: &Path) -> Self {
+        Self {
+            path: base_dir.join(&cfg.path),
+            retention_days: cfg.retention_days,
+            max_bytes: cfg.max_bytes,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
+enum Op {
+    Put(Record),
+    Delete(RecordKey),
+    /// Read through to the backend; the answer goes to the sender.
+    Get(RecordKey, mpsc::Sender<Option<Record>>),
+    /// The backend's total size ([`Backend::total_bytes`]) goes to the sender.
+    TotalBytes(mpsc::Sender<Option<u64>>),
+    /// Flush marker: the sender is told once every earlier op is applied.
+    Sync(mpsc::Sender<()>),
+}
+
+struct Inner {
+    cache: Mutex<Cache>,
+    durable: AtomicBool,
+}
+
+/// Handle to the store; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+    tx: Option<mpsc::Sender<Op>>,
+}
+
+/// Now, Unix seconds.
+pub fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// What the writer thread needs besides the backend.
+#[derive(Debug, Clone, Copy)]
+struct WriterLimits {
+    retention_days: u32,
+    max_bytes: u64,
+}
+
+impl Store {
+    /// A store over a [`MemoryBackend`]: nothing survives a restart (tests, or when the file
+    /// is unusable).
+    pub fn in_memory() -> Self {
+        Self::with_backend(
+            Box::new(MemoryBackend::new()),
+            0,
+            u64::MAX,
+            DEFAULT_CACHE_BYTES,
+        )
+    }
+
+    /// Open the SQLite store at `opts.path`. Never fails: an unusable file gives an in-memory
+    /// store and a warning.
+    pub fn open(opts: &StoreOptions) -> Self {
+        match Self::open_strict(opts) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(
+                    target: "cachekeeper::state",
+                    path = %opts.path.display(),
+                    error = %e,
+                    "cannot open the state store; running in memory (verdicts will not survive a restart)"
+                );
+                Self::with_backend(
+                    Box::new(MemoryBackend::new()),
+                    opts.retention_days,
+                    opts.max_bytes,
+                    opts.cache_bytes,
+                )
+            }
+        }
+    }
+
+    /// Open the SQLite store at `opts.path`, or say why not (the CLI).
+    pub fn open_strict(opts: &StoreOptions) -> Result<Self, StateError> {
+        let backend = SqliteBackend::open(&opts.path, opts.max_bytes)?;
+        Ok(Self::with_backend(
+            Box::new(backend),
+            opts.retention_days,
+            opts.max_bytes,
+            opts.cache_bytes,
+        ))
+    }
+
+    /// A store over any backend: prunes by retention, loads the resident kinds and starts
+    /// the writer thread. A backend that cannot be read at start gives an empty cache and a
+    /// warning (fail open).
+    pub fn with_backend(
+        mut backend: Box<dyn Backend>,
+        retention_days: u32,
+        max_bytes: u64,
+        cache_bytes: u64,
+    ) -> Self {
+        prune_all(backend.as_mut(), retention_days);
+        let mut cache = Cache::new(cache_bytes);
+        let mut durable = backend.is_durable();
+        for kind in Kind::ALL.into_iter().filter(|k| k.is_resident()) {
+            match backend.scan(kind) {
+                Ok(records) => cache.replace_kind(kind, records),
+                Err(e) => {
+                    durable = false;
+                    tracing::warn!(target: "cachekeeper::state", kind = kind.name(), error = %e, "cannot read stored records; starting without them");
+                }
+            }
+        }
+        let inner = Arc::new(Inner {
+            cache: Mutex::new(cache),
+            durable: AtomicBool::new(durable),
+        });
+        let (tx, rx) = mpsc::channel::<Op>();
+        let limits = WriterLimits {
+            retention_days,
+            max_bytes,
+        };
+        let thread_inner = Arc::clone(&inner);
+        let spawned = std::thread::Builder::new()
+            .name("cachekeeper-state".into())
+            .spawn(move || writer_loop(backend, rx, thread_inner, limits));
+        let tx = match spawned {
+            Ok(_) => Some(tx),
+            Err(e) => {
+                tracing::warn!(target: "cachekeeper::state", error = %e, "cannot start the state writer; running in memory");
+                inner.durable.store(false, Ordering::Relaxed);
+                None
+            }
+        };
+        Self { inner, tx }
+    }
+
+    /// True while writes reach a durable backend.
+    pub fn is_durable(&self) -> bool {
+        self.tx.is_some() && self.inner.durable.load(Ordering::Relaxed)
+    }
+
+    fn cache(&self) -> Option<MutexGuard<'_, Cache>> {
+        self.inner.cache.lock().ok()
+    }
+
+    fn send(&self, op: Op) {
+        if let Some(tx) = &self.tx {
+            // The writer only stops when the store is dropped.
+            let _ = tx.send(op);
+        }
+    }
+
+    /// The record at `key` if it is in memory. Never touches the backend: the hot path's read.
+    pub fn get_cached(&self, key: &RecordKey) -> Option<Record> {
+        self.cache()?.get(key)
+    }
+
+    /// The record at `key`: from memory, else from the backend, waiting at most `timeout`
+    /// (not for the hot path of a request that can do without it). A record read from the
+    /// backend enters the cache.
+    pub fn get(&self, key: &RecordKey, timeout: Duration) -> Option<Record> {
+        if let Some(r) = self.get_cached(key) {
+            return Some(r);
+        }
+        let tx = self.tx.as_ref()?;
+        let (reply_tx, reply_rx) = mpsc::channel();
+        tx.send(Op::Get(key.clone(), reply_tx)).ok()?;
+        let rec = reply_rx.recv_timeout(timeout).ok()??;
+        if rec.version > rec.key.kind.version() {
+            return None;
+        }
+        if let Some(mut c) = self.cache() {
+            c.insert(rec.clone());
+        }
+        Some(rec)
+    }
+
+    /// Store `rec`: in memory at once, in the backend by the writer thread.
+    pub fn put(&self, rec: Record) {
+        if let Some(mut c) = self.cache() {
+            c.insert(rec.clone());
+        }
+        self.send(Op::Put(rec));
+    }
+
+    /// Read, change and write one record atomically with respect to other updates of the
+    /// store's memory: `f` gets the cached record (resident kinds: the stored one) and returns
+    /// the record to write, or `None` to leave it. Returns what was written.
+    pub fn update(
+        &self,
+        key: &RecordKey,
+        f: impl FnOnce(Option<&Record>) -> Option<Record>,
+    ) -> Option<Record> {
+        let mut cache = self.cache()?;
+        let current = cache.get(key);
+        let next = f(current.as_ref())?;
+        cache.insert(next.clone());
+        drop(cache);
+        self.send(Op::Put(next.clone()));
+        Some(next)
+    }
+
+    /// Delete the record at `key`.
+    pub fn delete(&self, key: &RecordKey) {
+        if let Some(mut c) = self.cache() {
+            c.remove(key);
+        }
+        self.send(Op::Delete(key.clone()));
+    }
+
+    /// Every cached record of `kind`, sorted by key (complete for resident kinds).
+    pub fn scan_cached(&self, kind: Kind) -> Vec<Record> {
+        self.cache().map(|c| c.scan(kind)).unwrap_or_default()
+    }
+
+    /// Bytes held by the read cache ([`Record::size`] summed).
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache().map(|c| c.bytes()).unwrap_or(0)
+    }
+
+    /// The records' total size in the backend ([`Record::size`] summed), bytes, after every
+    /// write sent so far; waits at most `timeout`. `None` when the backend cannot say.
+    pub fn stored_bytes(&self, timeout: Duration) -> Option<u64> {
+        let tx = self.tx.as_ref()?;
+        let (reply_tx, reply_rx) = mpsc::channel();
+        tx.send(Op::TotalBytes(reply_tx)).ok()?;
+        reply_rx.recv_timeout(timeout).ok()?
+    }
+
+    /// The verdicts view.
+    pub fn verdicts(&self) -> Verdicts<'_> {
+        Verdicts::new(self)
+    }
+
+    /// Wait until every write sent so far has been applied (tests, shutdown, the CLI).
+    pub fn flush(&self) {
+        if let Some(tx) = &self.tx {
+            let (done_tx, done_rx) = mpsc::channel();
+            if tx.send(Op::Sync(done_tx)).is_ok() {
+                let _ = done_rx.recv_timeout(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// Delete records past their kind's retention. Failures are logged (fail open).
+fn prune_all(backend: &mut dyn Backend, retention_days: u32) {
+    let now = now_secs();
+    for kind in Kind::ALL {
+        let days = kind.retention_days(retention_days);
+        if days == 0 {
+            continue;
+        }
+        let cutoff = now.saturating_sub(i64::from(days).saturating_mul(DAY_SECS));
+        if let Err(e) = backend.prune(kind, cutoff) {
+            tracing::warn!(target: "cachekeeper::state", kind = kind.name(), error = %e, "could not prune old state");
+        }
+    }
+}
+
+/// Evict for `max_bytes`: when the total passes it, delete the oldest records of the large
+/// kinds, then of the small kinds, until the total is at most [`EVICT_TO_PERCENT`] % of it.
+/// Pinned kinds (verdicts) are never evicted. Returns the keys removed and the new total.
+pub fn evict(
+    backend: &mut dyn Backend,
+    max_bytes: u64,
+) -> Result<(Vec<RecordKey>, u64), StateError> {
+    let mut total = backend.total_bytes()?;
+    let mut removed = Vec::new();
+    if total <= max_bytes {
+        return Ok((removed, total));
+    }
+    let target = max_bytes / 100 * EVICT_TO_PERCENT;
+    for class in [Class::Large, Class::Small] {
+        let kinds: Vec<Kind> = Kind::ALL
+            .into_iter()
+            .filter(|k| k.class() == class)
+            .collect();
+        'class: while total > target {
+            let batch = backend.oldest(&kinds, 256)?;
+            if batch.is_empty() {
+                break;
+            }
+            for (key, size) in batch {
+                backend.delete(&key)?;
+                total = total.saturating_sub(size);
+                removed.push(key);
+                if total <= target {
+                    break 'class;
+                }
+            }
+        }
+    }
+    Ok((removed, total))
+}
+
+fn writer_loop(
+    mut backend: Box<dyn Backend>,
+    rx: mpsc::Receiver<Op>,
+    inner: Arc<Inner>,
+    limits: WriterLimits,
+) {
+    let fail = |e: &StateError| {
+        if inner.durable.swap(false, Ordering::Relaxed) {
+            tracing::warn!(target: "cachekeeper::state", error = %e, "state store write failed; continuing in memory");
+        }
+    };
+    // Total size since the last exact count; an exact count is taken only when it passes
+    // `max_bytes`.
+    let mut approx_bytes = backend.total_bytes().unwrap_or(0);
+    let mut over_cap_warned = false;
+    let mut last_check = Instant::now();
+    let mut last_prune = Instant::now();
+    loop {
+        match rx.recv_timeout(RELOAD_INTERVAL) {
+            Ok(Op::Put(rec)) => match backend.put(&rec) {
+                Ok(()) => {
+                    approx_bytes = approx_bytes.saturating_add(rec.size());
+                    if approx_bytes > limits.max_bytes {
+                        match evict(backend.as_mut(), limits.max_bytes) {
+                            Ok((removed, total)) => {
+                                if !removed.is_empty() {
+                                    tracing::info!(target: "cachekeeper::state", records = removed.len(), bytes = total, "evicted the oldest records for [state] max_bytes");
+                                    if let Ok(mut c) = inner.cache.lock() {
+                                        for k in &removed {
+                                            c.remove(k);
+                                        }
+                                    }
+                                }
+                                if total > limits.max_bytes && !over_cap_warned {
+                                    over_cap_warned = true;
+                                    tracing::warn!(target: "cachekeeper::state", bytes = total, "verdicts alone exceed [state] max_bytes; they are never evicted");
+                                }
+                                approx_bytes = total;
+                            }
+                            Err(e) => fail(&e),
+                        }
+                    }
+                }
+                Err(e) => fail(&e),
+            },
+            Ok(Op::Delete(key)) => {
+                if let Err(e) = backend.delete(&key) {
+                    fail(&e);
+                }
+            }
+            Ok(Op::Get(key, reply)) => {
+                let _ = reply.send(backend.get(&key).ok().flatten());
+            }
+            Ok(Op::TotalBytes(reply)) => {
+                let _ = reply.send(backend.total_bytes().ok());
+            }
+            Ok(Op::Sync(done)) => {
+                let _ = done.send(());
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        if last_check.elapsed() >= RELOAD_INTERVAL {
+            last_check = Instant::now();
+            if backend.changed_elsewhere().unwrap_or(false) {
+                reload(backend.as_mut(), &inner);
+                approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
+            }
+            if last_prune.elapsed() >= Duration::from_secs(86_400) {
+                last_prune = Instant::now();
+                prune_all(backend.as_mut(), limits.retention_days);
+                reload(backend.as_mut(), &inner);
+            }
+        }
+    }
+}
+
+/// Another process changed the records: reload the resident kinds, forget the rest (read
+/// again on demand).
+fn reload(backend: &mut dyn Backend, inner: &Inner) {
+    let mut fresh = Vec::new();
+    for kind in Kind::ALL.into_iter().filter(|k| k.is_resident()) {
+        match backend.scan(kind) {
+            Ok(r) => fresh.push((kind, r)),
+            Err(_) => return,
+        }
+    }
+    if let Ok(mut c) = inner.cache.lock() {
+        c.clear_non_resident();
+        for (kind, records) in fresh {
+            c.replace_kind(kind, records);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_table_rows_match_their_kinds() {
+        for (i, kind) in Kind::ALL.into_iter().enumerate() {
+            assert_eq!(POLICIES[i].kind, kind);
+            assert_eq!(kind.policy().kind, kind);
+            assert_eq!(Kind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(Kind::Verdict.class(), Class::Pinned);
+        assert!(Kind::Verdict.is_resident());
+        assert_eq!(Kind::Carrier.retention_days(30), 30);
+    }
+}

@@ -1,0 +1,255 @@
+//! The one test suite every [`Backend`] runs, directly and under a [`Store`]. A new backend
+//! adds one `backend_suite!` line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use super::*;
+
+/// A backend under test and whatever must outlive it (a temporary folder).
+pub(super) type Fixture = (Box<dyn Backend>, Option<tempfile::TempDir>);
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn rec(kind: Kind, scope: &str, key: &str, value: &[u8], written_at: i64) -> Record {
+    Record {
+        key: RecordKey {
+            kind,
+            scope: scope.into(),
+            key: key.into(),
+        },
+        version: kind.version(),
+        value: value.to_vec(),
+        written_at,
+    }
+}
+
+pub(super) fn records_round_trip(make: fn() -> Fixture) {
+    let (mut b, _dir) = make();
+    let c1 = rec(Kind::Carrier, "scope-a", "turn-1", b"{\"x\":1}", 100);
+    let c2 = rec(Kind::Carrier, "scope-b", "turn-1", b"{\"x\":2}", 101);
+    let u1 = rec(Kind::Usage, "scope-a", "turn-1", b"\x00\xffbinary", 102);
+    for r in [&c1, &c2, &u1] {
+        b.put(r).unwrap();
+    }
+    assert_eq!(b.get(&c1.key).unwrap(), Some(c1.clone()));
+    assert_eq!(
+        b.get(&u1.key).unwrap(),
+        Some(u1.clone()),
+        "same key text, other kind"
+    );
+    // Replace.
+    let c1b = rec(Kind::Carrier, "scope-a", "turn-1", b"{\"x\":3}", 200);
+    b.put(&c1b).unwrap();
+    assert_eq!(b.get(&c1.key).unwrap(), Some(c1b.clone()));
+    // Scan: one kind, sorted by key.
+    assert_eq!(
+        b.scan(Kind::Carrier).unwrap(),
+        vec![c1b.clone(), c2.clone()]
+    );
+    assert_eq!(b.scan(Kind::Verdict).unwrap(), vec![]);
+    // Delete.
+    assert!(b.delete(&c1.key).unwrap());
+    assert!(!b.delete(&c1.key).unwrap());
+    assert_eq!(b.get(&c1.key).unwrap(), None);
+    assert_eq!(b.scan(Kind::Carrier).unwrap(), vec![c2]);
+    assert!(
+        !b.changed_elsewhere().unwrap(),
+        "our own writes are not a change elsewhere"
+    );
+}
+
+pub(super) fn sizes_age_order_and_prune(make: fn() -> Fixture) {
+    let (mut b, _dir) = make();
+    let recs = [
+        rec(Kind::Usage, "s", "u-old", &[1; 10], 50),
+        rec(Kind::Carrier, "s", "c-new", &[1; 20], 300),
+        rec(Kind::Carrier, "s", "c-mid", &[1; 30], 100),
+        rec(Kind::Carrier, "s", "c-tie", &[1; 40], 100),
+        rec(Kind::Verdict, "", "v", &[1; 50], 1),
+        rec(Kind::Session, "s", "sess", &[1; 60], 2),
+    ];
+    for r in &recs {
+        b.put(r).unwrap();
+    }
+    let total: u64 = recs.iter().map(Record::size).sum();
+    assert_eq!(b.total_bytes().unwrap(), total);
+    // Replacing a record counts its new size only.
+    b.put(&rec(Kind::Session, "s", "sess", &[1; 5], 2)).unwrap();
+    assert_eq!(b.total_bytes().unwrap(), total - 55);
+    // Oldest first among the kinds asked for; ties by kind name, scope, key.
+    let oldest = b.oldest(&[Kind::Carrier, Kind::Usage], 10).unwrap();
+    let names: Vec<&str> = oldest.iter().map(|(k, _)| k.key.as_str()).collect();
+    assert_eq!(names, ["u-old", "c-mid", "c-tie", "c-new"]);
+    assert_eq!(oldest[0].1, recs[0].size());
+    assert_eq!(b.oldest(&[Kind::Carrier, Kind::Usage], 2).unwrap().len(), 2);
+    assert!(b.oldest(&[], 10).unwrap().is_empty());
+    // Prune touches one kind only.
+    assert_eq!(b.prune(Kind::Carrier, 200).unwrap(), 2);
+    assert_eq!(b.scan(Kind::Carrier).unwrap().len(), 1);
+    assert_eq!(b.scan(Kind::Usage).unwrap().len(), 1);
+    assert_eq!(b.prune(Kind::Verdict, 0).unwrap(), 0);
+}
+
+pub(super) fn store_learns_and_clears_verdicts(make: fn() -> Fixture) {
+    let (b, _dir) = make();
+    let s = Store::with_backend(b, 30, u64::MAX, DEFAULT_CACHE_BYTES);
+    let rc = FieldSet::from([Field::message("reasoning_content")]);
+    let new = s
+        .verdicts()
+        .learn("API.Mistral.ai", "Mistral-Large", &rc, "first");
+    assert_eq!(new, rc);
+    assert!(s
+        .verdicts()
+        .learn("api.mistral.ai", "Mistral-Large", &rc, "again")
+        .is_empty());
+    // A top-level parameter of the same name is another field.
+    let both = FieldSet::from([Field::message("reasoning"), Field::param("reasoning")]);
+    let new = s
+        .verdicts()
+        .learn("api.mistral.ai", "Mistral-Large", &both, "second");
+    assert_eq!(new, both);
+    let v = s.verdicts().get("api.mistral.ai", "Mistral-Large").unwrap();
+    assert_eq!(
+        v.fields.joined(),
+        "param:reasoning,message:reasoning,message:reasoning_content"
+    );
+    assert_eq!(v.wording, "second");
+    assert_eq!(s.omit("api.mistral.ai", "Mistral-Large"), v.fields);
+    assert!(
+        s.verdicts()
+            .get("api.mistral.ai", "mistral-large")
+            .is_none(),
+        "model case kept"
+    );
+    // The wording is cut to the record limit.
+    let long = "w".repeat(MAX_WORDING_CHARS + 10);
+    s.verdicts()
+        .learn("h", "m", &FieldSet::from([Field::NoImageInput]), &long);
+    assert_eq!(
+        s.verdicts().get("h", "m").unwrap().wording.chars().count(),
+        MAX_WORDING_CHARS
+    );
+    s.verdicts().learn("h", "m2", &rc, "w");
+    assert_eq!(s.verdicts().all().len(), 3);
+    assert_eq!(s.verdicts().clear("H", Some("m")), 1);
+    assert_eq!(s.verdicts().clear("h", None), 1);
+    assert_eq!(s.verdicts().all().len(), 1);
+    s.flush();
+    // Cleared in the backend too: a read-through finds nothing.
+    let key = VerdictKey::new("h", "m2").record_key();
+    assert_eq!(s.get(&key, WAIT), None);
+}
+
+pub(super) fn max_bytes_evicts_oldest_large_first_and_never_verdicts(make: fn() -> Fixture) {
+    let (b, _dir) = make();
+    let max = 40_000;
+    let s = Store::with_backend(b, 0, max, DEFAULT_CACHE_BYTES);
+    for i in 0..5 {
+        s.verdicts().learn(
+            "api.example.com",
+            &format!("model-{i}"),
+            &FieldSet::from([Field::param("store")]),
+            "Unknown parameter: 'store'.",
+        );
+    }
+    let session = rec(Kind::Session, "s", "conversation", &[7; 500], 1);
+    s.put(session.clone());
+    // 100 large records of ~1 KiB, oldest first, alternating kinds: ~2.7 times the cap.
+    let large: Vec<Record> = (0..100)
+        .map(|i| {
+            let kind = if i % 2 == 0 {
+                Kind::Carrier
+            } else {
+                Kind::Usage
+            };
+            rec(kind, "s", &format!("r{i:03}"), &[1; 1000], 10 + i)
+        })
+        .collect();
+    for r in &large {
+        s.put(r.clone());
+    }
+    s.flush();
+    let total = s.stored_bytes(WAIT).unwrap();
+    assert!(total <= max, "{total} > {max}");
+    // Verdicts all survive, and so does the (small) session: large kinds go first.
+    assert_eq!(s.verdicts().all().len(), 5);
+    assert_eq!(s.get(&session.key, WAIT), Some(session.clone()));
+    // The oldest large records went, the newest stayed.
+    let kept: Vec<bool> = large
+        .iter()
+        .map(|r| s.get(&r.key, WAIT).is_some())
+        .collect();
+    let first_kept = kept.iter().position(|k| *k).unwrap();
+    assert!(first_kept > 50, "{first_kept}");
+    assert!(kept[first_kept..].iter().all(|k| *k), "{kept:?}");
+    assert!(kept[..first_kept].iter().all(|k| !*k));
+
+    // With no large record left, small records go; verdicts stay even over the cap.
+    let s2_max = 600;
+    drop(s);
+    let (b, _dir2) = make();
+    let s = Store::with_backend(b, 0, s2_max, DEFAULT_CACHE_BYTES);
+    for i in 0..10 {
+        s.verdicts().learn(
+            "h",
+            &format!("m{i}"),
+            &FieldSet::from([Field::message("reasoning")]),
+            "Extra inputs are not permitted",
+        );
+    }
+    s.put(rec(Kind::Watermark, "s", "w", &[1; 10], 5));
+    s.flush();
+    assert_eq!(
+        s.get(&rec(Kind::Watermark, "s", "w", &[], 0).key, WAIT),
+        None
+    );
+    assert_eq!(s.verdicts().all().len(), 10);
+    assert!(s.stored_bytes(WAIT).unwrap() > s2_max);
+}
+
+macro_rules! backend_suite {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn records_round_trip() {
+                super::records_round_trip($make);
+            }
+
+            #[test]
+            fn sizes_age_order_and_prune() {
+                super::sizes_age_order_and_prune($make);
+            }
+
+            #[test]
+            fn store_learns_and_clears_verdicts() {
+                super::store_learns_and_clears_verdicts($make);
+            }
+
+            #[test]
+            fn max_bytes_evicts_oldest_large_first_and_never_verdicts() {
+                super::max_bytes_evicts_oldest_large_first_and_never_verdicts($make);
+            }
+        }
+    };
+}
+
+fn memory() -> Fixture {
+    (Box::new(MemoryBackend::new()), None)
+}
+
+fn sqlite_file() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let b = SqliteBackend::open(&dir.path().join("state.db"), 1 << 30).unwrap();
+    (Box::new(b), Some(dir))
+}
+
+fn sqlite_in_memory() -> Fixture {
+    (Box::new(SqliteBackend::open_in_memory().unwrap()), None)
+}
+
+backend_suite!(memory_backend, memory);
+backend_suite!(sqlite_file_backend, sqlite_file);
+backend_suite!(sqlite_in_memory_backend, sqlite_in_memory);
