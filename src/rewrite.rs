@@ -25,35 +25,8 @@ use crate::state::FieldSet;
 pub use crate::state::VerdictLookup;
 use crate::{dialect, json_edit};
 
-/// What the request passes saw and did; goes into the request's log line and the
-/// `x-cachekeeper-rewrites` response header.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct RewriteReport {
-    /// The request's `model`, when it has one.
-    pub model: Option<String>,
-    /// Image blocks / parts seen in the request (agent images and uploads).
-    pub images_seen: usize,
-    /// Image blocks replaced by the retired-image text.
-    pub images_retired: usize,
-    /// Carriers (image-bearing tool results) retired.
-    pub carriers_retired: usize,
-    /// Images repaired: media type from the magic bytes, a format conversion, or a shrink to a
-    /// hard limit (pass 1; uploads included).
-    pub images_repaired: usize,
-    /// Agent images downscaled to `embed_target_bytes` / `max_dimension` (pass 2).
-    pub images_downscaled: usize,
-    /// Agent images replaced by the repeat-cap text (pass 3).
-    pub images_repeat_capped: usize,
-    /// Images replaced by a fixed text for their format (or, in a recovery, corruption or a
-    /// model that cannot see images).
-    pub images_replaced: usize,
-    /// Images that needed a transcode but could not be decoded and were forwarded as sent.
-    pub images_failed_open: usize,
-    /// One human-readable line per rewrite, with its reason and position.
-    pub reasons: Vec<String>,
-    /// What reasoning shaping (pass 6) did.
-    pub shape: ShapeCounts,
-}
+mod report;
+pub use report::RewriteReport;
 
 /// Result of [`rewrite_request`].
 #[derive(Debug, Default, Clone)]

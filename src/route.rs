@@ -4,6 +4,8 @@
 //! `/openai` and `/openai/v1/...`, never `/openaix`). The rest of the path and the query are
 //! appended to the upstream base URL unchanged.
 
+use std::sync::Arc;
+
 use http::Uri;
 
 use crate::config::{Config, ImagesConfig};
@@ -47,14 +49,15 @@ pub enum Endpoint {
 /// The route table. Built once from the config.
 #[derive(Debug, Clone)]
 pub struct RouteTable {
-    /// Sorted by prefix length, longest first.
-    routes: Vec<Route>,
+    /// Sorted by prefix length, longest first. Shared, so a request's context can hold its
+    /// route for as long as its response streams.
+    routes: Vec<Arc<Route>>,
 }
 
 /// A request matched to a route.
 #[derive(Debug, Clone)]
-pub struct Matched<'a> {
-    pub route: &'a Route,
+pub struct Matched {
+    pub route: Arc<Route>,
     /// The upstream URI: base URL + rest of the path + query.
     pub upstream_uri: Uri,
     /// The path after the prefix (always starts with `/` or is empty).
@@ -80,7 +83,7 @@ impl RouteTable {
                     r.name, r.upstream
                 ));
             };
-            routes.push(Route {
+            routes.push(Arc::new(Route {
                 name: r.name.clone(),
                 prefix: r.prefix.trim_end_matches('/').to_owned(),
                 scheme,
@@ -91,7 +94,7 @@ impl RouteTable {
                 dry_run: r.dry_run.unwrap_or(config.server.dry_run),
                 provider: r.provider.clone(),
                 carriers: r.carriers.clone(),
-            });
+            }));
         }
         routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
         Ok(Self { routes })
@@ -115,12 +118,12 @@ impl RouteTable {
     }
 
     /// The routes, longest prefix first.
-    pub fn routes(&self) -> &[Route] {
+    pub fn routes(&self) -> &[Arc<Route>] {
         &self.routes
     }
 
     /// Match a request path (and query) to a route; `None` when no prefix matches.
-    pub fn find(&self, path: &str, query: Option<&str>) -> Option<Matched<'_>> {
+    pub fn find(&self, path: &str, query: Option<&str>) -> Option<Matched> {
         let route = self.routes.iter().find(|r| {
             path.strip_prefix(r.prefix.as_str())
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
@@ -143,7 +146,7 @@ impl RouteTable {
             .build()
             .ok()?;
         Some(Matched {
-            route,
+            route: Arc::clone(route),
             upstream_uri,
             rest: rest.to_owned(),
         })

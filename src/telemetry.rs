@@ -103,6 +103,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The name in the log line's `outcome` field.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Complete => "complete",
@@ -112,81 +113,6 @@ impl Outcome {
             Outcome::ProxyError => "proxy_error",
             Outcome::Upgraded => "upgraded",
         }
-    }
-}
-
-/// Everything the per-request log line says. Filled in phase by phase.
-#[derive(Debug, Clone, Default)]
-pub struct RequestLog {
-    pub route: String,
-    pub dialect: Option<&'static str>,
-    pub model: Option<String>,
-    pub method: String,
-    pub path: String,
-    /// Query with credentials redacted.
-    pub query: Option<String>,
-    pub status: u16,
-    /// Request body bytes received from the client (as sent, before decoding).
-    pub bytes_in: u64,
-    /// Request body bytes sent upstream.
-    pub bytes_out: u64,
-    /// Response body bytes sent to the client.
-    pub response_bytes: u64,
-    pub images_seen: usize,
-    /// Images whose media type or format was repaired (uploads included).
-    pub images_repaired: usize,
-    /// Agent images downscaled to the byte budget / pixel caps.
-    pub images_downscaled: usize,
-    /// Repeated agent images replaced by the repeat-cap text.
-    pub images_repeat_capped: usize,
-    /// Images replaced by a fixed text (unsupported format, model sees no images).
-    pub images_replaced: usize,
-    pub images_retired: usize,
-    pub carriers_retired: usize,
-    /// What happened to the body: `passthrough`, `unchanged`, `rewritten`, `dry_run`,
-    /// `unparsed`, `too_large`, `pass_failed`.
-    pub body: &'static str,
-    /// Upstream time to first byte (response headers), ms.
-    pub ttfb_ms: Option<u64>,
-    pub error: Option<&'static str>,
-    /// Reasoning shaping edits (carriers dropped / filled / padded, thinking stripped,
-    /// parameters dropped, flags added).
-    pub reasoning_edits: usize,
-    /// Fields learned from an unknown-field 4xx, when the request was retried without them.
-    pub retried_without: Option<String>,
-}
-
-impl RequestLog {
-    /// Emit the request's one JSON line.
-    pub fn emit(&self, outcome: Outcome, total_ms: u64) {
-        tracing::info!(
-            target: "cachekeeper::request",
-            route = %self.route,
-            dialect = self.dialect.unwrap_or("-"),
-            model = self.model.as_deref().unwrap_or("-"),
-            method = %self.method,
-            path = %self.path,
-            query = self.query.as_deref().unwrap_or(""),
-            status = self.status,
-            bytes_in = self.bytes_in,
-            bytes_out = self.bytes_out,
-            response_bytes = self.response_bytes,
-            images_seen = self.images_seen,
-            images_repaired = self.images_repaired,
-            images_downscaled = self.images_downscaled,
-            images_repeat_capped = self.images_repeat_capped,
-            images_replaced = self.images_replaced,
-            images_retired = self.images_retired,
-            carriers_retired = self.carriers_retired,
-            body = self.body,
-            ttfb_ms = self.ttfb_ms,
-            total_ms = total_ms,
-            outcome = outcome.as_str(),
-            error = self.error.unwrap_or(""),
-            reasoning_edits = self.reasoning_edits,
-            retried_without = self.retried_without.as_deref().unwrap_or(""),
-            "request"
-        );
     }
 }
 

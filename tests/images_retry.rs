@@ -98,7 +98,7 @@ async fn a_dimension_rejection_shrinks_to_the_stated_cap_and_retries_once() {
         "what is in this photo?"
     );
     let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
-    assert!(h.contains("retried_without=image:TooLarge"), "{h}");
+    assert!(h.contains("retried_without=image:too_large"), "{h}");
     proxy.stop().await;
 }
 

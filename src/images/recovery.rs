@@ -39,6 +39,19 @@ pub enum ImageRejectionKind {
     ModelCannotSeeImages,
 }
 
+impl ImageRejectionKind {
+    /// A short, stable name for logs and `x-cachekeeper-rewrites` (`retried_without=image:…`).
+    pub fn label(self) -> &'static str {
+        match self {
+            ImageRejectionKind::TooLarge { .. } => "too_large",
+            ImageRejectionKind::Dimensions => "dimensions",
+            ImageRejectionKind::Corrupt => "corrupt",
+            ImageRejectionKind::Unsupported => "unsupported",
+            ImageRejectionKind::ModelCannotSeeImages => "model_cannot_see_images",
+        }
+    }
+}
+
 /// A classified rejection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImageRejection {

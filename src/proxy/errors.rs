@@ -24,6 +24,17 @@ pub enum ErrorSource {
     Internal,
 }
 
+impl ErrorSource {
+    /// The name in logs (`downstream`, `upstream`, `internal`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorSource::Downstream => "downstream",
+            ErrorSource::Upstream => "upstream",
+            ErrorSource::Internal => "internal",
+        }
+    }
+}
+
 /// A failure the proxy answers itself.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {

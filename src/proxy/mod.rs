@@ -1,7 +1,123 @@
 //! The proxy: one request's life from the listener to the log line, over the wire layer
 //! ([`crate::wire`]) and the request passes ([`crate::rewrite`]).
+//!
+//! - [`ctx`]: the one per-request context.
+//! - [`phases`]: the phases of a request, in their documented order.
+//! - [`passes`]: running the request passes off the async threads, failing open.
+//! - [`retry`]: the one retry after a 4xx the proxy can learn from.
+//! - [`observe`]: the response observer that ends every request with its log line.
+//! - [`errors`]: the proxy's own errors, in each dialect's shape.
 
+mod ctx;
 pub mod errors;
+mod observe;
+mod passes;
 mod phases;
+mod retry;
+mod send;
 
-pub use phases::{ResponseBody, Server, StartError, REWRITES_HEADER, TOKEN_HEADER};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::config::{Loaded, ReasoningConfig, ServerConfig};
+use crate::images::cache::TranscodeCache;
+use crate::route::RouteTable;
+use crate::state::{Store, StoreOptions};
+use crate::wire::upstream::{self, HttpClient};
+
+pub use crate::wire::ResponseBody;
+
+/// Response header that tells the client what the passes did.
+pub const REWRITES_HEADER: &str = "x-cachekeeper-rewrites";
+/// Request header carrying the client token when `[server] client_token` is set.
+pub const TOKEN_HEADER: &str = "x-cachekeeper-token";
+
+/// Shared, read-only state of a running proxy.
+pub(crate) struct AppState {
+    pub routes: RouteTable,
+    pub client: HttpClient,
+    pub server: ServerConfig,
+    pub reasoning: ReasoningConfig,
+    pub store: Store,
+    /// Bounds how many requests run the passes at once, so concurrent image decodes cannot
+    /// grow memory without limit (each pass run is CPU-bound anyway).
+    pub passes: tokio::sync::Semaphore,
+    /// Transcoded images, shared by all requests (bounded by `[images] transcode_cache_bytes`).
+    pub transcodes: Arc<TranscodeCache>,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Routes(String),
+    #[error(transparent)]
+    Client(#[from] upstream::ClientBuildError),
+}
+
+/// A bound, not yet running proxy.
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<AppState>,
+}
+
+impl Server {
+    /// Bind the listener (`listen` overrides `[server] listen`; port 0 picks a free port)
+    /// and build the route table, upstream client and state store.
+    ///
+    /// Errors: the address cannot be bound, a route is unusable, or `ca_file` is unreadable.
+    pub async fn bind(loaded: &Loaded, listen: Option<SocketAddr>) -> Result<Self, StartError> {
+        let cfg = &loaded.config;
+        let routes = RouteTable::new(cfg).map_err(StartError::Routes)?;
+        let ca = cfg.server.ca_file.as_ref().map(|p| loaded.base_dir.join(p));
+        let client = upstream::build_client(
+            Duration::from_millis(cfg.server.connect_timeout_ms),
+            ca.as_deref(),
+        )?;
+        let addr = listen.unwrap_or(cfg.server.listen);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })?;
+        let store = Store::open(&StoreOptions::from_config(&cfg.state, &loaded.base_dir));
+        Ok(Self {
+            listener,
+            state: Arc::new(AppState {
+                routes,
+                client,
+                server: cfg.server.clone(),
+                reasoning: cfg.reasoning.clone(),
+                store,
+                passes: tokio::sync::Semaphore::new(concurrent_passes()),
+                transcodes: Arc::new(TranscodeCache::new(cfg.images.transcode_cache_bytes)),
+            }),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serve until `shutdown` completes, then stop accepting and let in-flight requests
+    /// (streams included) finish for up to `shutdown_grace_ms`.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        let grace = Duration::from_millis(self.state.server.shutdown_grace_ms);
+        let state = self.state;
+        let handler = move |req| phases::handle(Arc::clone(&state), req);
+        crate::wire::listener::serve(self.listener, handler, shutdown, grace).await;
+    }
+}
+
+/// Requests that may run the passes at once: twice the CPUs (at least 2).
+fn concurrent_passes() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get() * 2)
+}

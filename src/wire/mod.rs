@@ -1,9 +1,18 @@
-//! The HTTP layer: what a reverse proxy needs, with no knowledge of LLMs or their wire formats.
+//! The HTTP layer: what a reverse proxy needs, with no knowledge of LLMs or their wire
+//! formats.
 //!
+//! - [`listener`]: accept, serve HTTP/1.1 + HTTP/2, graceful shutdown.
 //! - [`upstream`]: the pooled TLS client, proxy tunnel and header hygiene.
 //! - [`body`]: the bounded request-body read and `content-encoding` decoding.
 //! - [`stream`]: the response body on its way back (idle timeout, observer hook).
+//! - [`tunnel`]: WebSocket / HTTP upgrades.
 
 pub mod body;
+pub mod listener;
 pub mod stream;
+pub mod tunnel;
 pub mod upstream;
+
+/// The body type of every response the proxy sends.
+pub type ResponseBody =
+    http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, upstream::BoxError>;

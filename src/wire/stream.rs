@@ -1,131 +1,140 @@
 //! The response body on its way back: forwarded frame by frame as it arrives (never
-//! buffered), with an idle timeout between frames, a clean end in the dialect's error shape
-//! when the upstream breaks an event stream mid-way, and the request's log line written when
-//! the body ends or the client goes away.
+//! buffered), with an idle timeout between frames and an observer hook that sees each chunk,
+//! a break, and the end. Knows nothing of LLMs: what a break turns into on the wire (an
+//! event-stream error event, or an abort) is the observer's decision.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
-use crate::dialect::Dialect;
-use crate::proxy::errors::midstream_error_event;
-use crate::telemetry::{Outcome, RequestLog};
 use crate::wire::upstream::{BoxError, UpstreamBody};
 
+/// Why a response body stopped before its natural end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Break {
+    /// The upstream's body failed (reset, truncated, protocol error).
+    UpstreamBroken,
+    /// No chunk arrived within the idle timeout.
+    IdleTimeout,
+}
+
+/// How a response body ended; told to [`BodyObserver::on_end`] exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Delivered whole.
+    Complete,
+    /// The upstream broke or went idle mid-way ([`Break`]).
+    Broken(Break),
+    /// The client went away first; dropping the body cancelled the upstream request.
+    ClientGone,
+}
+
+/// Sees a response body as it passes. Runs synchronously inside the body's poll: it must not
+/// block, do I/O or wait on a lock held across an await, and it can never delay, alter or
+/// fail the client's bytes.
+pub trait BodyObserver: Send {
+    /// A data chunk, just before it is handed to the client.
+    fn on_data(&mut self, _chunk: &Bytes) {}
+    /// The body broke mid-way (`detail` says how). Return a last chunk to end the stream with
+    /// instead of aborting it (e.g. an event-stream error event); `None` aborts, so the
+    /// client sees a broken response rather than a clean end.
+    fn on_break(&mut self, _why: Break, _detail: &str) -> Option<Bytes> {
+        None
+    }
+    /// The body ended. Called exactly once, after every other call.
+    fn on_end(&mut self, _end: End) {}
+}
+
 /// The upstream response body, observed.
-pub struct ObservedBody {
+pub struct ObservedBody<O: BodyObserver> {
     inner: UpstreamBody,
     idle_timeout: Duration,
     idle: Pin<Box<Sleep>>,
-    /// `Some(dialect)` when the response is an event stream: a mid-stream failure then ends
-    /// it with the dialect's error event instead of a broken connection.
-    sse: Option<Option<Dialect>>,
+    /// The observer may end a broken body with a chunk of its own, so no length is promised.
+    may_append: bool,
     finished: bool,
-    log: Option<RequestLog>,
-    started: Instant,
+    observer: O,
 }
 
-impl ObservedBody {
-    /// Wrap `inner`. `log` is emitted once, when the body ends or is dropped.
-    pub fn new(
-        inner: UpstreamBody,
-        idle_timeout: Duration,
-        sse: Option<Option<Dialect>>,
-        log: RequestLog,
-        started: Instant,
-    ) -> Self {
+impl<O: BodyObserver> ObservedBody<O> {
+    /// Wrap `inner`, allowing at most `idle_timeout` between two frames. `may_append`: the
+    /// observer may answer a break with a last chunk (then no `size_hint` is promised).
+    pub fn new(inner: UpstreamBody, idle_timeout: Duration, may_append: bool, observer: O) -> Self {
         Self {
             inner,
             idle_timeout,
             idle: Box::pin(tokio::time::sleep(idle_timeout)),
-            sse,
+            may_append,
             finished: false,
-            log: Some(log),
-            started,
+            observer,
         }
     }
 
-    fn finish(&mut self, outcome: Outcome) {
-        self.finished = true;
-        if let Some(log) = self.log.take() {
-            log.emit(outcome, elapsed_ms(self.started));
+    fn finish(&mut self, end: End) {
+        if !self.finished {
+            self.finished = true;
+            self.observer.on_end(end);
         }
     }
 
-    /// The stream broke: end it with the dialect's error event (Anthropic and OpenAI event
-    /// streams) or abort it (everything else), never with a clean end.
     fn broken(
         &mut self,
-        outcome: Outcome,
+        why: Break,
         detail: String,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        tracing::warn!(
-            target: "cachekeeper::stream",
-            route = self.log.as_ref().map(|l| l.route.as_str()).unwrap_or("-"),
-            detail = %detail,
-            "upstream response broke mid-way"
-        );
-        let event = self.sse.and_then(|d| midstream_error_event(d, &detail));
-        if let Some(log) = self.log.as_mut() {
-            log.error = Some(outcome.as_str());
-            if let Some(e) = &event {
-                log.response_bytes += e.len() as u64;
-            }
+        let last = self.observer.on_break(why, &detail);
+        if let Some(chunk) = &last {
+            self.observer.on_data(chunk);
         }
-        self.finish(outcome);
-        match (self.sse, event) {
-            (Some(_), Some(e)) => Poll::Ready(Some(Ok(Frame::data(e)))),
-            // No error event in this dialect (Gemini) or not an event stream: abort, so the
-            // client sees a broken response rather than a clean end.
+        self.finish(End::Broken(why));
+        match last {
+            Some(chunk) if self.may_append => Poll::Ready(Some(Ok(Frame::data(chunk)))),
             _ => Poll::Ready(Some(Err(detail.into()))),
         }
     }
 }
 
-fn elapsed_ms(started: Instant) -> u64 {
-    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-impl Body for ObservedBody {
+impl<O: BodyObserver + Unpin> Body for ObservedBody<O> {
     type Data = Bytes;
     type Error = BoxError;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
+        // Every field is `Unpin`, so this is a plain `&mut`.
+        let this = self.get_mut();
         if this.finished {
             return Poll::Ready(None);
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(data), Some(log)) = (frame.data_ref(), this.log.as_mut()) {
-                    log.response_bytes += data.len() as u64;
+                if let Some(data) = frame.data_ref() {
+                    this.observer.on_data(data);
                 }
                 let deadline = tokio::time::Instant::now() + this.idle_timeout;
                 this.idle.as_mut().reset(deadline);
                 if this.inner.is_end_stream() {
                     // A sized body ends with its last frame: hyper will not poll again.
-                    this.finish(Outcome::Complete);
+                    this.finish(End::Complete);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => this.broken(Outcome::UpstreamBroken, e.to_string()),
+            Poll::Ready(Some(Err(e))) => this.broken(Break::UpstreamBroken, e.to_string()),
             Poll::Ready(None) => {
-                this.finish(Outcome::Complete);
+                this.finish(End::Complete);
                 Poll::Ready(None)
             }
             Poll::Pending => match this.idle.as_mut().poll(cx) {
                 Poll::Ready(()) => {
                     let ms = this.idle_timeout.as_millis();
                     this.broken(
-                        Outcome::IdleTimeout,
+                        Break::IdleTimeout,
                         format!("no data from upstream for {ms} ms"),
                     )
                 }
@@ -139,8 +148,8 @@ impl Body for ObservedBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.sse.is_some() {
-            // An injected error event could change the length: never promise one.
+        if self.may_append {
+            // An appended last chunk could change the length: never promise one.
             SizeHint::default()
         } else {
             self.inner.size_hint()
@@ -148,16 +157,123 @@ impl Body for ObservedBody {
     }
 }
 
-impl Drop for ObservedBody {
+impl<O: BodyObserver> Drop for ObservedBody<O> {
     fn drop(&mut self) {
-        if !self.finished {
-            if self.inner.is_end_stream() {
-                // An empty or fully read body that hyper never polled to its end.
-                self.finish(Outcome::Complete);
-            } else {
-                // The client went away; dropping `inner` closes (cancels) the upstream request.
-                self.finish(Outcome::ClientDisconnected);
-            }
+        if self.inner.is_end_stream() {
+            // An empty or fully read body that hyper never polled to its end.
+            self.finish(End::Complete);
+        } else {
+            // The client went away; dropping `inner` closes (cancels) the upstream request.
+            self.finish(End::ClientGone);
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, StreamBody};
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    struct Seen {
+        data: Vec<u8>,
+        breaks: Vec<Break>,
+        ends: Vec<End>,
+    }
+
+    struct Recorder(Arc<Mutex<Seen>>, Option<&'static str>);
+
+    impl BodyObserver for Recorder {
+        fn on_data(&mut self, chunk: &Bytes) {
+            self.0.lock().unwrap().data.extend_from_slice(chunk);
+        }
+        fn on_break(&mut self, why: Break, _detail: &str) -> Option<Bytes> {
+            self.0.lock().unwrap().breaks.push(why);
+            self.1.map(|s| Bytes::from_static(s.as_bytes()))
+        }
+        fn on_end(&mut self, end: End) {
+            self.0.lock().unwrap().ends.push(end);
+        }
+    }
+
+    fn body(chunks: Vec<Result<&'static str, &'static str>>) -> UpstreamBody {
+        let s = futures_util::stream::iter(chunks.into_iter().map(|c| match c {
+            Ok(d) => Ok(Frame::data(Bytes::from_static(d.as_bytes()))),
+            Err(e) => Err(BoxError::from(e)),
+        }));
+        StreamBody::new(s).boxed_unsync()
+    }
+
+    #[tokio::test]
+    async fn every_chunk_is_seen_in_order_and_end_is_told_once() {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let b = ObservedBody::new(
+            body(vec![Ok("a"), Ok("bc"), Ok("d")]),
+            Duration::from_secs(5),
+            false,
+            Recorder(seen.clone(), None),
+        );
+        let out = b.collect().await.unwrap().to_bytes();
+        assert_eq!(&out[..], b"abcd");
+        let s = seen.lock().unwrap();
+        assert_eq!(s.data, b"abcd");
+        assert_eq!(s.ends, vec![End::Complete]);
+    }
+
+    #[tokio::test]
+    async fn a_break_ends_with_the_observers_chunk_when_allowed() {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let mut b = ObservedBody::new(
+            body(vec![Ok("a"), Err("reset")]),
+            Duration::from_secs(5),
+            true,
+            Recorder(seen.clone(), Some("event: error\n\n")),
+        );
+        let mut got = Vec::new();
+        while let Some(f) = b.frame().await {
+            got.extend_from_slice(&f.unwrap().into_data().unwrap());
+        }
+        assert_eq!(got, b"aevent: error\n\n");
+        drop(b);
+        let s = seen.lock().unwrap();
+        assert_eq!(s.breaks, vec![Break::UpstreamBroken]);
+        assert_eq!(s.ends, vec![End::Broken(Break::UpstreamBroken)]);
+    }
+
+    #[tokio::test]
+    async fn a_break_aborts_without_a_chunk() {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let mut b = ObservedBody::new(
+            body(vec![Ok("a"), Err("reset")]),
+            Duration::from_secs(5),
+            true,
+            Recorder(seen.clone(), None),
+        );
+        assert!(b.frame().await.unwrap().is_ok());
+        assert!(b.frame().await.unwrap().is_err());
+        drop(b);
+        assert_eq!(
+            seen.lock().unwrap().ends,
+            vec![End::Broken(Break::UpstreamBroken)]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_body_tells_client_gone() {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let pending = StreamBody::new(futures_util::stream::pending::<
+            Result<Frame<Bytes>, BoxError>,
+        >())
+        .boxed_unsync();
+        let b = ObservedBody::new(
+            pending,
+            Duration::from_secs(5),
+            false,
+            Recorder(seen.clone(), None),
+        );
+        drop(b);
+        assert_eq!(seen.lock().unwrap().ends, vec![End::ClientGone]);
     }
 }

@@ -1,0 +1,355 @@
+//! One request's context: created once when the request arrives, filled in phase by phase
+//! ([`super::phases`]), and turned into the request's log line and `x-cachekeeper-rewrites`
+//! value at the end. Nothing else carries per-request state.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{Method, Uri};
+
+use crate::dialect::Dialect;
+use crate::images::recovery::ImageRejectionKind;
+use crate::proxy::errors::ProxyError;
+use crate::rewrite::RewriteReport;
+use crate::route::{Endpoint, Route};
+use crate::telemetry::{redact_query, Outcome};
+
+/// What happened to the request body; the `body` field of the log line and header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum BodyFate {
+    /// Not a generation path (or not a POST): streamed through unread.
+    #[default]
+    Passthrough,
+    /// Read and parsed; no pass changed anything: the original bytes went upstream.
+    Unchanged,
+    /// A pass changed it: the rewritten bytes went upstream.
+    Rewritten,
+    /// Dry run: the passes would have changed it; the original bytes went upstream.
+    DryRun,
+    /// Not JSON of the dialect's shape, or an undecodable `content-encoding`: sent unchanged.
+    Unparsed,
+    /// Larger than `max_rewrite_bytes`: streamed through unread.
+    TooLarge,
+    /// A pass failed (panicked): the original bytes went upstream.
+    PassFailed,
+}
+
+impl BodyFate {
+    /// The name in logs and `x-cachekeeper-rewrites`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            BodyFate::Passthrough => "passthrough",
+            BodyFate::Unchanged => "unchanged",
+            BodyFate::Rewritten => "rewritten",
+            BodyFate::DryRun => "dry_run",
+            BodyFate::Unparsed => "unparsed",
+            BodyFate::TooLarge => "too_large",
+            BodyFate::PassFailed => "pass_failed",
+        }
+    }
+}
+
+/// Why the one retry was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Retried {
+    /// The upstream named these fields as unknown (comma-separated, as learned).
+    Without(String),
+    /// The upstream rejected an image; the request was rebuilt with it repaired / shrunk /
+    /// replaced.
+    Image(ImageRejectionKind),
+}
+
+impl Retried {
+    /// The `retried_without=` value.
+    pub(crate) fn label(&self) -> String {
+        match self {
+            Retried::Without(fields) => fields.clone(),
+            Retried::Image(kind) => format!("image:{}", kind.label()),
+        }
+    }
+}
+
+/// The request's context.
+pub(crate) struct RequestCtx {
+    /// When the request arrived.
+    pub started: Instant,
+    pub method: Method,
+    /// The request path as the client sent it.
+    pub path: String,
+    /// The query with credential parameters redacted ([`redact_query`]); for logs only.
+    pub query_redacted: Option<String>,
+    /// The matched route (phase "route").
+    pub route: Option<Arc<Route>>,
+    /// Upstream URI: route base URL + rest of the path + the original query.
+    pub upstream_uri: Option<Uri>,
+    /// The path after the route prefix.
+    pub rest: String,
+    /// The body's wire format: pinned by the route, else from the path.
+    pub dialect: Option<Dialect>,
+    /// Which generation endpoint the path is (`None`: not parsed, streamed through).
+    pub endpoint: Option<Endpoint>,
+    /// The model: the body's `model`, else the one named in the path (Gemini).
+    pub model: Option<String>,
+    /// What happened to the body.
+    pub body: BodyFate,
+    /// What the passes saw and did (the last run's, after a retry).
+    pub report: RewriteReport,
+    /// Request body bytes received from the client (as sent, before decoding).
+    pub bytes_in: u64,
+    /// Request body bytes sent upstream (the last attempt's).
+    pub bytes_out: u64,
+    /// Response body bytes sent to the client.
+    pub response_bytes: u64,
+    /// Status sent to the client.
+    pub status: u16,
+    /// When the (last) request was handed to the upstream client.
+    pub upstream_started: Option<Instant>,
+    /// Upstream time to first byte (response headers), ms.
+    pub ttfb_ms: Option<u64>,
+    /// The one retry, if it was sent.
+    pub retried: Option<Retried>,
+    /// The proxy's own error, or how the response body broke: a low-cardinality label.
+    pub error: Option<&'static str>,
+    /// Where [`RequestCtx::error`] came from (`downstream`, `upstream`, `internal`).
+    pub error_source: Option<&'static str>,
+}
+
+impl RequestCtx {
+    /// A fresh context for a request (phase 0).
+    pub(crate) fn new(method: &Method, uri: &Uri) -> Self {
+        Self {
+            started: Instant::now(),
+            method: method.clone(),
+            path: uri.path().to_owned(),
+            query_redacted: uri.query().map(redact_query),
+            route: None,
+            upstream_uri: None,
+            rest: String::new(),
+            dialect: None,
+            endpoint: None,
+            model: None,
+            body: BodyFate::Passthrough,
+            report: RewriteReport::default(),
+            bytes_in: 0,
+            bytes_out: 0,
+            response_bytes: 0,
+            status: 0,
+            upstream_started: None,
+            ttfb_ms: None,
+            retried: None,
+            error: None,
+            error_source: None,
+        }
+    }
+
+    /// The route's name, or `-` before routing.
+    pub(crate) fn route_name(&self) -> &str {
+        self.route.as_deref().map_or("-", |r| r.name.as_str())
+    }
+
+    /// Whether the route runs in dry-run mode.
+    pub(crate) fn dry_run(&self) -> bool {
+        self.route.as_deref().is_some_and(|r| r.dry_run)
+    }
+
+    /// Record the proxy's own error.
+    pub(crate) fn set_error(&mut self, err: &ProxyError) {
+        self.status = err.status().as_u16();
+        self.error = Some(err.label());
+        self.error_source = Some(err.source_kind().as_str());
+    }
+
+    /// The `x-cachekeeper-rewrites` value: the report's counters and the body's fate, e.g.
+    /// `images_seen=21; …; body=rewritten`, then `; dry_run=1` and
+    /// `; retried_without=<fields>` when they apply. Bodies the passes never ran on say only
+    /// `passthrough` / `too_large`.
+    pub(crate) fn rewrites_header(&self) -> String {
+        if matches!(self.body, BodyFate::Passthrough | BodyFate::TooLarge) {
+            return self.body.as_str().to_owned();
+        }
+        let mut s = String::with_capacity(320);
+        for (name, value) in self.report.counters() {
+            s.push_str(name);
+            s.push('=');
+            s.push_str(&value.to_string());
+            s.push_str("; ");
+        }
+        s.push_str("body=");
+        s.push_str(self.body.as_str());
+        if self.dry_run() {
+            s.push_str("; dry_run=1");
+        }
+        if let Some(r) = &self.retried {
+            s.push_str("; retried_without=");
+            s.push_str(&r.label());
+        }
+        s
+    }
+
+    /// Write the request's one JSON log line (target `cachekeeper::request`).
+    pub(crate) fn emit(&self, outcome: Outcome) {
+        let total_ms = ms_since(self.started);
+        let r = &self.report;
+        let c = &r.shape;
+        let retried = self.retried.as_ref().map(Retried::label);
+        tracing::info!(
+            target: "cachekeeper::request",
+            route = self.route_name(),
+            dialect = self.dialect.map_or("-", Dialect::as_str),
+            model = self.model.as_deref().unwrap_or("-"),
+            method = %self.method,
+            path = %self.path,
+            query = self.query_redacted.as_deref().unwrap_or(""),
+            status = self.status,
+            bytes_in = self.bytes_in,
+            bytes_out = self.bytes_out,
+            response_bytes = self.response_bytes,
+            images_seen = r.images_seen,
+            images_repaired = r.images_repaired,
+            images_downscaled = r.images_downscaled,
+            images_repeat_capped = r.images_repeat_capped,
+            images_replaced = r.images_replaced,
+            images_failed_open = r.images_failed_open,
+            images_retired = r.images_retired,
+            carriers_retired = r.carriers_retired,
+            reasoning_edits = r.reasoning_edits(),
+            carriers_dropped = c.carriers_dropped,
+            carriers_filled = c.carriers_filled,
+            echo_pads = c.pads,
+            thinking_stripped = c.thinking_stripped,
+            cache_control_moved = c.cache_control_moved,
+            params_dropped = c.params_dropped,
+            flags_added = c.flags_added,
+            binding_set = usize::from(c.binding_set),
+            body = self.body.as_str(),
+            dry_run = self.dry_run(),
+            ttfb_ms = self.ttfb_ms,
+            total_ms = total_ms,
+            outcome = outcome.as_str(),
+            error = self.error.unwrap_or(""),
+            error_source = self.error_source.unwrap_or(""),
+            retried_without = retried.as_deref().unwrap_or(""),
+            "request"
+        );
+    }
+}
+
+/// Milliseconds since `t`, saturating.
+pub(crate) fn ms_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    /// A `MakeWriter` that appends every log line to a shared buffer.
+    #[derive(Clone, Default)]
+    pub(crate) struct Lines(pub Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
+        type Writer = Lines;
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    /// Run `f` with the JSON log format the proxy uses; returns the JSON lines written.
+    pub(crate) fn capture(f: impl FnOnce()) -> Vec<serde_json::Value> {
+        let lines = Lines::default();
+        let sub = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_writer(lines.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, f);
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn sample() -> RequestCtx {
+        let uri: Uri = "/anthropic/v1/messages?key=SECRET&alt=sse".parse().unwrap();
+        let mut ctx = RequestCtx::new(&Method::POST, &uri);
+        ctx.body = BodyFate::Rewritten;
+        ctx.dialect = Some(Dialect::Anthropic);
+        ctx.model = Some("claude-x".into());
+        // Distinct values, so a counter wired to the wrong field shows.
+        ctx.report = RewriteReport {
+            images_seen: 21,
+            images_repaired: 2,
+            images_downscaled: 3,
+            images_repeat_capped: 4,
+            images_replaced: 5,
+            images_retired: 8,
+            carriers_retired: 6,
+            images_failed_open: 7,
+            shape: crate::reasoning::ShapeCounts {
+                carriers_dropped: 11,
+                carriers_filled: 12,
+                pads: 13,
+                thinking_stripped: 14,
+                cache_control_moved: 15,
+                params_dropped: 16,
+                flags_added: 17,
+                binding_set: true,
+            },
+            ..RewriteReport::default()
+        };
+        ctx.retried = Some(Retried::Image(ImageRejectionKind::TooLarge {
+            cap_px: Some(2000),
+        }));
+        ctx
+    }
+
+    #[test]
+    fn log_line_and_header_carry_the_same_counters() {
+        let ctx = sample();
+        let lines = capture(|| ctx.emit(Outcome::Complete));
+        assert_eq!(lines.len(), 1);
+        let line = &lines[0];
+        assert_eq!(line["target"], "cachekeeper::request");
+        let header = ctx.rewrites_header();
+        let parts: Vec<&str> = header.split("; ").collect();
+        let counters = ctx.report.counters();
+        for (i, (name, value)) in counters.iter().enumerate() {
+            assert_eq!(line[*name], serde_json::json!(value), "log field {name}");
+            assert_eq!(parts[i], format!("{name}={value}"), "header entry {i}");
+        }
+        assert_eq!(
+            line["reasoning_edits"],
+            11 + 12 + 13 + 14 + 15 + 16 + 17 + 1
+        );
+        assert_eq!(line["body"], "rewritten");
+        assert_eq!(parts[counters.len()], "body=rewritten");
+        assert_eq!(parts[counters.len() + 1], "retried_without=image:too_large");
+        assert_eq!(line["retried_without"], "image:too_large");
+        assert_eq!(line["query"], "key=REDACTED&alt=sse");
+        assert!(!line.to_string().contains("SECRET"));
+    }
+
+    #[test]
+    fn bodies_the_passes_never_read_say_only_their_fate() {
+        let uri: Uri = "/openai/v1/files".parse().unwrap();
+        let mut ctx = RequestCtx::new(&Method::GET, &uri);
+        assert_eq!(ctx.rewrites_header(), "passthrough");
+        ctx.body = BodyFate::TooLarge;
+        assert_eq!(ctx.rewrites_header(), "too_large");
+        ctx.body = BodyFate::Unparsed;
+        assert!(ctx.rewrites_header().ends_with("; body=unparsed"));
+    }
+}

@@ -1,0 +1,188 @@
+//! Running the request passes for the proxy: the plan (everything the passes read besides
+//! the body, gathered once per request), then the passes on a blocking thread with the
+//! `content-encoding` decoded, failing open at every step.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+
+use crate::dialect::Dialect;
+use crate::images::cache::TranscodeCache;
+use crate::images::recovery::ImageRejectionKind;
+use crate::proxy::ctx::BodyFate;
+use crate::reasoning::ResolvedRoute;
+use crate::rewrite::{
+    rewrite_request, ReasoningInputs, RewriteContext, RewriteOutcome, RewriteReport, VerdictLookup,
+};
+use crate::route::Route;
+use crate::state::{Field, Store};
+
+/// What the passes read besides the body, for one request (phase "plan"). Owned, so a run
+/// can move to a blocking thread; built once and reused by the one retry.
+pub(crate) struct Plan {
+    pub dialect: Dialect,
+    pub route: Arc<Route>,
+    /// The upstream URI (base URL + rest of the path + query).
+    pub upstream_uri: http::Uri,
+    /// Upstream path: the route's base path + the rest of the request path.
+    pub upstream_path: String,
+    /// The model named in the path (Gemini), used when the body has none.
+    pub path_model: Option<String>,
+    /// [`crate::credential::scope`] of the request: transcodes are never shared across it.
+    pub credential_scope: String,
+    /// The request's `content-encoding`, decoded before the passes.
+    pub encoding: Option<String>,
+    /// The request's `anthropic-beta` header.
+    pub anthropic_beta: Option<String>,
+    /// `[reasoning] droppable_params`.
+    pub droppable: Arc<[String]>,
+    /// Learned verdicts (read from the store's memory only).
+    pub store: Store,
+    pub transcodes: Arc<TranscodeCache>,
+    /// `[server] max_rewrite_bytes`: the most a body may decode to.
+    pub limit: u64,
+}
+
+/// What one run of the passes decided.
+pub(crate) struct Passed {
+    /// The bytes to send upstream.
+    pub sent: Bytes,
+    pub fate: BodyFate,
+    /// What the passes saw and did (default when they did not run).
+    pub report: RewriteReport,
+    /// Headers to set on the upstream request (not in dry run).
+    pub set_headers: Vec<(String, String)>,
+    /// The reasoning route shaping used, for reading a 4xx.
+    pub reasoning_route: Option<ResolvedRoute>,
+}
+
+impl Passed {
+    fn unchanged(original: Bytes, fate: BodyFate) -> Self {
+        Self {
+            sent: original,
+            fate,
+            report: RewriteReport::default(),
+            set_headers: Vec::new(),
+            reasoning_route: None,
+        }
+    }
+
+    /// Apply to the upstream request's headers: `content-length`, the passes' headers (not
+    /// in dry run), and no `content-encoding` on a rewritten body (the passes worked on the
+    /// decoded bytes, which are what is sent).
+    pub(crate) fn apply_headers(&self, headers: &mut HeaderMap) {
+        if self.fate == BodyFate::Rewritten {
+            headers.remove(header::CONTENT_ENCODING);
+        }
+        if matches!(self.fate, BodyFate::Rewritten | BodyFate::Unchanged) {
+            for (name, value) in &self.set_headers {
+                if let (Ok(n), Ok(v)) = (
+                    http::HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(value),
+                ) {
+                    headers.insert(n, v);
+                }
+            }
+        }
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(self.sent.len()));
+    }
+}
+
+/// Run the passes on `original` (the client's body as received, still encoded) and decide
+/// which bytes go upstream. `recovery` is set when rebuilding after an image rejection. A
+/// (host, model) learned to see no images gets its images replaced up front: the first run
+/// tells the model, a second run replaces them.
+///
+/// Never fails: an undecodable body, a body the dialect does not describe, or a pass that
+/// panics all send the original bytes (logged).
+pub(crate) async fn run(
+    plan: &Arc<Plan>,
+    permits: &tokio::sync::Semaphore,
+    original: Bytes,
+    recovery: Option<ImageRejectionKind>,
+) -> Passed {
+    // Closed only if the state is torn down; then run unbounded rather than fail.
+    let _permit = permits.acquire().await.ok();
+    let job = Arc::clone(plan);
+    let input = original.clone();
+    let joined = tokio::task::spawn_blocking(move || {
+        let decoded = crate::wire::body::decode(job.encoding.as_deref(), &input, job.limit)?;
+        Some(run_blocking(&job, &decoded, recovery))
+    })
+    .await;
+    let route = &plan.route.name;
+    let outcome = match joined {
+        Ok(Some(Ok(outcome))) => outcome,
+        Ok(Some(Err(e))) => {
+            tracing::info!(target: "cachekeeper::rewrite", route = %route, reason = %e, "body left unchanged");
+            return Passed::unchanged(original, BodyFate::Unparsed);
+        }
+        Ok(None) => {
+            tracing::info!(target: "cachekeeper::rewrite", route = %route, "body could not be decoded; left unchanged");
+            return Passed::unchanged(original, BodyFate::Unparsed);
+        }
+        Err(e) => {
+            tracing::warn!(target: "cachekeeper::rewrite", route = %route, error = %e, "a rewrite pass failed; forwarding the original request");
+            return Passed::unchanged(original, BodyFate::PassFailed);
+        }
+    };
+    let dry_run = plan.route.dry_run;
+    for reason in &outcome.report.reasons {
+        tracing::info!(target: "cachekeeper::rewrite", route = %route, dry_run, reason = %reason, "rewrite");
+    }
+    let (sent, fate) = match outcome.body {
+        None => (original, BodyFate::Unchanged),
+        Some(_) if dry_run => (original, BodyFate::DryRun),
+        Some(new) => (Bytes::from(new), BodyFate::Rewritten),
+    };
+    Passed {
+        sent,
+        fate,
+        report: outcome.report,
+        set_headers: outcome.set_headers,
+        reasoning_route: outcome.reasoning_route,
+    }
+}
+
+/// The pure part: the passes on the decoded body, and the rerun for a model known to see no
+/// images.
+fn run_blocking(
+    plan: &Plan,
+    decoded: &[u8],
+    recovery: Option<ImageRejectionKind>,
+) -> Result<RewriteOutcome, crate::dialect::ParseError> {
+    let route = &plan.route;
+    let host = route.authority.host().to_owned();
+    let ctx = RewriteContext {
+        dialect: plan.dialect,
+        images: &route.images,
+        transcodes: Some(&plan.transcodes),
+        credential_scope: &plan.credential_scope,
+        image_recovery: recovery,
+        reasoning: Some(ReasoningInputs {
+            provider: route.provider.as_deref(),
+            upstream_host: &host,
+            upstream_path: &plan.upstream_path,
+            carriers_override: route.carriers.as_deref(),
+            droppable_params: &plan.droppable,
+            anthropic_beta: plan.anthropic_beta.as_deref(),
+            path_model: plan.path_model.as_deref(),
+            verdicts: &plan.store,
+        }),
+    };
+    let first = rewrite_request(&ctx, decoded)?;
+    let sees_no_images = first
+        .reasoning_route
+        .as_ref()
+        .zip(first.report.model.as_deref())
+        .is_some_and(|(r, m)| plan.store.omit(&r.host, m).contains(&Field::NoImageInput));
+    if recovery.is_none() && first.report.images_seen > 0 && sees_no_images {
+        let ctx = RewriteContext {
+            image_recovery: Some(ImageRejectionKind::ModelCannotSeeImages),
+            ..ctx
+        };
+        return rewrite_request(&ctx, decoded);
+    }
+    Ok(first)
+}

@@ -1,0 +1,206 @@
+//! The one retry (phase "on error status"). A 4xx to a buffered request earns at most one
+//! more attempt, in two cases (docs/architecture.md, "Retry"):
+//!
+//! 1. it names as unknown a field this request sent, new for this (host, model): the verdict
+//!    is stored first, so every later request omits the field too;
+//! 2. it rejects an image the passes can repair, shrink or replace (a model that sees no
+//!    images is remembered the same way).
+//!
+//! The request is then rebuilt from the client's original body and sent once more, only when
+//! that changes the bytes; otherwise the 4xx goes to the client unchanged. Nothing new learned
+//! means no retry, so a host that keeps rejecting never loops.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Response};
+
+use crate::images::recovery::{classify_image_rejection, ImageRejectionKind};
+use crate::proxy::ctx::{RequestCtx, Retried};
+use crate::proxy::errors::ProxyError;
+use crate::proxy::passes::{self, Passed, Plan};
+use crate::proxy::send::{send, upstream_label};
+use crate::proxy::AppState;
+use crate::reasoning;
+use crate::state::{Field, FieldSet};
+use crate::wire::body;
+use crate::wire::upstream::UpstreamBody;
+
+/// Longest 4xx body read to learn from, bytes (1 MiB: providers such as Mistral echo the
+/// offending input in a 422, which can be a long reasoning text). A longer body is passed
+/// to the client unread.
+pub(crate) const ERROR_BODY_LIMIT: u64 = 1024 * 1024;
+
+/// A buffered request, kept for the one retry.
+pub(crate) struct Replay {
+    pub plan: Arc<Plan>,
+    /// The client's body as received (still encoded).
+    pub original: Bytes,
+    /// The client's headers after hygiene, before the passes touched them.
+    pub client_headers: HeaderMap,
+    pub method: Method,
+    /// What the first run of the passes sent.
+    pub first: Passed,
+}
+
+/// What a 4xx taught.
+enum Lesson {
+    /// Fields the upstream named as unknown, new for this host and model (comma-separated).
+    UnknownFields(String),
+    /// An image the upstream rejected, to repair / shrink / replace.
+    Image(ImageRejectionKind),
+}
+
+/// The upstream answered `resp` (a 4xx) to the first attempt: learn from it and retry once
+/// when that changes what is sent, else return it as it came (its body re-joined).
+///
+/// Errors: the 4xx body broke or stalled past `idle_timeout_ms` while being read
+/// ([`ProxyError::UpstreamBroken`]), or the retry itself failed to send.
+pub(crate) async fn on_error_status(
+    state: &AppState,
+    ctx: &mut RequestCtx,
+    replay: Replay,
+    resp: Response<UpstreamBody>,
+) -> Result<Response<UpstreamBody>, ProxyError> {
+    let (parts, rbody) = resp.into_parts();
+    let status = parts.status.as_u16();
+    let uri = replay.plan.upstream_uri.clone();
+    let idle = Duration::from_millis(state.server.idle_timeout_ms);
+    let (head, rest) =
+        match tokio::time::timeout(idle, body::read_prefix(rbody, ERROR_BODY_LIMIT)).await {
+            Ok(Ok(x)) => x,
+            Ok(Err(e)) => {
+                return Err(ProxyError::UpstreamBroken {
+                    upstream: upstream_label(&uri),
+                    detail: format!("{status} response body broke: {e}"),
+                })
+            }
+            Err(_) => {
+                return Err(ProxyError::UpstreamBroken {
+                    upstream: upstream_label(&uri),
+                    detail: format!(
+                        "{status} response body stalled for {} ms",
+                        state.server.idle_timeout_ms
+                    ),
+                })
+            }
+        };
+    let as_it_came = |head: Bytes, rest: Option<UpstreamBody>| {
+        let body = match rest {
+            Some(rest) => body::prepend(vec![head], rest),
+            None => body::full(head),
+        };
+        Ok(Response::from_parts(parts, body))
+    };
+    let (Some(route), Some(model), None) = (
+        replay.first.reasoning_route.clone(),
+        ctx.model.clone(),
+        rest.as_ref(),
+    ) else {
+        return as_it_came(head, rest);
+    };
+    let Some(lesson) = learn(state, ctx, &replay, &route, &model, status, head.clone()).await
+    else {
+        return as_it_came(head, rest);
+    };
+    let recovery = match &lesson {
+        Lesson::Image(kind) => Some(*kind),
+        Lesson::UnknownFields(_) => None,
+    };
+    let passed = passes::run(&replay.plan, &state.passes, replay.original, recovery).await;
+    if passed.sent == replay.first.sent {
+        return as_it_came(head, rest);
+    }
+    ctx.retried = Some(match lesson {
+        Lesson::UnknownFields(fields) => Retried::Without(fields),
+        Lesson::Image(kind) => Retried::Image(kind),
+    });
+    let mut headers = replay.client_headers;
+    passed.apply_headers(&mut headers);
+    ctx.bytes_out = passed.sent.len() as u64;
+    ctx.body = passed.fate;
+    ctx.report = passed.report;
+    ctx.upstream_started = Some(Instant::now());
+    send(
+        state,
+        &uri,
+        replay.method,
+        headers,
+        body::full(passed.sent),
+        None,
+    )
+    .await
+}
+
+/// Read the 4xx: an unknown-field verdict (stored) or an image rejection. `None`: nothing
+/// new to learn.
+async fn learn(
+    state: &AppState,
+    ctx: &RequestCtx,
+    replay: &Replay,
+    route: &reasoning::ResolvedRoute,
+    model: &str,
+    status: u16,
+    error_body: Bytes,
+) -> Option<Lesson> {
+    let sent = replay.first.sent.clone();
+    let droppable = Arc::clone(&replay.plan.droppable);
+    let detect_route = route.clone();
+    let found = tokio::task::spawn_blocking(move || {
+        match reasoning::detect(status, &error_body, &sent, &detect_route, &droppable) {
+            Some(d) => Some(Ok(d)),
+            None => classify_image_rejection(status, &error_body).map(Err),
+        }
+    })
+    .await
+    .ok()
+    .flatten()?;
+    let route_name = ctx.route_name();
+    match found {
+        Ok(detected) => {
+            let learned = state.store.verdicts().learn(
+                &route.host,
+                model,
+                &detected.fields,
+                &detected.wording,
+            );
+            if learned.is_empty() {
+                tracing::info!(target: "cachekeeper::retry", route = %route_name, host = %route.host, model = %model, "unknown-field rejection teaches nothing new; not retrying");
+                return None;
+            }
+            let fields = learned.joined();
+            tracing::info!(
+                target: "cachekeeper::retry",
+                route = %route_name,
+                host = %route.host,
+                model = %model,
+                status,
+                fields = %fields,
+                wording = %detected.wording,
+                "upstream named fields as unknown; verdict stored, retrying once without them"
+            );
+            Some(Lesson::UnknownFields(fields))
+        }
+        Err(rejection) => {
+            if rejection.kind == ImageRejectionKind::ModelCannotSeeImages {
+                let verdict = FieldSet::from([Field::NoImageInput]);
+                state
+                    .store
+                    .verdicts()
+                    .learn(&route.host, model, &verdict, rejection.wording);
+            }
+            tracing::info!(
+                target: "cachekeeper::retry",
+                route = %route_name,
+                host = %route.host,
+                model = %model,
+                status,
+                kind = rejection.kind.label(),
+                wording = %rejection.wording,
+                "upstream rejected an image; rebuilding and retrying once"
+            );
+            Some(Lesson::Image(rejection.kind))
+        }
+    }
+}

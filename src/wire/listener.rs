@@ -1,0 +1,72 @@
+//! The listener: accept connections, serve HTTP/1.1 and HTTP/2 (with upgrades) through one
+//! handler, and shut down gracefully. Knows nothing of what the handler does.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::wire::ResponseBody;
+
+/// How long a client may take to send its request headers (slow-header clients), ms.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serve `listener` with `handler` until `shutdown` completes, then stop accepting and let
+/// in-flight requests (streams included) finish for up to `grace`.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + 'static,
+{
+    let graceful = GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(target: "cachekeeper::server", error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let handler = handler.clone();
+                let svc = service_fn(handler);
+                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+                let conn = graceful.watch(conn.into_owned());
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(target: "cachekeeper::server", error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    tracing::info!(target: "cachekeeper::server", grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX), "shutting down; waiting for in-flight requests");
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(target: "cachekeeper::server", "grace period over; closing remaining connections");
+    }
+}
