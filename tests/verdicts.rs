@@ -455,3 +455,55 @@ async fn a_complaint_about_a_value_is_not_learned_and_not_retried() {
     assert_eq!(mock.count(), 1, "no retry");
     proxy.stop().await;
 }
+
+#[test]
+fn verdicts_cli_reads_a_v1_database_migrated_to_namespaced_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("old.db");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    {
+        // The v1 schema and rows exactly as the first release wrote them.
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS verdicts (
+                host TEXT NOT NULL, model TEXT NOT NULL, fields TEXT NOT NULL,
+                wording TEXT NOT NULL, learned_at INTEGER NOT NULL, PRIMARY KEY (host, model));
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO verdicts VALUES ('api.groq.com', 'qwen3-32b', ?1, ?2, ?3)",
+            rusqlite::params![
+                r#"["reasoning","reasoning_details","reasoning_effort"]"#,
+                "property 'reasoning' is unsupported",
+                now
+            ],
+        )
+        .unwrap();
+    }
+    let cfg_path = dir.path().join("proxy.toml");
+    std::fs::write(
+        &cfg_path,
+        "[state]\npath = \"old.db\"\n\n[[routes]]\nname = \"g\"\nprefix = \"/g\"\nupstream = \"https://api.groq.com/openai\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cachekeeper"))
+        .args(["verdicts", "--config"])
+        .arg(&cfg_path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let listed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        listed.starts_with(
+            "api.groq.com\tqwen3-32b\tparam:reasoning_effort,message:reasoning,message:reasoning_details\t20"
+        ),
+        "{listed}"
+    );
+    assert!(listed
+        .trim_end()
+        .ends_with("\tproperty 'reasoning' is unsupported"));
+}
