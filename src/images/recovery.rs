@@ -18,11 +18,8 @@
 //! replaces what cannot be converted; `ModelCannotSeeImages` replaces every image with
 //! [`crate::texts::IMAGES_NOT_SUPPORTED`] (text blocks in place of images, so tool-call pairing
 //! and message order survive). Only `ModelCannotSeeImages` is worth remembering per
-//! (upstream host, model); pass it as `RewriteContext::image_recovery` on later requests.
-
-/// The verdict field stored for a (host, model) that answered "model can't see images": later
-/// requests get their images replaced up front (`docs/images.md#rejection-wordings`).
-pub const NO_IMAGE_INPUT: &str = "image_input";
+//! (upstream host, model) (the verdict field `crate::state::Field::NoImageInput`); pass it as
+//! `RewriteContext::image_recovery` on later requests.
 
 /// What a provider rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

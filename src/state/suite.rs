@@ -208,6 +208,33 @@ pub(super) fn max_bytes_evicts_oldest_large_first_and_never_verdicts(make: fn() 
     assert!(s.stored_bytes(WAIT).unwrap() > s2_max);
 }
 
+pub(super) fn cache_is_bounded_and_reads_through(make: fn() -> Fixture) {
+    let (b, _dir) = make();
+    let one = rec(Kind::Carrier, "s", "c000", &[1; 1000], 1).size();
+    let s = Store::with_backend(b, 0, u64::MAX, one * 10);
+    s.verdicts().learn(
+        "h",
+        "m",
+        &FieldSet::from([Field::param("store")]),
+        "Unknown parameter: 'store'.",
+    );
+    let records: Vec<Record> = (0..50)
+        .map(|i| rec(Kind::Carrier, "s", &format!("c{i:03}"), &[1; 1000], i))
+        .collect();
+    for r in &records {
+        s.put(r.clone());
+        assert!(s.cached_bytes() <= one * 10);
+    }
+    s.flush();
+    // The verdict is resident; the first carriers left memory but not the backend.
+    assert!(s.verdicts().get("h", "m").is_some());
+    assert_eq!(s.get_cached(&records[0].key), None);
+    assert_eq!(s.get(&records[0].key, WAIT), Some(records[0].clone()));
+    // A read-through enters the cache.
+    assert_eq!(s.get_cached(&records[0].key), Some(records[0].clone()));
+    assert!(s.cached_bytes() <= one * 10);
+}
+
 macro_rules! backend_suite {
     ($name:ident, $make:expr) => {
         mod $name {
@@ -226,6 +253,11 @@ macro_rules! backend_suite {
             #[test]
             fn store_learns_and_clears_verdicts() {
                 super::store_learns_and_clears_verdicts($make);
+            }
+
+            #[test]
+            fn cache_is_bounded_and_reads_through() {
+                super::cache_is_bounded_and_reads_through($make);
             }
 
             #[test]
