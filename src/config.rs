@@ -191,6 +191,8 @@ pub struct ImagesOverride {
     pub max_image_bytes: Option<u64>,
     pub max_calls_per_image: Option<u32>,
     pub agent_images_in_user_turns: Option<bool>,
+    /// Rejected: the transcode cache is one per process, shared by every route; it is set in
+    /// `[images]` only. Parsed so that the error can say so.
     pub transcode_cache_bytes: Option<u64>,
 }
 
@@ -210,9 +212,8 @@ impl ImagesConfig {
             agent_images_in_user_turns: o
                 .agent_images_in_user_turns
                 .unwrap_or(self.agent_images_in_user_turns),
-            transcode_cache_bytes: o
-                .transcode_cache_bytes
-                .unwrap_or(self.transcode_cache_bytes),
+            // One cache per process: never per route (a route's override is rejected).
+            transcode_cache_bytes: self.transcode_cache_bytes,
         }
     }
 
@@ -310,15 +311,6 @@ pub const PROVIDER_PROFILES: &[&str] = &[
     "local",
 ];
 
-/// Opt-in cache breakpoint placement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CacheBreakpoints {
-    #[default]
-    Off,
-    Auto,
-}
-
 /// One `[[routes]]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -338,12 +330,13 @@ pub struct RouteConfig {
     /// Override the profile's reasoning carrier set.
     #[serde(default)]
     pub carriers: Option<Vec<String>>,
-    /// Ask for usage in streams where the provider needs it.
+    /// Not built yet: parsed only so that a config naming it is rejected with that message
+    /// instead of silently ignored (a key that does nothing must not look as if it works).
     #[serde(default)]
-    pub usage_in_streams: Option<bool>,
-    /// Cache breakpoint placement (`"off"` or `"auto"`).
+    pub usage_in_streams: Option<toml::Value>,
+    /// Not built yet: rejected, as `usage_in_streams`.
     #[serde(default)]
-    pub cache_breakpoints: CacheBreakpoints,
+    pub cache_breakpoints: Option<toml::Value>,
     /// Per-route dry run; default: `[server] dry_run`.
     #[serde(default)]
     pub dry_run: Option<bool>,
@@ -464,6 +457,30 @@ impl Config {
                     ));
                 }
             }
+            for (key, set, what) in [
+                (
+                    "usage_in_streams",
+                    r.usage_in_streams.is_some(),
+                    "usage in streams",
+                ),
+                (
+                    "cache_breakpoints",
+                    r.cache_breakpoints.is_some(),
+                    "cache breakpoint placement",
+                ),
+            ] {
+                if set {
+                    return invalid(format!(
+                        "{at}: {key}: {what} is not built yet; remove the key"
+                    ));
+                }
+            }
+            if r.images.transcode_cache_bytes.is_some() {
+                return invalid(format!(
+                    "{at}: images.transcode_cache_bytes cannot be set per route: the transcode \
+                     cache is shared by every route; set it in [images]"
+                ));
+            }
             let mut eff = self.images.with_overrides(&r.images);
             eff.clamp(&format!("{at}.images"), warnings);
         }
@@ -563,6 +580,50 @@ upstream = "https://api.anthropic.com"
         ] {
             assert!(Config::from_toml(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn keys_not_built_yet_are_rejected_saying_so() {
+        for (extra, key, says) in [
+            (
+                "usage_in_streams = true\n",
+                "usage_in_streams",
+                "not built yet",
+            ),
+            (
+                "usage_in_streams = false\n",
+                "usage_in_streams",
+                "not built yet",
+            ),
+            (
+                "cache_breakpoints = \"auto\"\n",
+                "cache_breakpoints",
+                "not built yet",
+            ),
+            (
+                "cache_breakpoints = \"off\"\n",
+                "cache_breakpoints",
+                "not built yet",
+            ),
+            (
+                "[routes.images]\ntranscode_cache_bytes = 1024\n",
+                "transcode_cache_bytes",
+                "shared by every route",
+            ),
+        ] {
+            let err = Config::from_toml(&format!("{MINIMAL}{extra}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key) && err.contains(says), "{extra}: {err}");
+            assert!(err.contains("name = \"anthropic\""), "{err}");
+        }
+        // The global key works and sizes the one cache.
+        let (c, _) = Config::from_toml(&format!(
+            "{MINIMAL}[images]\ntranscode_cache_bytes = 1024\n"
+        ))
+        .unwrap();
+        assert_eq!(c.images.transcode_cache_bytes, 1024);
+        assert_eq!(c.route_images(&c.routes[0]).transcode_cache_bytes, 1024);
     }
 
     #[test]
