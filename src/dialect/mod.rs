@@ -191,6 +191,11 @@ pub(crate) fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Err
     Ok(())
 }
 
+/// The most of a provider's 4xx body that is read to learn from it (unknown-field verdicts,
+/// image rejections), bytes: 1 MiB. Providers such as Mistral echo the offending input in a
+/// 422, which can be a long reasoning text; a longer body goes to the client unread.
+pub const MAX_ERROR_BODY_BYTES: usize = 1024 * 1024;
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, Method, Response};
 
+use crate::dialect::MAX_ERROR_BODY_BYTES;
 use crate::images::recovery::{classify_image_rejection, ImageRejectionKind};
 use crate::proxy::ctx::{RequestCtx, Retried};
 use crate::proxy::errors::ProxyError;
@@ -26,11 +27,6 @@ use crate::reasoning;
 use crate::state::{Field, FieldSet};
 use crate::wire::body;
 use crate::wire::upstream::UpstreamBody;
-
-/// Longest 4xx body read to learn from, bytes (1 MiB: providers such as Mistral echo the
-/// offending input in a 422, which can be a long reasoning text). A longer body is passed
-/// to the client unread.
-pub(crate) const ERROR_BODY_LIMIT: u64 = 1024 * 1024;
 
 /// A buffered request, kept for the one retry.
 pub(crate) struct Replay {
@@ -68,7 +64,9 @@ pub(crate) async fn on_error_status(
     let uri = replay.plan.upstream_uri.clone();
     let idle = Duration::from_millis(state.server.idle_timeout_ms);
     let (head, rest) =
-        match tokio::time::timeout(idle, body::read_prefix(rbody, ERROR_BODY_LIMIT)).await {
+        match tokio::time::timeout(idle, body::read_prefix(rbody, MAX_ERROR_BODY_BYTES as u64))
+            .await
+        {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
                 return Err(ProxyError::UpstreamBroken {

@@ -80,8 +80,8 @@ const MESSAGE_FIELDS: [(&str, &str); 5] = [
     ("reasoning_text", "reasoning_opaque"),
 ];
 
-/// Most bytes of an error body that are read.
-const MAX_ERROR_BYTES: usize = 64 * 1024;
+/// Most bytes of an error body that are read ([`crate::dialect::MAX_ERROR_BODY_BYTES`]).
+const MAX_ERROR_BYTES: usize = crate::dialect::MAX_ERROR_BODY_BYTES;
 
 /// A verdict: the fields to omit for (host, model) from now on, and the provider's words.
 #[derive(Debug, Clone, PartialEq, Eq)]
