@@ -118,8 +118,12 @@ impl Default for StateConfig {
 
 /// `[images]` (and `[routes.images]`): eviction ceilings and the downscale budget.
 ///
-/// The defaults are Anthropic's documented limits and the constants of the Hermes agent's
-/// eviction policy (`docs/images.md#constants`).
+/// The defaults are Anthropic's documented limits (`docs/images.md#anthropic-limits`) and the
+/// constants of the Hermes agent's eviction policy (`OUTBOUND_IMAGE_LIMIT` 20,
+/// `OUTBOUND_IMAGE_HARD_LIMIT` 100, `OUTBOUND_IMAGE_BUDGET_BYTES` 24,000,000,
+/// `IMAGE_EVICTION_BATCH` 8, `OUTBOUND_IMAGE_FLOOR` 3 in NousResearch/hermes-agent
+/// `agent/image_eviction_policy.py`, `docs/images.md#constants`). This is the one place the eviction values are typed:
+/// [`crate::images::policy::Limits::default`] reads them from here.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ImagesConfig {
@@ -263,7 +267,7 @@ pub struct ReasoningConfig {
     /// `stream_options`, `parallel_tool_calls`, `prompt_cache_key`, `store`, `metadata`,
     /// `service_tier`, `enable_thinking`, `reasoning` (the top-level parameter, not the
     /// message carrier) and the keep-thinking flags
-    /// ([`crate::reasoning::KEEP_THINKING_PARAMS`]; dotted names are nested keys).
+    /// ([`crate::provider::KEEP_THINKING_PARAMS`]; dotted names are nested keys).
     pub droppable_params: Vec<String>,
 }
 
@@ -282,34 +286,12 @@ impl Default for ReasoningConfig {
                 "reasoning",
             ]
             .iter()
-            .chain(crate::reasoning::KEEP_THINKING_PARAMS.iter())
+            .chain(crate::provider::KEEP_THINKING_PARAMS.iter())
             .map(|s| (*s).to_owned())
             .collect(),
         }
     }
 }
-
-/// Built-in provider profiles a route's `provider` key may name.
-pub const PROVIDER_PROFILES: &[&str] = &[
-    "anthropic",
-    "openai",
-    "openrouter",
-    "gemini",
-    "deepseek",
-    "kimi",
-    "mimo",
-    "zai",
-    "dashscope",
-    "mistral",
-    "groq",
-    "cerebras",
-    "sambanova",
-    "fireworks",
-    "novita",
-    "minimax",
-    "ollama",
-    "local",
-];
 
 /// One `[[routes]]` entry.
 #[derive(Debug, Clone, Deserialize)]
@@ -324,7 +306,8 @@ pub struct RouteConfig {
     /// Pin the dialect; default: from the request path.
     #[serde(default)]
     pub dialect: Option<Dialect>,
-    /// A built-in provider profile ([`PROVIDER_PROFILES`]); default: from the upstream host.
+    /// A row of the provider table ([`crate::provider::PROVIDERS`], by name); default: from
+    /// the upstream host.
     #[serde(default)]
     pub provider: Option<String>,
     /// Override the profile's reasoning carrier set.
@@ -441,7 +424,7 @@ impl Config {
             if let Some(carriers) = &r.carriers {
                 if let Some(bad) = carriers
                     .iter()
-                    .find(|c| crate::reasoning::Carrier::from_name(c).is_none())
+                    .find(|c| crate::provider::Carrier::from_name(c).is_none())
                 {
                     return invalid(format!(
                         "{at}: unknown carrier {bad:?}; known: reasoning_content, reasoning, \
@@ -450,10 +433,11 @@ impl Config {
                 }
             }
             if let Some(p) = &r.provider {
-                if !PROVIDER_PROFILES.contains(&p.as_str()) {
+                if crate::provider::by_name(p).is_none() {
+                    let known: Vec<&str> = crate::provider::names().collect();
                     return invalid(format!(
                         "{at}: unknown provider {p:?}; known: {}",
-                        PROVIDER_PROFILES.join(", ")
+                        known.join(", ")
                     ));
                 }
             }

@@ -11,6 +11,7 @@ pub mod credential;
 pub mod dialect;
 pub mod images;
 pub mod json_edit;
+pub mod provider;
 pub mod proxy;
 pub mod reasoning;
 pub mod rewrite;

@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand};
 
 use cachekeeper::config::{Config, Loaded};
 use cachekeeper::proxy::Server;
-use cachekeeper::reasoning;
 use cachekeeper::route::RouteTable;
 use cachekeeper::{state, telemetry};
 
@@ -187,30 +186,27 @@ fn check(path: &std::path::Path) -> ExitCode {
         } else {
             r.prefix.as_str()
         };
-        let profile = reasoning::resolve(
-            r.provider.as_deref(),
-            r.authority.host(),
-            &r.base_path,
-            None,
-            r.carriers.as_deref(),
-        );
-        let carriers: Vec<&str> = profile.carriers.iter().map(|c| c.field()).collect();
-        if !profile.unknown_carrier_names.is_empty() {
+        let provider = &r.provider;
+        let carriers: Vec<&str> = provider.carriers.iter().map(|c| c.field()).collect();
+        if !provider.unknown_carrier_names.is_empty() {
             println!(
                 "warning: route {}: unknown carrier names {:?}",
-                r.name, profile.unknown_carrier_names
+                r.name, provider.unknown_carrier_names
             );
         }
         println!(
-            "route {:<12} {:<16} -> {}://{}{}  profile={} carriers=[{}] thinking={:?} dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={}",
+            "route {:<12} {:<16} -> {}://{}{}  profile={} matched_by={:?} carriers=[{}] thinking={:?} images={} cache={} dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={}",
             r.name,
             prefix,
             r.scheme,
             r.authority,
             r.base_path,
-            profile.profile,
+            provider.row.name,
+            provider.matched_by,
             carriers.join(","),
-            profile.thinking,
+            provider.row.thinking,
+            provider.images.map(|l| l.name).unwrap_or("from-model"),
+            cache_summary(provider.row.cache),
             r.dialect.map(|d| d.as_str()).unwrap_or("from-path"),
             r.dry_run,
             r.images.max_blocks,
@@ -221,6 +217,31 @@ fn check(path: &std::path::Path) -> ExitCode {
         );
     }
     ExitCode::SUCCESS
+}
+
+/// `check`'s one-word view of a row's prompt-cache rules: `model-prefix:ttl/write/read` per
+/// rule (`?` where not published), or `none`.
+fn cache_summary(rules: &[cachekeeper::provider::CacheRule]) -> String {
+    if rules.is_empty() {
+        return "none".to_owned();
+    }
+    let x = |v: Option<u32>, unit: &str| v.map_or_else(|| "?".to_owned(), |v| format!("{v}{unit}"));
+    let milli = |v: Option<u32>| {
+        v.map_or_else(|| "?".to_owned(), |v| format!("{}x", f64::from(v) / 1000.0))
+    };
+    rules
+        .iter()
+        .map(|r| {
+            format!(
+                "{}:{}/{}/{}",
+                if r.models.is_empty() { "*" } else { r.models },
+                x(r.ttl_s, "s"),
+                milli(r.write_milli),
+                milli(r.read_milli)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn serve(path: &std::path::Path, listen: Option<SocketAddr>) -> ExitCode {

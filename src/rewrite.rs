@@ -20,6 +20,7 @@ use crate::images::cache::TranscodeCache;
 use crate::images::passes::{self, Settings};
 use crate::images::profile::ImageProfile;
 use crate::images::recovery::ImageRejectionKind;
+use crate::provider::ResolvedProvider;
 use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts};
 use crate::state::FieldSet;
 pub use crate::state::VerdictLookup;
@@ -48,14 +49,10 @@ pub struct RewriteOutcome {
 /// Inputs of reasoning shaping (pass 6) that come from the route and the request headers.
 #[derive(Clone, Copy)]
 pub struct ReasoningInputs<'a> {
-    /// The route's `provider` key.
-    pub provider: Option<&'a str>,
-    /// Upstream host (a port, if any, is ignored).
-    pub upstream_host: &'a str,
+    /// The route's provider row, resolved once per route ([`crate::route::Route::provider`]).
+    pub provider: &'a ResolvedProvider,
     /// Upstream path (base path + rest of the request path).
     pub upstream_path: &'a str,
-    /// The route's `carriers = [...]`.
-    pub carriers_override: Option<&'a [String]>,
     /// `[reasoning] droppable_params`.
     pub droppable_params: &'a [String],
     /// The request's `anthropic-beta` header.
@@ -117,13 +114,7 @@ fn shape_pass(
         .as_deref()
         .map(|new| first_difference(original, new));
     let model = outcome.report.model.as_deref().or(inputs.path_model);
-    let route = reasoning::resolve(
-        inputs.provider,
-        inputs.upstream_host,
-        inputs.upstream_path,
-        model,
-        inputs.carriers_override,
-    );
+    let route = reasoning::for_request(inputs.provider, inputs.upstream_path, model);
     let omit = model
         .map(|m| inputs.verdicts.omit(&route.host, m))
         .unwrap_or_default();
@@ -175,10 +166,9 @@ fn image_passes(ctx: &RewriteContext<'_>, body: &[u8]) -> Result<RewriteOutcome,
         Dialect::Gemini => dialect::gemini::walk(body)?,
     };
     let model = walk.model.clone();
-    let profile = ImageProfile::resolve(
+    let profile = ImageProfile::for_request(
         ctx.dialect,
-        ctx.reasoning.and_then(|r| r.provider),
-        ctx.reasoning.map(|r| r.upstream_host),
+        ctx.reasoning.map(|r| r.provider),
         model
             .as_deref()
             .or(ctx.reasoning.and_then(|r| r.path_model)),

@@ -10,6 +10,7 @@ use http::Uri;
 
 use crate::config::{Config, ImagesConfig};
 use crate::dialect::Dialect;
+use crate::provider::ResolvedProvider;
 
 /// One configured route, ready for matching.
 #[derive(Debug, Clone)]
@@ -29,10 +30,9 @@ pub struct Route {
     pub images: ImagesConfig,
     /// Log what the passes would do but forward the original bytes.
     pub dry_run: bool,
-    /// The route's `provider` key (a built-in profile name); `None` = from the host.
-    pub provider: Option<String>,
-    /// The route's `carriers = [...]` override.
-    pub carriers: Option<Vec<String>>,
+    /// The route's provider row, resolved once from its `provider` key, else the upstream
+    /// host, with the route's `carriers = [...]` applied ([`ResolvedProvider::resolve`]).
+    pub provider: ResolvedProvider,
 }
 
 /// What a generation path is, for the passes.
@@ -87,13 +87,16 @@ impl RouteTable {
                 name: r.name.clone(),
                 prefix: r.prefix.trim_end_matches('/').to_owned(),
                 scheme,
-                authority,
                 base_path: uri.path().trim_end_matches('/').to_owned(),
                 dialect: r.dialect,
                 images: config.route_images(r),
                 dry_run: r.dry_run.unwrap_or(config.server.dry_run),
-                provider: r.provider.clone(),
-                carriers: r.carriers.clone(),
+                provider: ResolvedProvider::resolve(
+                    r.provider.as_deref(),
+                    authority.host(),
+                    r.carriers.as_deref(),
+                ),
+                authority,
             }));
         }
         routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));

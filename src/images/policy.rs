@@ -8,25 +8,6 @@
 
 use crate::config::ImagesConfig;
 
-/// Strict image-block ceiling (Hermes `OUTBOUND_IMAGE_LIMIT`, `docs/images.md#constants`): above 20
-/// images Anthropic holds every image to 2000 px per side. Default of [`ImagesConfig::max_blocks`].
-pub const OUTBOUND_IMAGE_LIMIT: usize = 20;
-/// Block ceiling when every image is known to be ≤ 2000 px (Hermes `OUTBOUND_IMAGE_HARD_LIMIT`,
-/// `docs/images.md#constants`; Anthropic's per-request count on 200K-context models). Default of
-/// [`ImagesConfig::max_blocks_small`].
-pub const OUTBOUND_IMAGE_HARD_LIMIT: usize = 100;
-/// Byte budget over all base64 / data-URL strings (Hermes `OUTBOUND_IMAGE_BUDGET_BYTES`,
-/// `docs/images.md#constants`; headroom under Anthropic's 32 MB request limit). Default of
-/// [`ImagesConfig::max_bytes`].
-pub const OUTBOUND_IMAGE_BUDGET_BYTES: u64 = 24_000_000;
-/// Carriers retired per step (Hermes `IMAGE_EVICTION_BATCH`, `docs/images.md#constants`). Default
-/// of [`ImagesConfig::evict_batch`].
-pub const IMAGE_EVICTION_BATCH: usize = 8;
-/// Satisfiability floor (Hermes `OUTBOUND_IMAGE_FLOOR`, `docs/images.md#constants`): newest
-/// carriers protected when uploads alone break the block ceiling. Not a sliding window. Default of
-/// [`ImagesConfig::evict_floor`].
-pub const OUTBOUND_IMAGE_FLOOR: usize = 3;
-
 /// The ceilings and step sizes of one route (from [`ImagesConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -42,15 +23,11 @@ pub struct Limits {
     pub floor: usize,
 }
 
+/// The `[images]` defaults ([`ImagesConfig::default`], where the values and their sources
+/// live: 20 blocks, 100 small blocks, 24,000,000 bytes, batch 8, floor 3).
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            max_blocks: OUTBOUND_IMAGE_LIMIT,
-            max_blocks_small: OUTBOUND_IMAGE_HARD_LIMIT,
-            max_bytes: OUTBOUND_IMAGE_BUDGET_BYTES,
-            batch: IMAGE_EVICTION_BATCH,
-            floor: OUTBOUND_IMAGE_FLOOR,
-        }
+        Self::from(&ImagesConfig::default())
     }
 }
 
@@ -255,7 +232,7 @@ mod tests {
         let r = blocks_only(&[3; 8], 0);
         assert_eq!(r, 3);
         assert!(3 * (8 - r) <= 20);
-        assert!(8 - r >= OUTBOUND_IMAGE_FLOOR);
+        assert!(8 - r >= Limits::default().floor);
     }
 
     #[test]
@@ -276,7 +253,7 @@ mod tests {
     #[test]
     fn fifteen_uploads_six_screenshots_keep_at_least_the_floor() {
         let r = blocks_only(&[1; 6], 15);
-        assert!(6 - r >= OUTBOUND_IMAGE_FLOOR);
+        assert!(6 - r >= Limits::default().floor);
         assert!(15 + 6 - r <= 20);
         assert_eq!(r, 2);
     }
@@ -304,8 +281,18 @@ mod tests {
     }
 
     #[test]
-    fn limits_from_config_defaults_match_the_constants() {
-        assert_eq!(Limits::from(&ImagesConfig::default()), Limits::default());
+    fn default_limits_are_the_config_defaults() {
+        let l = Limits::default();
+        assert_eq!(
+            (
+                l.max_blocks,
+                l.max_blocks_small,
+                l.max_bytes,
+                l.batch,
+                l.floor
+            ),
+            (20, 100, 24_000_000, 8, 3)
+        );
     }
 
     #[test]

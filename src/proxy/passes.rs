@@ -153,7 +153,6 @@ fn run_blocking(
     recovery: Option<ImageRejectionKind>,
 ) -> Result<RewriteOutcome, crate::dialect::ParseError> {
     let route = &plan.route;
-    let host = route.authority.host().to_owned();
     let ctx = RewriteContext {
         dialect: plan.dialect,
         images: &route.images,
@@ -161,10 +160,8 @@ fn run_blocking(
         credential_scope: &plan.credential_scope,
         image_recovery: recovery,
         reasoning: Some(ReasoningInputs {
-            provider: route.provider.as_deref(),
-            upstream_host: &host,
+            provider: &route.provider,
             upstream_path: &plan.upstream_path,
-            carriers_override: route.carriers.as_deref(),
             droppable_params: &plan.droppable,
             anthropic_beta: plan.anthropic_beta.as_deref(),
             path_model: plan.path_model.as_deref(),

@@ -1,18 +1,17 @@
 //! Reasoning carriers: the per-route table, shaping of assistant turns, and unknown-field verdicts.
 //!
-//! Three pure parts (no I/O, no clock, no randomness; see `docs/architecture.md#request-passes`
-//! and issue 4):
-//! - [`profiles`]: the route table. [`resolve`] turns a route's `provider` key, upstream host
-//!   and path, the request's model and the route's `carriers = [...]` into a
-//!   [`ResolvedRoute`]: the carriers sent on the OpenAI Chat wire, the must-echo family, the
-//!   Anthropic-wire [`ThinkingRoute`], and the keep-thinking flag. Defaults and sources:
-//!   `docs/providers.md`, `docs/reasoning.md`.
+//! Three pure parts (no I/O, no clock, no randomness):
+//! - [`profiles`]: the per-request refinement of the route's provider row
+//!   ([`crate::provider`], resolved once per route). [`for_request`] turns the row, the
+//!   upstream path and the request's model into a [`ResolvedRoute`]: the carriers sent on the
+//!   OpenAI Chat wire, the must-echo family, the Anthropic-wire [`ThinkingRoute`], and the
+//!   keep-thinking flag. Sources: `docs/providers.md`, `docs/reasoning.md`.
 //! - [`shape`]: the shaping pass, [`shape_request`], run after the image passes and eviction.
 //! - [`unknown_field`]: [`detect`], which reads a 4xx and says which sent fields the provider
 //!   called unknown (widened), or nothing.
 //!
 //! How the server uses them, per request:
-//! 1. `route = resolve(route.provider, upstream_host, upstream_path, model, route.carriers)`.
+//! 1. `route = for_request(&route.provider, upstream_path, model)`.
 //! 2. `omit` = the verdict store's fields for (upstream host, model as sent, case kept).
 //! 3. `shape_request(&ShapeContext { dialect, route: &route, omit: &omit, droppable_params,
 //!    first_changed_byte, anthropic_beta }, body)`: forward `body.unwrap_or(input)`, apply
@@ -27,9 +26,9 @@ pub mod shape;
 pub mod unknown_field;
 
 pub use profiles::{
-    host_matches, is_gemini_model, is_local_host, normalize_host, profile, resolve, Carrier,
-    EchoFamily, KeepThinking, MatchedBy, Profile, ResolvedRoute, ThinkingRoute, BINDING_BETA,
-    KEEP_THINKING_PARAMS, PROFILES,
+    for_request, host_matches, is_gemini_model, is_local_host, normalize_host, resolve, Carrier,
+    EchoFamily, KeepThinking, MatchedBy, ResolvedRoute, ThinkingRoute, BINDING_BETA,
+    KEEP_THINKING_PARAMS,
 };
 pub use shape::{
     merge_beta, shape_request, ShapeContext, ShapeCounts, ShapeOutcome, ECHO_PAD, EMPTY_TURN_TEXT,

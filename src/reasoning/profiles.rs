@@ -1,317 +1,28 @@
-//! The reasoning route table and its matching: which reasoning carriers a provider reads on the
-//! OpenAI Chat wire, which must be echoed back, how signed thinking is replayed on the Anthropic
-//! wire, and which keep-thinking flag a profile may add.
+//! The reasoning side of a route: the per-request refinement of the route's provider row
+//! ([`crate::provider`]) by the request's model and upstream path.
 //!
-//! Sources (see `docs/providers.md` for each row and `docs/reasoning.md` for the rules):
-//! - Carrier sets are Hermes' `_REASONING_CARRIER_ROUTES` defaults: strict schemas (Mistral, Groq,
-//!   Cerebras, SambaNova, Hunyuan) get none; OpenRouter-style gateways RC + R + RD; Novita /
-//!   MiniMax RC + RD; local servers and Ollama Cloud RC + R; Fireworks and everything else RC.
-//!   One deliberate difference: z.ai's OpenAI-compatible endpoint bills a replayed
-//!   `reasoning_content` but never shows it to the model (Hermes PR #86433,
-//!   `docs/reasoning.md#keep-thinking-flags`), so `zai` sends none on that wire.
-//! - Must-echo is Hermes' `_REASONING_ECHO_RULES` (`docs/reasoning.md#must-echo`): DeepSeek,
-//!   Kimi/Moonshot, MiMo, and the `stealth/missingno` model.
-//! - Gemini `extra_content.google.thought_signature` on tool calls is kept only for models whose
-//!   name contains `gemini` or `gemma` (`docs/reasoning.md#gemini-thought-signatures`): every
-//!   other host 400s on it.
-//!
-//! A host matches a domain when, lowercased and without a trailing dot, it equals the domain or
-//! ends with `"." + domain`; never by substring (`notmistral.ai` is not Mistral) and never by
-//! the path (`evil.com/mistral.ai` is not Mistral).
+//! The row (carriers, must-echo, thinking route, binding controls, keep-thinking flag) is
+//! resolved once per route ([`ResolvedProvider`]); per request [`for_request`] adds what the
+//! model name says ([`ModelFamily`]): the Gemini thought signature for `gemini` / `gemma`
+//! models, must-echo for DeepSeek / MiMo / `stealth/missingno` models, and the Anthropic-wire
+//! thinking route for Kimi / DeepSeek models on other hosts and Claude models behind an
+//! unknown gateway. Sources: `docs/providers.md` (each row), `docs/reasoning.md` (the rules).
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// A reasoning carrier on an OpenAI Chat assistant message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Carrier {
-    /// `reasoning_content` (string): DeepSeek, Kimi, MiMo, GLM, Qwen, llama.cpp, SGLang.
-    ReasoningContent,
-    /// `reasoning` (string): OpenRouter alias, vLLM, Ollama, Cerebras.
-    Reasoning,
-    /// `reasoning_details` (array): OpenRouter's unified reasoning records.
-    ReasoningDetails,
-    /// `extra_content` (holding `google.thought_signature`) on `tool_calls[i]` and on the
-    /// message: Gemini 3 via its OpenAI-compatible endpoint.
-    GeminiThoughtSignature,
-    /// `reasoning_opaque` / `reasoning_text`: GitHub Copilot `/chat/completions`.
-    CopilotOpaque,
-}
-
-impl Carrier {
-    /// Every carrier, in a fixed order.
-    pub const ALL: [Carrier; 5] = [
-        Carrier::ReasoningContent,
-        Carrier::Reasoning,
-        Carrier::ReasoningDetails,
-        Carrier::GeminiThoughtSignature,
-        Carrier::CopilotOpaque,
-    ];
-
-    /// The message key this carrier lives in; also its name in verdicts and `carriers = [...]`.
-    pub fn field(self) -> &'static str {
-        match self {
-            Carrier::ReasoningContent => "reasoning_content",
-            Carrier::Reasoning => "reasoning",
-            Carrier::ReasoningDetails => "reasoning_details",
-            Carrier::GeminiThoughtSignature => "extra_content",
-            Carrier::CopilotOpaque => "reasoning_opaque",
-        }
-    }
-
-    /// Parse a name from a route's `carriers = [...]` (the field names; also
-    /// `thought_signature` for the Gemini carrier and `reasoning_text` for Copilot's).
-    pub fn from_name(name: &str) -> Option<Carrier> {
-        match name.trim().to_ascii_lowercase().as_str() {
-            "reasoning_content" => Some(Carrier::ReasoningContent),
-            "reasoning" => Some(Carrier::Reasoning),
-            "reasoning_details" => Some(Carrier::ReasoningDetails),
-            "extra_content" | "thought_signature" => Some(Carrier::GeminiThoughtSignature),
-            "reasoning_opaque" | "reasoning_text" => Some(Carrier::CopilotOpaque),
-            _ => None,
-        }
-    }
-}
-
-/// How signed thinking blocks are replayed on the Anthropic Messages wire
-/// (`docs/reasoning.md#thinking-routes`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ThinkingRoute {
-    /// anthropic.com (and gateways that forward to Claude): `thinking` / `redacted_thinking`
-    /// pass byte-exact on every turn, never rewritten by model age.
-    Native,
-    /// Kimi's Anthropic-compatible endpoint or a Kimi-family model: replay as-is.
-    Kimi,
-    /// DeepSeek's Anthropic-compatible endpoint or a DeepSeek model on another host: replay
-    /// (DeepSeek demands `content[].thinking` back, `docs/reasoning.md#must-echo`).
-    DeepSeek,
-    /// z.ai's Anthropic-compatible endpoint: replay (replayed thinking works there,
-    /// `docs/reasoning.md#thinking-routes`).
-    Zai,
-    /// Any other third-party host: strip thinking blocks (it cannot verify the signatures).
-    StripThirdParty,
-}
-
-/// Must-echo family (`docs/reasoning.md#must-echo`): a tool-call turn without a non-empty
-/// `reasoning_content` is a 400 there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EchoFamily {
-    Kimi,
-    /// Also: when the request carries `tools`, every assistant turn
-    /// (`docs/reasoning.md#must-echo`).
-    DeepSeek,
-    Mimo,
-    Missingno,
-}
-
-/// A keep-thinking flag a profile may add when the request explicitly enables thinking.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeepThinking {
-    /// GLM: `thinking.clear_thinking: false` next to `thinking.type: "enabled"`. Source: docs.z.ai
-    /// / docs.bigmodel.cn "thinking mode" (`docs/reasoning.md#keep-thinking-flags`); the Coding
-    /// Plan endpoint preserves thinking by default, so it is not added there. On by default, but
-    /// only matters when `reasoning_content` is replayed (the `zai` profile replays none on the
-    /// OpenAI wire unless `carriers` says so, `docs/reasoning.md#keep-thinking-flags`).
-    GlmClearThinking,
-    /// DashScope / Qwen: top-level `preserve_thinking: true` next to `enable_thinking: true`.
-    /// Source: Alibaba Model Studio "deep thinking" page (help.aliyun.com, cited by
-    /// `docs/reasoning.md#keep-thinking-flags`, official text not read directly) and qwen-code PR
-    /// #5637 (public code). On by default.
-    DashscopePreserve,
-    /// Kimi: `thinking.keep: "all"` next to `thinking.type: "enabled"`. No public vendor
-    /// document of the wire value was found (Hermes documents it but its code lacks it;
-    /// Moonshot's own kimi-code client has a `[thinking] keep` setting, value not documented),
-    /// so it ships OFF: [`Profile::keep_thinking`] is `None` for `kimi`.
-    KimiKeepAll,
-}
-
-impl KeepThinking {
-    /// The name under which a rejection of this flag is learned and omitted (dotted for a
-    /// nested key).
-    pub fn param(self) -> &'static str {
-        match self {
-            KeepThinking::GlmClearThinking => "thinking.clear_thinking",
-            KeepThinking::DashscopePreserve => "preserve_thinking",
-            KeepThinking::KimiKeepAll => "thinking.keep",
-        }
-    }
-}
-
-/// The droppable names of every keep-thinking flag: a rejection of one is learned like any
-/// other unknown top-level parameter (they belong on `[reasoning] droppable_params`; the
-/// detector treats them as droppable even when the config list lacks them).
-pub const KEEP_THINKING_PARAMS: [&str; 3] = [
-    "thinking.clear_thinking",
-    "preserve_thinking",
-    "thinking.keep",
-];
+pub use crate::provider::{
+    host_matches, is_local_host, normalize_host, Carrier, EchoFamily, KeepThinking, MatchedBy,
+    ThinkingRoute, KEEP_THINKING_PARAMS,
+};
+use crate::provider::{ModelFamily, ResolvedProvider};
 
 /// Anthropic beta that enables `thinking.block_binding` (`docs/reasoning.md#prefix-binding`).
 pub const BINDING_BETA: &str = "thinking-binding-controls-2026-08-01";
 
-/// One built-in provider profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Profile {
-    /// The name a route's `provider` key uses (also the name in logs).
-    pub name: &'static str,
-    /// Domains matched exactly or by dot-suffix.
-    pub hosts: &'static [&'static str],
-    /// Carriers read on the OpenAI Chat wire (the Gemini signature is added by model name).
-    pub carriers: &'static [Carrier],
-    /// Must-echo by profile / host (model substrings are checked separately).
-    pub echo: Option<EchoFamily>,
-    /// Thinking replay on the Anthropic wire.
-    pub thinking: ThinkingRoute,
-    /// Whether `thinking.block_binding` with its beta header may be sent (Anthropic itself).
-    pub binding_controls: bool,
-    /// Keep-thinking flag added when the request enables thinking.
-    pub keep_thinking: Option<KeepThinking>,
-}
-
-use Carrier::{CopilotOpaque as CO, ReasoningContent as RC, ReasoningDetails as RD};
-const R: Carrier = Carrier::Reasoning;
-
-const fn p(
-    name: &'static str,
-    hosts: &'static [&'static str],
-    carriers: &'static [Carrier],
-    thinking: ThinkingRoute,
-) -> Profile {
-    Profile {
-        name,
-        hosts,
-        carriers,
-        echo: None,
-        thinking,
-        binding_controls: false,
-        keep_thinking: None,
-    }
-}
-
-use ThinkingRoute::{Native, StripThirdParty as Strip};
-
-/// The table, first match wins (host order matters only for overlapping domains, of which
-/// there are none). Names outside `config::PROVIDER_PROFILES` (`hunyuan`, `copilot`) are
-/// reachable by host only; `default` is the fallback.
-pub const PROFILES: &[Profile] = &[
-    Profile {
-        binding_controls: true,
-        ..p("anthropic", &["anthropic.com"], &[RC], Native)
-    },
-    p("openai", &["openai.com"], &[RC], Strip),
-    p(
-        "openrouter",
-        &[
-            "openrouter.ai",
-            "kilo.ai",
-            "ai-gateway.vercel.sh",
-            "nousresearch.com",
-        ],
-        &[RC, R, RD],
-        Native,
-    ),
-    p(
-        "gemini",
-        &[
-            "generativelanguage.googleapis.com",
-            "aiplatform.googleapis.com",
-        ],
-        &[RC],
-        Strip,
-    ),
-    Profile {
-        echo: Some(EchoFamily::DeepSeek),
-        ..p(
-            "deepseek",
-            &["deepseek.com"],
-            &[RC],
-            ThinkingRoute::DeepSeek,
-        )
-    },
-    Profile {
-        echo: Some(EchoFamily::Kimi),
-        ..p(
-            "kimi",
-            &["api.kimi.com", "moonshot.ai", "moonshot.cn"],
-            &[RC],
-            ThinkingRoute::Kimi,
-        )
-    },
-    Profile {
-        echo: Some(EchoFamily::Mimo),
-        ..p("mimo", &["xiaomimimo.com"], &[RC], Strip)
-    },
-    Profile {
-        keep_thinking: Some(KeepThinking::GlmClearThinking),
-        ..p("zai", &["z.ai", "bigmodel.cn"], &[], ThinkingRoute::Zai)
-    },
-    Profile {
-        keep_thinking: Some(KeepThinking::DashscopePreserve),
-        ..p(
-            "dashscope",
-            &[
-                "dashscope.aliyuncs.com",
-                "dashscope-intl.aliyuncs.com",
-                "dashscope-us.aliyuncs.com",
-            ],
-            &[RC],
-            Strip,
-        )
-    },
-    p("mistral", &["mistral.ai"], &[], Strip),
-    p("groq", &["groq.com"], &[], Strip),
-    p("cerebras", &["cerebras.ai"], &[], Strip),
-    p("sambanova", &["sambanova.ai"], &[], Strip),
-    p("hunyuan", &["hunyuan.cloud.tencent.com"], &[], Strip),
-    p("fireworks", &["fireworks.ai"], &[RC], Strip),
-    p(
-        "novita",
-        &[
-            "novita.ai",
-            "tokenhub.tencentmaas.com",
-            "tokenhub-intl.tencentcloudmaas.com",
-        ],
-        &[RC, RD],
-        Strip,
-    ),
-    p("minimax", &["minimax.io", "minimaxi.com"], &[RC, RD], Strip),
-    p("ollama", &["ollama.com", "upstage.ai"], &[RC, R], Strip),
-    p("copilot", &["githubcopilot.com"], &[RC, CO], Strip),
-    // Local endpoints: matched by address, not by domain. Anthropic-wire traffic to a local
-    // server is passed through (a local gateway or mock, not a signature-less model host).
-    p("local", &[], &[RC, R], Native),
-    p("default", &[], &[RC], Strip),
-];
-
-/// The profile called `name`, if built in.
-pub fn profile(name: &str) -> Option<&'static Profile> {
-    PROFILES.iter().find(|p| p.name == name)
-}
-
-fn fallback(name: &str) -> &'static Profile {
-    // The table always holds "local" and "default"; the static below is never reached but
-    // keeps this total without a panic.
-    static DEFAULT: Profile = p("default", &[], &[RC], Strip);
-    profile(name).unwrap_or(&DEFAULT)
-}
-
-/// How a route's profile was chosen (for `check` output and logs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MatchedBy {
-    /// The route's `provider` key.
-    Provider,
-    /// The upstream host, exact or dot-suffix.
-    Host,
-    /// The upstream is a loopback / private address or `localhost`.
-    Local,
-    /// Nothing matched: the `default` profile.
-    Default,
-}
-
-/// Everything the shaping pass and the detector need to know about a route (and model).
+/// Everything the shaping pass and the detector need to know about a route and model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedRoute {
-    /// The profile's name.
+    /// The provider row's name.
     pub profile: &'static str,
     pub matched_by: MatchedBy,
     /// Lowercased upstream host (no port, no brackets).
@@ -326,8 +37,6 @@ pub struct ResolvedRoute {
     pub binding_controls: bool,
     /// Keep-thinking flag this route may add.
     pub keep_thinking: Option<KeepThinking>,
-    /// Names in `carriers = [...]` that are not carriers (for `check` to report).
-    pub unknown_carrier_names: Vec<String>,
 }
 
 impl ResolvedRoute {
@@ -342,181 +51,53 @@ impl ResolvedRoute {
     }
 }
 
-/// Normalize a host: lowercase, no brackets, no port, no trailing dot.
-pub fn normalize_host(host: &str) -> String {
-    let h = host.trim().to_ascii_lowercase();
-    let h = if let Some(rest) = h.strip_prefix('[') {
-        // [v6]:port or [v6]
-        rest.split(']').next().unwrap_or("").to_owned()
-    } else if h.matches(':').count() == 1 {
-        h.split(':').next().unwrap_or("").to_owned()
-    } else {
-        h
-    };
-    h.trim_end_matches('.').to_owned()
-}
-
-/// True when `host` (normalized) is `domain` or a subdomain of it.
-pub fn host_matches(host: &str, domain: &str) -> bool {
-    let host = normalize_host(host);
-    let domain = domain.trim_end_matches('.').to_ascii_lowercase();
-    if domain.is_empty() {
-        return false;
-    }
-    host == domain
-        || (host.len() > domain.len()
-            && host.ends_with(domain.as_str())
-            && host.as_bytes()[host.len() - domain.len() - 1] == b'.')
-}
-
-/// True for `localhost` (and `*.localhost`), `host.docker.internal`, loopback, private
-/// (RFC 1918, CGNAT), link-local and unique-local addresses.
-pub fn is_local_host(host: &str) -> bool {
-    let h = normalize_host(host);
-    if h == "localhost" || h.ends_with(".localhost") || h == "host.docker.internal" {
-        return true;
-    }
-    match h.parse::<IpAddr>() {
-        Ok(IpAddr::V4(v4)) => is_local_v4(v4),
-        Ok(IpAddr::V6(v6)) => is_local_v6(v6),
-        Err(_) => false,
-    }
-}
-
-fn is_local_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, ..] = ip.octets();
-    ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_unspecified()
-        || (a == 100 && (64..128).contains(&b))
-}
-
-fn is_local_v6(ip: Ipv6Addr) -> bool {
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return is_local_v4(v4);
-    }
-    let first = ip.segments()[0];
-    ip.is_loopback()
-        || ip.is_unspecified()
-        || (first & 0xfe00) == 0xfc00
-        || (first & 0xffc0) == 0xfe80
-}
-
-/// The model name lowercased, without a vendor prefix (`moonshotai/kimi-k2` → `kimi-k2`).
-fn model_leaf(model: &str) -> String {
-    let m = model.to_ascii_lowercase();
-    m.rsplit('/').next().unwrap_or("").to_owned()
-}
-
-/// Gemini signatures are replayed only for these model names
-/// (`docs/reasoning.md#gemini-thought-signatures`).
+/// Gemini signatures are replayed only for these model names ([`ModelFamily`]).
 pub fn is_gemini_model(model: &str) -> bool {
-    let m = model.to_ascii_lowercase();
-    m.contains("gemini") || m.contains("gemma")
+    ModelFamily::of(model).reads_gemini_signature()
 }
 
-/// Kimi-family model names (`docs/reasoning.md#thinking-routes`): `kimi-…`, `moonshot-…`,
-/// `k2.…`, `k3-…`, bare `k3`.
-fn is_kimi_model(model: &str) -> bool {
-    let leaf = model_leaf(model);
-    leaf.starts_with("kimi")
-        || leaf.starts_with("moonshot")
-        || leaf.starts_with("k2.")
-        || leaf.starts_with("k3-")
-        || leaf == "k3"
-}
-
-/// Must-echo by model substring (`docs/reasoning.md#must-echo`: deepseek, mimo,
-/// stealth/missingno).
-fn echo_by_model(model: &str) -> Option<EchoFamily> {
-    let m = model.to_ascii_lowercase();
-    if m.contains("deepseek") {
-        Some(EchoFamily::DeepSeek)
-    } else if m.contains("mimo") {
-        Some(EchoFamily::Mimo)
-    } else if m.contains("stealth/missingno") {
-        Some(EchoFamily::Missingno)
-    } else {
-        None
-    }
-}
-
-/// Resolve a route's reasoning behaviour.
+/// The reasoning behaviour of one request on a route.
 ///
-/// - `provider`: the route's `provider` key (a name in [`PROFILES`]); unknown names fall back
-///   to host matching.
-/// - `upstream_host`: the upstream's host (a port and IPv6 brackets are tolerated).
-/// - `upstream_path`: the upstream URL's path (base path + request path); used to tell z.ai's
+/// - `provider`: the route's resolved row ([`crate::route::Route::provider`]).
+/// - `upstream_path`: the upstream URL's path (base path + request path); tells z.ai's
 ///   Coding Plan endpoint (`/coding/`), which preserves thinking by default, from the rest.
-/// - `model`: the request's `model`, when known (Gemini signature, must-echo by model, the
-///   Anthropic-wire route for Kimi / DeepSeek / Claude models on other hosts).
-/// - `carriers_override`: the route's `carriers = [...]`, replacing the profile's set.
-pub fn resolve(
-    provider: Option<&str>,
-    upstream_host: &str,
+/// - `model`: the request's `model`, when known.
+pub fn for_request(
+    provider: &ResolvedProvider,
     upstream_path: &str,
     model: Option<&str>,
-    carriers_override: Option<&[String]>,
 ) -> ResolvedRoute {
-    let host = normalize_host(upstream_host);
-    let by_provider = provider.and_then(profile);
-    let (prof, matched_by) = if let Some(p) = by_provider {
-        (p, MatchedBy::Provider)
-    } else if let Some(p) = PROFILES
-        .iter()
-        .find(|p| p.hosts.iter().any(|d| host_matches(&host, d)))
-    {
-        (p, MatchedBy::Host)
-    } else if is_local_host(&host) {
-        (fallback("local"), MatchedBy::Local)
-    } else {
-        (fallback("default"), MatchedBy::Default)
-    };
-
-    let mut unknown_carrier_names = Vec::new();
-    let mut carriers: BTreeSet<Carrier> = match carriers_override {
-        Some(names) => names
-            .iter()
-            .filter_map(|n| {
-                let c = Carrier::from_name(n);
-                if c.is_none() {
-                    unknown_carrier_names.push(n.clone());
-                }
-                c
-            })
-            .collect(),
-        None => prof.carriers.iter().copied().collect(),
-    };
+    let row = provider.row;
     let model = model.unwrap_or("");
-    if is_gemini_model(model) {
+    let family = ModelFamily::of(model);
+    let mut carriers = provider.carriers.clone();
+    if family.reads_gemini_signature() {
         carriers.insert(Carrier::GeminiThoughtSignature);
     }
 
-    // Must-echo: by profile / host first (table order: kimi, deepseek, mimo), then by model
-    // substring. Only where `reasoning_content` is sent at all: a strict route never gets the
-    // pad (`docs/reasoning.md#shaping-an-assistant-turn`), nor a route whose `carriers`
-    // override leaves RC out.
-    let echo = prof
+    // Must-echo: by row first, then by model name. Only where `reasoning_content` is sent at
+    // all: a strict route never gets the pad, nor a route whose `carriers` override leaves
+    // RC out.
+    let echo = row
         .echo
-        .or_else(|| echo_by_model(model))
+        .or_else(|| family.echo())
         .filter(|_| carriers.contains(&Carrier::ReasoningContent));
 
-    let mut thinking = prof.thinking;
+    let mut thinking = row.thinking;
     if thinking == ThinkingRoute::StripThirdParty && !model.is_empty() {
-        if is_kimi_model(model) {
+        if family.kimi {
             thinking = ThinkingRoute::Kimi;
-        } else if model.to_ascii_lowercase().contains("deepseek") {
+        } else if family.deepseek {
             thinking = ThinkingRoute::DeepSeek;
-        } else if prof.name == "default" && model.to_ascii_lowercase().contains("claude") {
+        } else if row.name == "default" && family.claude {
             // An unknown host serving a `claude-*` model is a gateway to Claude (LiteLLM,
             // a corporate proxy): the signatures are Anthropic's and verifiable there, and
-            // stripping them would break thinking tool loops (`docs/reasoning.md#thinking-routes`).
+            // stripping them would break thinking tool loops.
             thinking = ThinkingRoute::Native;
         }
     }
 
-    let mut keep_thinking = prof.keep_thinking;
+    let mut keep_thinking = row.keep_thinking;
     if keep_thinking == Some(KeepThinking::GlmClearThinking)
         && upstream_path.to_ascii_lowercase().contains("/coding/")
     {
@@ -524,36 +105,44 @@ pub fn resolve(
     }
 
     ResolvedRoute {
-        profile: prof.name,
-        matched_by,
-        host,
+        profile: row.name,
+        matched_by: provider.matched_by,
+        host: provider.host.clone(),
         carriers,
         echo,
         thinking,
-        binding_controls: prof.binding_controls,
+        binding_controls: row.binding_controls,
         keep_thinking,
-        unknown_carrier_names,
     }
+}
+
+/// Resolve from strings: [`ResolvedProvider::resolve`] then [`for_request`]. For tests and
+/// tools; the proxy resolves the row once per route.
+pub fn resolve(
+    provider: Option<&str>,
+    upstream_host: &str,
+    upstream_path: &str,
+    model: Option<&str>,
+    carriers_override: Option<&[String]>,
+) -> ResolvedRoute {
+    for_request(
+        &ResolvedProvider::resolve(provider, upstream_host, carriers_override),
+        upstream_path,
+        model,
+    )
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::config::PROVIDER_PROFILES;
+    use crate::provider::ResolvedProvider;
+    use Carrier::{CopilotOpaque as CO, ReasoningContent as RC, ReasoningDetails as RD};
+    use ThinkingRoute::{Native, StripThirdParty as Strip};
+    const R: Carrier = Carrier::Reasoning;
 
     fn set(cs: &[Carrier]) -> BTreeSet<Carrier> {
         cs.iter().copied().collect()
-    }
-
-    #[test]
-    fn every_config_profile_is_built_in() {
-        for name in PROVIDER_PROFILES {
-            assert!(profile(name).is_some(), "{name}");
-        }
-        for extra in ["hunyuan", "copilot", "default"] {
-            assert!(profile(extra).is_some(), "{extra}");
-        }
     }
 
     #[test]
@@ -734,7 +323,8 @@ mod tests {
         let names = vec!["reasoning".to_owned(), "bogus".to_owned()];
         let r = resolve(None, "api.cerebras.ai", "/v1", None, Some(&names));
         assert_eq!(r.carriers, set(&[R]));
-        assert_eq!(r.unknown_carrier_names, vec!["bogus".to_owned()]);
+        let p = ResolvedProvider::resolve(None, "api.cerebras.ai", Some(&names));
+        assert_eq!(p.unknown_carrier_names, vec!["bogus".to_owned()]);
         let r = resolve(None, "api.openai.com", "/v1", None, Some(&[]));
         assert!(r.is_strict());
     }
