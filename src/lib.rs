@@ -10,7 +10,7 @@ pub mod config;
 pub mod credential;
 pub mod dialect;
 pub mod images;
-pub mod json_edit;
+pub mod json;
 pub mod provider;
 pub mod proxy;
 pub mod reasoning;

@@ -8,23 +8,26 @@
 //! - It returns `Err(ParseError)` when the body is not something the passes understand
 //!   (not JSON, `messages` of the wrong type, ...): the server forwards the original bytes.
 //!
-//! Layout of the image passes: [`crate::dialect`] walks the body (one skimming parse,
-//! borrowed slices) into a [`crate::dialect::doc::Walk`] (every image with its spans);
-//! [`crate::images::passes::run`] repairs, downscales, caps repeats and then asks the eviction
-//! policy ([`crate::images::policy::retire_count`]) how many oldest carriers to retire, and
-//! returns edits; [`crate::json_edit::splice`] writes them into the original bytes.
+//! Layout: [`crate::dialect::parse`] parses the body once into a [`Doc`] (the one span scan,
+//! [`crate::json::scan`]); the dialect gives its image sites ([`crate::dialect::doc::Walk`])
+//! and turns. [`crate::images::passes::run`] repairs, downscales, caps repeats and then asks the
+//! eviction policy ([`crate::images::policy::retire_count`]) how many oldest carriers to
+//! retire; [`crate::reasoning::shape`] shapes the reasoning carriers. Both return edits of the
+//! original bytes, which [`crate::json::edit::splice_all`] writes in one go.
 
 use crate::config::ImagesConfig;
+use crate::dialect;
+use crate::dialect::doc::Doc;
 use crate::dialect::{Dialect, ParseError};
 use crate::images::cache::TranscodeCache;
 use crate::images::passes::{self, Settings};
 use crate::images::profile::ImageProfile;
 use crate::images::recovery::ImageRejectionKind;
+use crate::json::{self, Edit};
 use crate::provider::ResolvedProvider;
-use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts};
+use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts, Shaped};
 use crate::state::FieldSet;
 pub use crate::state::VerdictLookup;
-use crate::{dialect, json_edit};
 
 mod report;
 pub use report::RewriteReport;
@@ -83,68 +86,140 @@ pub struct RewriteContext<'a> {
     pub reasoning: Option<ReasoningInputs<'a>>,
 }
 
-/// Run every request pass for the dialect on `body`.
+/// Run every request pass for the dialect on `body`, over one parse.
 ///
-/// Passes 1–4 (image repair, downscale, repeat cap, eviction; [`crate::images::passes`]) on
-/// every dialect, then pass 6 (reasoning shaping) when `ctx.reasoning` is set. Edits are
-/// spliced into the original bytes, so everything a pass does not rewrite stays
-/// byte-identical.
+/// The body is parsed once ([`dialect::parse`]). Passes 1–4 (image repair, downscale, repeat
+/// cap, eviction; [`crate::images::passes`]) read its image sites on every dialect; pass 6
+/// (reasoning shaping, when `ctx.reasoning` is set) reads its turns and top-level object. Each
+/// returns edits of the original bytes, and all of them are spliced once, so everything a pass
+/// does not rewrite stays byte-identical. Shaping is told the lowest byte the image edits touch
+/// (`first_changed_byte`, for the Anthropic drop-on-prefix-mismatch binding).
+///
+/// Errors: the body is not JSON, or not of the dialect's shape ([`ParseError`]); the caller
+/// forwards the original bytes.
 pub fn rewrite_request(
     ctx: &RewriteContext<'_>,
     body: &[u8],
 ) -> Result<RewriteOutcome, ParseError> {
-    let mut outcome = image_passes(ctx, body)?;
-    if let Some(inputs) = &ctx.reasoning {
-        shape_pass(ctx.dialect, inputs, body, &mut outcome);
+    let doc = dialect::parse(body, ctx.dialect)?;
+    let (image_edits, mut outcome) = image_passes(ctx, &doc);
+    let Some(inputs) = &ctx.reasoning else {
+        outcome.body = splice_images(body, image_edits, &mut outcome.report);
+        return Ok(outcome);
+    };
+    let first_changed_byte = image_edits.iter().map(|e| e.range.start).min();
+    let shaped = shape_pass(inputs, &doc, first_changed_byte, &mut outcome);
+    match json::edit::splice_all(body, &[&image_edits, &shaped.edits]) {
+        Ok(new) => {
+            outcome.body = (new != body).then_some(new);
+            apply_shaped(shaped, &mut outcome);
+        }
+        Err(_) => {
+            // An image edit and a shaping edit overlap (e.g. a marker moved onto an image the
+            // image passes replaced): run the two in turn on the image passes' output.
+            let images_out = splice_images(body, image_edits, &mut outcome.report);
+            shape_in_turn(ctx.dialect, inputs, body, images_out, &mut outcome);
+        }
     }
     Ok(outcome)
 }
 
-/// Pass 6: reasoning shaping on the output of the image passes. A failure leaves the body
-/// as the image passes made it (fail open) and is reported.
-fn shape_pass(
+/// The image passes' edits spliced alone; `None` when there are none. A failure (cannot
+/// happen for spans of one parse) forwards the original and resets the report.
+fn splice_images(body: &[u8], edits: Vec<Edit>, report: &mut RewriteReport) -> Option<Vec<u8>> {
+    if edits.is_empty() {
+        return None;
+    }
+    match json::splice(body, edits) {
+        Ok(new) => Some(new),
+        Err(e) => {
+            *report = RewriteReport {
+                model: report.model.take(),
+                images_seen: report.images_seen,
+                reasons: vec![format!("image passes skipped: {e}")],
+                ..RewriteReport::default()
+            };
+            None
+        }
+    }
+}
+
+/// Shaping on the image passes' output (`images_out`, or `original` when they changed
+/// nothing), with a second parse: the fallback when the two passes' edits overlap.
+fn shape_in_turn(
     dialect: Dialect,
     inputs: &ReasoningInputs<'_>,
     original: &[u8],
+    images_out: Option<Vec<u8>>,
     outcome: &mut RewriteOutcome,
 ) {
-    let current: &[u8] = outcome.body.as_deref().unwrap_or(original);
-    let first_changed_byte = outcome
-        .body
+    let current: &[u8] = images_out.as_deref().unwrap_or(original);
+    let first_changed_byte = images_out
         .as_deref()
         .map(|new| first_difference(original, new));
+    let shaped = dialect::parse(current, dialect)
+        .map(|doc| {
+            let s = shape_pass(inputs, &doc, first_changed_byte, outcome);
+            let spliced = json::splice(current, s.edits.clone());
+            (s, spliced)
+        })
+        .map_err(|e| e.to_string());
+    match shaped {
+        Ok((s, Ok(new))) => {
+            outcome.body = (new != original).then_some(new);
+            apply_shaped(s, outcome);
+        }
+        Ok((_, Err(e))) => {
+            outcome.body = images_out;
+            outcome
+                .report
+                .reasons
+                .push(format!("reasoning shaping skipped: {e}"));
+        }
+        Err(e) => {
+            outcome.body = images_out;
+            outcome
+                .report
+                .reasons
+                .push(format!("reasoning shaping skipped: {e}"));
+        }
+    }
+}
+
+/// Pass 6: reasoning shaping over `doc`. Resolves the reasoning route for the request's
+/// model and the learned verdicts, and records both in `outcome`.
+fn shape_pass(
+    inputs: &ReasoningInputs<'_>,
+    doc: &Doc<'_>,
+    first_changed_byte: Option<usize>,
+    outcome: &mut RewriteOutcome,
+) -> Shaped {
     let model = outcome.report.model.as_deref().or(inputs.path_model);
     let route = reasoning::for_request(inputs.provider, inputs.upstream_path, model);
     let omit = model
         .map(|m| inputs.verdicts.omit(&route.host, m))
         .unwrap_or_default();
-    let shaped = reasoning::shape_request(
+    let shaped = reasoning::shape::shape(
         &ShapeContext {
-            dialect,
+            dialect: doc.dialect,
             route: &route,
             omit: &omit,
             droppable_params: inputs.droppable_params,
             first_changed_byte,
             anthropic_beta: inputs.anthropic_beta,
         },
-        current,
+        doc,
     );
-    match shaped {
-        Ok(s) => {
-            if let Some(b) = s.body {
-                outcome.body = Some(b);
-            }
-            outcome.set_headers = s.set_headers;
-            outcome.report.reasons.extend(s.reasons);
-            outcome.report.shape = s.counts;
-        }
-        Err(e) => outcome
-            .report
-            .reasons
-            .push(format!("reasoning shaping skipped: {e}")),
-    }
     outcome.reasoning_route = Some(route);
     outcome.omitted = omit;
+    shaped
+}
+
+/// Record what shaping did.
+fn apply_shaped(s: Shaped, outcome: &mut RewriteOutcome) {
+    outcome.set_headers = s.set_headers;
+    outcome.report.reasons.extend(s.reasons);
+    outcome.report.shape = s.counts;
 }
 
 /// Offset of the first byte where `a` and `b` differ (the shorter length when one is a
@@ -156,15 +231,10 @@ fn first_difference(a: &[u8], b: &[u8]) -> usize {
         .unwrap_or(a.len().min(b.len()))
 }
 
-/// Passes 1–4: the image passes ([`crate::images::passes`]) on every dialect.
-fn image_passes(ctx: &RewriteContext<'_>, body: &[u8]) -> Result<RewriteOutcome, ParseError> {
-    let agent_in_user = ctx.images.agent_images_in_user_turns;
-    let walk = match ctx.dialect {
-        Dialect::Anthropic => dialect::anthropic::walk(body)?,
-        Dialect::Openai => dialect::openai::walk(body, agent_in_user)?,
-        Dialect::OpenaiResponses => dialect::responses::walk(body, agent_in_user)?,
-        Dialect::Gemini => dialect::gemini::walk(body)?,
-    };
+/// Passes 1–4: the image passes ([`crate::images::passes`]) over `doc`'s image sites, on
+/// every dialect. Returns their edits (of the original bytes) and the outcome so far.
+fn image_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> (Vec<Edit>, RewriteOutcome) {
+    let walk = dialect::image_sites(doc, ctx.images.agent_images_in_user_turns);
     let model = walk.model.clone();
     let profile = ImageProfile::for_request(
         ctx.dialect,
@@ -183,7 +253,7 @@ fn image_passes(ctx: &RewriteContext<'_>, body: &[u8]) -> Result<RewriteOutcome,
             recovery: ctx.image_recovery,
         },
     );
-    let mut report = RewriteReport {
+    let report = RewriteReport {
         model,
         images_seen: images.images_seen,
         images_retired: images.images_retired,
@@ -196,32 +266,13 @@ fn image_passes(ctx: &RewriteContext<'_>, body: &[u8]) -> Result<RewriteOutcome,
         reasons: images.reasons,
         shape: ShapeCounts::default(),
     };
-    if edits.is_empty() {
-        return Ok(RewriteOutcome {
+    (
+        edits,
+        RewriteOutcome {
             report,
             ..RewriteOutcome::default()
-        });
-    }
-    match json_edit::splice(body, edits) {
-        Ok(new_body) => Ok(RewriteOutcome {
-            body: Some(new_body),
-            report,
-            ..RewriteOutcome::default()
-        }),
-        Err(e) => {
-            // Cannot happen for spans taken from one parse; forward the original if it does.
-            report = RewriteReport {
-                model: report.model,
-                images_seen: report.images_seen,
-                reasons: vec![format!("image passes skipped: {e}")],
-                ..RewriteReport::default()
-            };
-            Ok(RewriteOutcome {
-                report,
-                ..RewriteOutcome::default()
-            })
-        }
-    }
+        },
+    )
 }
 
 #[cfg(test)]
@@ -474,5 +525,139 @@ mod tests {
         .unwrap();
         assert_eq!(out.body, None);
         assert_eq!(out.report.model.as_deref(), Some("claude"));
+    }
+
+    fn with_reasoning<'a>(
+        dialect: Dialect,
+        images: &'a ImagesConfig,
+        provider: &'a ResolvedProvider,
+        path: &'a str,
+    ) -> RewriteContext<'a> {
+        RewriteContext {
+            dialect,
+            images,
+            transcodes: None,
+            credential_scope: "",
+            image_recovery: None,
+            reasoning: Some(ReasoningInputs {
+                provider,
+                upstream_path: path,
+                droppable_params: &[],
+                anthropic_beta: None,
+                path_model: None,
+                verdicts: &(),
+            }),
+        }
+    }
+
+    fn parses() -> usize {
+        crate::json::PARSES.with(std::cell::Cell::get)
+    }
+
+    #[test]
+    fn a_body_is_parsed_once_per_run() {
+        let cfg = ImagesConfig {
+            max_blocks: 2,
+            max_blocks_small: 2,
+            evict_floor: 0,
+            evict_batch: 1,
+            ..ImagesConfig::default()
+        };
+        let shot = |i: u32| {
+            json!({"type": "tool_result", "tool_use_id": format!("t{i}"), "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                 "data": b64_png(1568, 882, i as usize)}}]})
+        };
+        // Anthropic: eviction retires old screenshots and shaping moves a thinking block's
+        // cache_control, in one run.
+        let anthropic = json!({"model": "claude-opus-4-5", "messages": [
+            {"role": "user", "content": [shot(1), shot(2), shot(3), shot(4)]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "t", "signature": "s",
+                 "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "ok"}]}]});
+        // OpenAI Chat: a tool message's images and a carrier the route does not read.
+        let img = json!({"type": "image_url", "image_url": {"url":
+            format!("data:image/png;base64,{}", b64_png(1568, 882, 1))}});
+        let openai = json!({"model": "gpt-5", "messages": [
+            {"role": "assistant", "content": "a", "reasoning_details": [1]},
+            {"role": "tool", "tool_call_id": "c1", "content": [img.clone()]},
+            {"role": "tool", "tool_call_id": "c2", "content": [img.clone()]},
+            {"role": "tool", "tool_call_id": "c3", "content": [img]}]});
+        let cases = [
+            (
+                Dialect::Anthropic,
+                anthropic,
+                "api.anthropic.com",
+                "/v1/messages",
+            ),
+            (
+                Dialect::Openai,
+                openai,
+                "api.openai.com",
+                "/v1/chat/completions",
+            ),
+        ];
+        for (dialect, body, host, path) in cases {
+            let body = serde_json::to_vec(&body).unwrap();
+            let provider = ResolvedProvider::resolve(None, host, None);
+            let ctx = with_reasoning(dialect, &cfg, &provider, path);
+            let before = parses();
+            let out = rewrite_request(&ctx, &body).unwrap();
+            assert_eq!(parses() - before, 1, "{dialect:?}");
+            assert!(out.report.images_retired > 0, "{dialect:?}");
+            assert!(
+                out.report.shape.cache_control_moved + out.report.shape.carriers_dropped > 0,
+                "{dialect:?}: {:?}",
+                out.report.reasons
+            );
+            let v: Value = serde_json::from_slice(&out.body.unwrap()).unwrap();
+            assert_eq!(v["model"], body_model(&body));
+        }
+        // Without reasoning inputs, and for the other dialects: one parse too.
+        let cfg = ImagesConfig::default();
+        for dialect in [Dialect::OpenaiResponses, Dialect::Gemini] {
+            let provider = ResolvedProvider::resolve(None, "example.com", None);
+            let ctx = with_reasoning(dialect, &cfg, &provider, "/v1");
+            let before = parses();
+            rewrite_request(&ctx, br#"{"model":"m","input":[],"contents":[]}"#).unwrap();
+            assert_eq!(parses() - before, 1, "{dialect:?}");
+        }
+    }
+
+    fn body_model(body: &[u8]) -> Value {
+        serde_json::from_slice::<Value>(body).unwrap()["model"].clone()
+    }
+
+    #[test]
+    fn overlapping_passes_run_in_turn() {
+        // An unsupported (SVG) image in an assistant turn is replaced by a text block, and
+        // shaping would move a thinking block's cache_control onto that very block: the two
+        // passes' edits overlap, so shaping runs on the image passes' output.
+        let svg = STANDARD.encode(b"<svg xmlns=\"http://www.w3.org/2000/svg\"/>");
+        let body = serde_json::to_vec(&json!({"model": "claude-opus-4-5", "messages": [
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "t", "signature": "s",
+                 "cache_control": {"type": "ephemeral"}},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/svg+xml",
+                 "data": svg}}]}]}))
+        .unwrap();
+        let cfg = ImagesConfig::default();
+        let provider = ResolvedProvider::resolve(None, "api.anthropic.com", None);
+        let ctx = with_reasoning(Dialect::Anthropic, &cfg, &provider, "/v1/messages");
+        let before = parses();
+        let out = rewrite_request(&ctx, &body).unwrap();
+        assert_eq!(
+            parses() - before,
+            2,
+            "the fallback parses the image output again"
+        );
+        assert_eq!(out.report.images_replaced, 1);
+        assert_eq!(out.report.shape.cache_control_moved, 1);
+        let v: Value = serde_json::from_slice(&out.body.unwrap()).unwrap();
+        let content = &v["messages"][0]["content"];
+        assert!(content[0].get("cache_control").is_none());
+        assert_eq!(content[1]["type"], "text");
+        assert_eq!(content[1]["cache_control"], json!({"type": "ephemeral"}));
     }
 }

@@ -38,6 +38,15 @@ pub const CORRUPT_IMAGE: &str =
 pub const IMAGES_NOT_SUPPORTED: &str =
     "[image content removed \u{2014} server does not support images]";
 
+/// Text of the block that replaces an assistant turn left empty by stripping its thinking
+/// (reasoning shaping on a third-party Anthropic-wire host; the Hermes agent uses the same
+/// placeholder, `docs/reasoning.md#thinking-routes`). Fixed: the prefix cache depends on it.
+pub const EMPTY_TURN_TEXT: &str = "(empty)";
+
+/// The must-echo pad written as `reasoning_content` on a turn that must carry one: one space,
+/// never `""` (DeepSeek V4 rejects the empty string; docs/reasoning.md).
+pub const ECHO_PAD: &str = " ";
+
 /// The fixed text for an unsupported format, by its MIME type (`image/svg+xml`, `image/heic`,
 /// `image/heif`, `image/avif`); [`UNSUPPORTED_UNKNOWN`] for anything else.
 pub fn unsupported_format(mime: &str) -> &'static str {

@@ -4,10 +4,59 @@
 //! A [`Walk`] lists every image block / part ([`Site`]) in document order with the byte spans
 //! needed to edit it in place: the media-type string, the base64 / data-URL string, the whole
 //! block (for a text replacement), and where a note goes after it. Spans point into the
-//! original body, so edits are spliced ([`crate::json_edit::splice`]) and every other byte
+//! original body, so edits are spliced ([`crate::json::splice`]) and every other byte
 //! stays as sent.
 
 use std::ops::Range;
+
+use super::Dialect;
+use crate::json::scan::Object;
+
+/// One body, parsed once ([`super::parse`]): its text, top-level object and `model`, and —
+/// for the dialects with a `messages` list — its turns. Every range is a byte range of `text`.
+#[derive(Debug, Clone)]
+pub(crate) struct Doc<'a> {
+    pub dialect: Dialect,
+    pub text: &'a str,
+    /// The top-level object (request parameters).
+    pub top: Object,
+    /// The request's `model`, decoded, when it is a string.
+    pub model: Option<String>,
+    /// The `messages` list (Anthropic Messages, OpenAI Chat); empty for the other dialects.
+    pub turns: Vec<Turn>,
+}
+
+/// One message of a `messages` list.
+#[derive(Debug, Clone)]
+pub(crate) struct Turn {
+    /// Its index in `messages` (for report paths).
+    pub index: usize,
+    /// The message object.
+    pub obj: Object,
+    /// Its `role`, decoded.
+    pub role: Option<String>,
+    /// Its `content`, when that is an array.
+    pub content: Option<Content>,
+}
+
+/// A `content` array.
+#[derive(Debug, Clone)]
+pub(crate) struct Content {
+    /// Byte range of the array value.
+    pub value: Range<usize>,
+    pub blocks: Vec<Block>,
+}
+
+/// One element of a content array: a block (Anthropic) or part (OpenAI).
+#[derive(Debug, Clone)]
+pub(crate) struct Block {
+    /// Byte range of the element.
+    pub span: Range<usize>,
+    /// The element, when it is an object.
+    pub obj: Option<Object>,
+    /// Its `type`, decoded.
+    pub kind: Option<String>,
+}
 
 /// How a replacement text block / part is written in a dialect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

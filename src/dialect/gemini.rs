@@ -12,116 +12,73 @@
 //!   image replaced there is removed from that list and its text goes into the content's
 //!   `parts` right after the function response (as does the downscale note).
 
-use serde_json::value::RawValue;
+use super::doc::{CarrierInfo, Doc, Payload, Placement, Site, TextStyle, Walk};
+use super::str_at;
+use crate::json::scan::{self, Object};
 
-use super::{parse_body, str_at, string_value, Items, List};
-use crate::dialect::doc::{CarrierInfo, Payload, Placement, Site, TextStyle, Walk};
-use crate::dialect::ParseError;
-use crate::json_edit::span_of;
+const INLINE_DATA: [&str; 2] = ["inlineData", "inline_data"];
+const FUNCTION_RESPONSE: [&str; 2] = ["functionResponse", "function_response"];
+const THOUGHT_SIGNATURE: [&str; 2] = ["thoughtSignature", "thought_signature"];
+const MIME_TYPE: [&str; 2] = ["mimeType", "mime_type"];
 
-const DIALECT: &str = "gemini";
-
-#[derive(serde::Deserialize)]
-struct Body<'a> {
-    #[serde(borrow, default)]
-    model: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    contents: Option<Items<'a>>,
-}
-
-#[derive(serde::Deserialize)]
-struct Content<'a> {
-    #[serde(borrow, default)]
-    parts: Option<Items<'a>>,
-}
-
-#[derive(serde::Deserialize)]
-struct Part<'a> {
-    #[serde(rename = "inlineData", alias = "inline_data", borrow, default)]
-    inline_data: Option<&'a RawValue>,
-    #[serde(
-        rename = "functionResponse",
-        alias = "function_response",
-        borrow,
-        default
-    )]
-    function_response: Option<&'a RawValue>,
-    #[serde(
-        rename = "thoughtSignature",
-        alias = "thought_signature",
-        borrow,
-        default
-    )]
-    thought_signature: Option<&'a RawValue>,
-}
-
-#[derive(serde::Deserialize)]
-struct Blob<'a> {
-    #[serde(rename = "mimeType", alias = "mime_type", borrow, default)]
-    mime_type: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    data: Option<&'a RawValue>,
-}
-
-#[derive(serde::Deserialize)]
-struct FunctionResponse<'a> {
-    #[serde(borrow, default)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    parts: Option<Items<'a>>,
-}
-
-fn internal() -> ParseError {
-    ParseError::Shape {
-        dialect: DIALECT,
-        detail: "internal: a part does not point into the body".to_owned(),
-    }
-}
-
-/// The image payload of an `inlineData` value and whether it is an image only if its bytes
-/// sniff as one (declared type not `image/*`; the image policy decides). `None` when it is
-/// not an image (a non-image type without base64 data).
-fn image_payload<'a>(text: &'a str, blob_raw: &'a RawValue) -> Option<(Payload<'a>, bool)> {
-    let blob = serde_json::from_str::<Blob<'_>>(blob_raw.get()).ok()?;
-    let media_type = blob.mime_type.and_then(|m| str_at(text, m));
+/// The image payload of a part's `inlineData`, and whether it is an image only if its bytes
+/// sniff as one (declared type not `image/*`; the image policy decides). `None` when the part
+/// has no `inlineData` object, or a non-image type without base64 data.
+fn image_payload<'a>(text: &'a str, part: &Object) -> Option<(Payload<'a>, bool)> {
+    let blob = part.get_any(&INLINE_DATA)?;
+    let blob = scan::object_at(text, blob.value.start)?;
+    let media_type = blob
+        .get_any(&MIME_TYPE)
+        .and_then(|m| str_at(text, &m.value));
     let declared_image = media_type
         .as_ref()
         .is_some_and(|m| m.text.to_ascii_lowercase().starts_with("image/"));
-    let Some(data) = blob.data.and_then(|d| str_at(text, d)) else {
+    let data = blob.get("data");
+    let Some(at) = data.and_then(|d| str_at(text, &d.value)) else {
         return declared_image.then(|| {
-            let bytes = blob.data.map_or(0, |d| d.get().len() as u64);
+            let bytes = data.map_or(0, |d| d.value.len() as u64);
             (Payload::Opaque { bytes }, false)
         });
     };
-    Some((Payload::Base64 { data, media_type }, !declared_image))
+    Some((
+        Payload::Base64 {
+            data: at,
+            media_type,
+        },
+        !declared_image,
+    ))
 }
 
-/// Walk a Gemini body: its `model` (rarely present; the path names it) and every image.
-pub fn walk(body: &[u8]) -> Result<Walk<'_>, ParseError> {
-    let (text, parsed): (&str, Body<'_>) = parse_body(body, DIALECT)?;
-    let mut walk = Walk::new(string_value(parsed.model), TextStyle::Bare);
-    let Some(List(Some(contents))) = parsed.contents else {
-        return Ok(walk);
+/// Every image of a Gemini body, with spans (its `model` is rarely in the body: the path
+/// names it).
+pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
+    let text = doc.text;
+    let mut walk = Walk::new(doc.model.clone(), TextStyle::Bare);
+    let Some(contents) = doc
+        .top
+        .get("contents")
+        .and_then(|m| scan::array_at(text, m.value.start))
+    else {
+        return walk;
     };
-    for (ci, craw) in contents.iter().enumerate() {
-        let Ok(content) = serde_json::from_str::<Content<'_>>(craw.get()) else {
+    for (ci, cspan) in contents.iter().enumerate() {
+        let Some(parts) = scan::object_at(text, cspan.start)
+            .and_then(|c| c.get("parts").map(|p| p.value.start))
+            .and_then(|at| scan::array_at(text, at))
+        else {
             continue;
         };
-        let Some(List(Some(parts))) = content.parts else {
-            continue;
-        };
-        let parsed_parts: Vec<Option<Part<'_>>> = parts
+        let parsed: Vec<Option<Object>> = parts
             .iter()
-            .map(|p| serde_json::from_str::<Part<'_>>(p.get()).ok())
+            .map(|p| scan::object_at(text, p.start))
             .collect();
-        let responses: Vec<Option<String>> = parsed_parts
+        let responses: Vec<Option<String>> = parsed
             .iter()
             .flatten()
-            .filter_map(|p| p.function_response)
+            .filter_map(|p| p.get_any(&FUNCTION_RESPONSE))
             .map(|fr| {
-                serde_json::from_str::<FunctionResponse<'_>>(fr.get())
-                    .ok()
-                    .and_then(|f| string_value(f.name))
+                scan::object_at(text, fr.value.start)
+                    .and_then(|f| f.get("name").and_then(|n| scan::string_at(text, &n.value)))
             })
             .collect();
         let carrier = if responses.is_empty() {
@@ -139,52 +96,44 @@ pub fn walk(body: &[u8]) -> Result<Walk<'_>, ParseError> {
             Some(walk.carriers.len() - 1)
         };
         let mut images = 0usize;
-        for (pi, (praw, part)) in parts.iter().zip(&parsed_parts).enumerate() {
+        for (pi, (pspan, part)) in parts.iter().zip(&parsed).enumerate() {
             let Some(part) = part else { continue };
-            if let Some(blob) = part.inline_data {
-                if let Some((payload, needs_sniff)) = image_payload(text, blob) {
-                    images += 1;
-                    walk.sites.push(Site {
-                        path: format!("contents[{ci}].parts[{pi}]"),
-                        carrier,
-                        block: span_of(text, praw.get()).ok_or_else(internal)?,
-                        payload,
-                        keep: part
-                            .thought_signature
-                            .map(|t| ("thoughtSignature", t.get())),
-                        placement: Placement::InList,
-                        needs_sniff,
-                    });
-                }
+            if let Some((payload, needs_sniff)) = image_payload(text, part) {
+                images += 1;
+                walk.sites.push(Site {
+                    path: format!("contents[{ci}].parts[{pi}]"),
+                    carrier,
+                    block: pspan.clone(),
+                    payload,
+                    keep: part
+                        .get_any(&THOUGHT_SIGNATURE)
+                        .map(|t| ("thoughtSignature", scan::slice(text, &t.value))),
+                    placement: Placement::InList,
+                    needs_sniff,
+                });
             }
-            let Some(fr) = part.function_response else {
+            let Some(inner) = part
+                .get_any(&FUNCTION_RESPONSE)
+                .and_then(|fr| scan::object_at(text, fr.value.start))
+                .and_then(|fr| fr.get("parts").map(|p| p.value.start))
+                .and_then(|at| scan::array_at(text, at))
+            else {
                 continue;
             };
-            let Ok(fr) = serde_json::from_str::<FunctionResponse<'_>>(fr.get()) else {
-                continue;
-            };
-            let Some(List(Some(inner))) = fr.parts else {
-                continue;
-            };
-            let after = span_of(text, praw.get()).ok_or_else(internal)?.end;
+            let after = pspan.end;
             let array = walk.arrays.len();
-            let mut spans = Vec::with_capacity(inner.len());
-            for (ni, nraw) in inner.iter().enumerate() {
-                let span = span_of(text, nraw.get()).ok_or_else(internal)?;
-                spans.push(span.clone());
-                let Ok(np) = serde_json::from_str::<Part<'_>>(nraw.get()) else {
+            for (ni, nspan) in inner.iter().enumerate() {
+                let Some(np) = scan::object_at(text, nspan.start) else {
                     continue;
                 };
-                let Some((payload, needs_sniff)) =
-                    np.inline_data.and_then(|b| image_payload(text, b))
-                else {
+                let Some((payload, needs_sniff)) = image_payload(text, &np) else {
                     continue;
                 };
                 images += 1;
                 walk.sites.push(Site {
                     path: format!("contents[{ci}].parts[{pi}].functionResponse.parts[{ni}]"),
                     carrier,
-                    block: span,
+                    block: nspan.clone(),
                     payload,
                     keep: None,
                     placement: Placement::Nested {
@@ -195,13 +144,13 @@ pub fn walk(body: &[u8]) -> Result<Walk<'_>, ParseError> {
                     needs_sniff,
                 });
             }
-            walk.arrays.push(spans);
+            walk.arrays.push(inner);
         }
         if images == 0 && carrier.is_some() {
             walk.carriers.pop();
         }
     }
-    Ok(walk)
+    walk
 }
 
 #[cfg(test)]
@@ -218,7 +167,8 @@ mod tests {
           {"role":"user","parts":[{"inlineData":{"mimeType":"application/pdf","data":"JVBERi0="}}]},
           {"role":"user","parts":[{"functionResponse":{"name":"noimg","response":{}}}]}
         ]}"#;
-        let w = walk(body).unwrap();
+        let doc = crate::dialect::parse(body, crate::dialect::Dialect::Gemini).unwrap();
+        let w = walk(&doc);
         // The PDF part is listed for the image policy to sniff (it drops it: not an image).
         assert_eq!(w.sites.len(), 4);
         assert!(w.sites[3].needs_sniff && !w.sites[0].needs_sniff);

@@ -1,15 +1,16 @@
-//! One module per wire format: where images, assistant turns and usage live in its JSON.
+//! One module per wire format: where images, turns and the model live in its JSON.
 //!
-//! Bodies are read with a skimming parse: `serde_json` into borrowed structs whose leaves are
-//! `&RawValue` slices of the original text, so byte ranges of the original can be computed
-//! ([`crate::json_edit::span_of`]) and edits spliced in without re-serializing anything. Fields
-//! a module does not name are skipped (but still validated) and always preserved.
+//! A body is parsed once per run of the passes ([`parse`]: [`crate::json::parse`] and, for the
+//! dialects with a `messages` list, one scan of its turns) into a [`Doc`]. Each dialect module
+//! builds the views the policies need from that one parse: the image sites ([`image_sites`],
+//! a [`doc::Walk`]), the turns ([`doc::Turn`], for reasoning shaping) and the top-level object
+//! (parameters). Every view is byte ranges of the original text, so edits are spliced
+//! ([`crate::json::splice`]) and fields a module does not name are always preserved.
 
-use std::fmt;
-use std::marker::PhantomData;
+use std::ops::Range;
 
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
+use crate::json::{self, scan, JsonError};
+use doc::{Block, Content, Doc, StrAt, Turn, Walk};
 
 /// A request body's wire format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
@@ -51,144 +52,109 @@ pub enum ParseError {
     },
 }
 
-/// Visitor methods that map every scalar (string, number, bool, null) to `$value`.
-macro_rules! scalars_as {
-    ($value:expr) => {
-        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-    };
-}
-
 pub mod anthropic;
 pub mod doc;
 pub mod gemini;
 pub mod openai;
 pub mod responses;
 
-/// Parse `body` as a JSON object into `T`, borrowing from it. Returns the body as `&str` too
-/// (the base of every span).
+/// Parse `body` as `dialect`: the one parse of a run of the passes.
 ///
-/// Errors: invalid UTF-8 or JSON ⇒ [`ParseError::NotJson`]; valid JSON that is not an object
-/// or whose named fields have the wrong type ⇒ [`ParseError::Shape`].
-pub(crate) fn parse_body<'a, T: Deserialize<'a>>(
-    body: &'a [u8],
-    dialect: &'static str,
-) -> Result<(&'a str, T), ParseError> {
-    let text = std::str::from_utf8(body).map_err(|e| ParseError::NotJson(e.to_string()))?;
-    let first = text.bytes().find(|b| !b.is_ascii_whitespace());
-    if first != Some(b'{') {
-        return Err(match serde_json::from_str::<IgnoredAny>(text) {
-            Err(e) => ParseError::NotJson(e.to_string()),
-            Ok(_) => ParseError::Shape {
-                dialect,
-                detail: "the body is not a JSON object".to_owned(),
-            },
+/// Errors: invalid UTF-8 or JSON ⇒ [`ParseError::NotJson`]; valid JSON that is not an object,
+/// or (Anthropic Messages, OpenAI Chat) whose `messages` is neither absent, `null` nor an
+/// array of objects ⇒ [`ParseError::Shape`].
+pub(crate) fn parse(body: &[u8], dialect: Dialect) -> Result<Doc<'_>, ParseError> {
+    let shape = |detail: String| ParseError::Shape {
+        dialect: dialect.as_str(),
+        detail,
+    };
+    let parsed = json::parse(body).map_err(|e| match e {
+        JsonError::Invalid(m) => ParseError::NotJson(m),
+        JsonError::NotObject => shape("the body is not a JSON object".to_owned()),
+    })?;
+    let (text, top) = (parsed.text, parsed.top);
+    let model = top
+        .get("model")
+        .and_then(|m| scan::string_at(text, &m.value));
+    let turns = match dialect {
+        Dialect::Anthropic | Dialect::Openai => turns(text, &top).map_err(shape)?,
+        Dialect::OpenaiResponses | Dialect::Gemini => Vec::new(),
+    };
+    Ok(Doc {
+        dialect,
+        text,
+        top,
+        model,
+        turns,
+    })
+}
+
+/// The `messages` list of `top` as turns; `Err(detail)` when it has the wrong type.
+fn turns(text: &str, top: &scan::Object) -> Result<Vec<Turn>, String> {
+    let Some(messages) = top.get("messages") else {
+        return Ok(Vec::new());
+    };
+    if scan::slice(text, &messages.value) == "null" {
+        return Ok(Vec::new());
+    }
+    let elements = scan::array_at(text, messages.value.start)
+        .ok_or_else(|| "invalid type for messages: expected an array".to_owned())?;
+    let mut out = Vec::with_capacity(elements.len());
+    for (index, el) in elements.iter().enumerate() {
+        let obj = scan::object_at(text, el.start)
+            .ok_or_else(|| format!("messages[{index}] is not an object"))?;
+        let role = obj
+            .get("role")
+            .and_then(|m| scan::string_at(text, &m.value));
+        let content = obj.get("content").and_then(|c| {
+            let blocks = scan::array_at(text, c.value.start)?;
+            Some(Content {
+                value: c.value.clone(),
+                blocks: blocks.into_iter().map(|r| block(text, r)).collect(),
+            })
+        });
+        out.push(Turn {
+            index,
+            obj,
+            role,
+            content,
         });
     }
-    match serde_json::from_str::<T>(text) {
-        Ok(v) => Ok((text, v)),
-        Err(e) if e.classify() == serde_json::error::Category::Data => {
-            // A type mismatch may hide a syntax error later in the body: report that first.
-            match serde_json::from_str::<IgnoredAny>(text) {
-                Err(syntax) => Err(ParseError::NotJson(syntax.to_string())),
-                Ok(_) => Err(ParseError::Shape {
-                    dialect,
-                    detail: e.to_string(),
-                }),
-            }
-        }
-        Err(e) => Err(ParseError::NotJson(e.to_string())),
+    Ok(out)
+}
+
+/// One element of a content list.
+pub(crate) fn block(text: &str, span: Range<usize>) -> Block {
+    let obj = scan::object_at(text, span.start);
+    let kind = obj.as_ref().and_then(|o| kind(text, o));
+    Block { span, obj, kind }
+}
+
+/// An object's `type`, decoded.
+pub(crate) fn kind(text: &str, obj: &scan::Object) -> Option<String> {
+    obj.get("type")
+        .and_then(|m| scan::string_at(text, &m.value))
+}
+
+/// Every image of `doc`, with spans: the view the image passes work on.
+pub(crate) fn image_sites<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a> {
+    match doc.dialect {
+        Dialect::Anthropic => anthropic::walk(doc),
+        Dialect::Openai => openai::walk(doc, agent_images_in_user_turns),
+        Dialect::OpenaiResponses => responses::walk(doc, agent_images_in_user_turns),
+        Dialect::Gemini => gemini::walk(doc),
     }
 }
 
-/// The text between the quotes of a raw JSON string (escapes left as sent); `None` when `raw`
-/// is not a string.
-pub(crate) fn raw_str(raw: &RawValue) -> Option<&str> {
-    raw.get()
-        .strip_prefix('"')
-        .and_then(|s| s.strip_suffix('"'))
-}
-
-/// A raw JSON string's text and its span inside `base` (between the quotes); `None` when `raw`
-/// is not a string or does not point into `base`.
-pub(crate) fn str_at<'a>(base: &'a str, raw: &'a RawValue) -> Option<doc::StrAt<'a>> {
-    let text = raw_str(raw)?;
-    let span = crate::json_edit::span_of(base, text)?;
-    Some(doc::StrAt { text, span })
-}
-
-/// True when `raw` is the JSON string `s` (written without escapes).
-pub(crate) fn raw_is(raw: Option<&RawValue>, s: &str) -> bool {
-    raw.and_then(raw_str) == Some(s)
-}
-
-/// The decoded value of a raw JSON string; `None` when absent or not a string.
-pub(crate) fn string_value(raw: Option<&RawValue>) -> Option<String> {
-    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
-}
-
-/// A `content` field: `Some(elements)` when it is an array, `None` for a string, `null` or
-/// anything else. Never fails on the value's type (only when an element fails).
-#[derive(Debug)]
-pub(crate) struct List<T>(pub Option<Vec<T>>);
-
-/// A `content` array with each element kept raw (so its span can be taken).
-pub(crate) type Items<'a> = List<&'a RawValue>;
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for List<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ListVisitor(PhantomData))
-    }
-}
-
-struct ListVisitor<T>(PhantomData<T>);
-
-impl<'de, T: Deserialize<'de>> Visitor<'de> for ListVisitor<T> {
-    type Value = List<T>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(item) = seq.next_element::<T>()? {
-            items.push(item);
-        }
-        Ok(List(Some(items)))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        drain_map(map)?;
-        Ok(List(None))
-    }
-    scalars_as!(List(None));
-}
-
-/// Skip the rest of a map.
-pub(crate) fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-    Ok(())
-}
-
-/// Skip the rest of a sequence.
-pub(crate) fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
-    while seq.next_element::<IgnoredAny>()?.is_some() {}
-    Ok(())
+/// A JSON string value at `range` of `text`: its text as sent (escapes kept) and the span of
+/// that text (between the quotes); `None` when the value is not a string.
+pub(crate) fn str_at<'a>(text: &'a str, range: &Range<usize>) -> Option<StrAt<'a>> {
+    let raw = text.get(range.clone())?;
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    Some(StrAt {
+        text: inner,
+        span: range.start + 1..range.end - 1,
+    })
 }
 
 /// The most of a provider's 4xx body that is read to learn from it (unknown-field verdicts,
@@ -203,26 +169,55 @@ mod tests {
 
     #[test]
     fn parse_errors_are_classified() {
-        let r: Result<(&str, IgnoredAny), _> = parse_body(b"{\"model\": \"x\"", "t");
+        let r = parse(b"{\"model\": \"x\"", Dialect::Gemini);
         assert!(matches!(r, Err(ParseError::NotJson(_))));
-        let r: Result<(&str, IgnoredAny), _> = parse_body(b"[1,2]", "t");
+        let r = parse(b"[1,2]", Dialect::Gemini);
         assert!(matches!(r, Err(ParseError::Shape { .. })));
-        let r: Result<(&str, IgnoredAny), _> = parse_body(b"[1,2", "t");
+        let r = parse(b"[1,2", Dialect::Gemini);
         assert!(matches!(r, Err(ParseError::NotJson(_))));
-        let r: Result<(&str, IgnoredAny), _> = parse_body(b"\xff{}", "t");
+        let r = parse(b"\xff{}", Dialect::Gemini);
         assert!(matches!(r, Err(ParseError::NotJson(_))));
-        let r: Result<(&str, IgnoredAny), _> = parse_body(b"", "t");
+        let r = parse(b"", Dialect::Gemini);
         assert!(matches!(r, Err(ParseError::NotJson(_))));
+        for body in [
+            &br#"{"messages":"x"}"#[..],
+            br#"{"messages":[1]}"#,
+            br#"{"messages":{}}"#,
+        ] {
+            assert!(matches!(
+                parse(body, Dialect::Openai),
+                Err(ParseError::Shape { .. })
+            ));
+            assert!(parse(body, Dialect::Gemini).is_ok());
+        }
     }
 
     #[test]
-    fn items_never_fail() {
-        for v in ["1", "\"s\"", "null", "true", "{\"a\":[1]}", "2.5", "-3"] {
-            let items: Items<'_> = serde_json::from_str(v).unwrap();
-            assert!(items.0.is_none(), "{v}");
-        }
-        let items: Items<'_> = serde_json::from_str("[1, {\"a\":2}]").unwrap();
-        let got: Vec<&str> = items.0.unwrap().iter().map(|r| r.get()).collect();
-        assert_eq!(got, vec!["1", "{\"a\":2}"]);
+    fn turns_and_model() {
+        let d = parse(
+            br#"{"model":"m\u0031","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"a"},7]}]}"#,
+            Dialect::Anthropic,
+        )
+        .unwrap();
+        assert_eq!(d.model.as_deref(), Some("m1"));
+        assert_eq!(d.turns.len(), 2);
+        assert!(d.turns[0].content.is_none());
+        let c = d.turns[1].content.as_ref().unwrap();
+        assert_eq!(c.blocks[0].kind.as_deref(), Some("text"));
+        assert!(c.blocks[1].obj.is_none());
+        assert!(parse(br#"{"messages":null}"#, Dialect::Openai)
+            .unwrap()
+            .turns
+            .is_empty());
+    }
+
+    #[test]
+    fn strings_at() {
+        let t = r#"{"a":"x\"y","b":5}"#;
+        let top = scan::object_at(t, 0).unwrap();
+        let at = str_at(t, &top.members[0].value).unwrap();
+        assert_eq!(at.text, r#"x\"y"#);
+        assert_eq!(&t[at.span], r#"x\"y"#);
+        assert!(str_at(t, &top.members[1].value).is_none());
     }
 }

@@ -9,105 +9,81 @@
 //!   `file_id` images are counted, never fetched.
 //! - Replacement texts are `{"type":"input_text","text":…}` (valid in both places).
 
-use serde_json::value::RawValue;
+use super::doc::{Doc, TextStyle, Walk};
+use super::kind;
+use super::openai::{agent_label, image_site, text_len};
+use crate::json::scan;
 
-use super::openai::{agent_label, Part};
-use super::{parse_body, raw_is, string_value, Items, List};
-use crate::dialect::doc::{TextStyle, Walk};
-use crate::dialect::ParseError;
-
-const DIALECT: &str = "openai-responses";
-
-#[derive(serde::Deserialize)]
-struct Body<'a> {
-    #[serde(borrow, default)]
-    model: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    input: Option<Items<'a>>,
-}
-
-#[derive(serde::Deserialize)]
-struct Item<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    role: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    call_id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    content: Option<Items<'a>>,
-    #[serde(borrow, default)]
-    output: Option<Items<'a>>,
-}
-
-fn internal() -> ParseError {
-    ParseError::Shape {
-        dialect: DIALECT,
-        detail: "internal: a part does not point into the body".to_owned(),
-    }
-}
-
-/// Walk an OpenAI Responses body: its `model` and every `input_image`, with spans.
-pub fn walk(body: &[u8], agent_images_in_user_turns: bool) -> Result<Walk<'_>, ParseError> {
-    let (text, parsed): (&str, Body<'_>) = parse_body(body, DIALECT)?;
-    let mut walk = Walk::new(string_value(parsed.model), TextStyle::InputText);
-    let Some(List(Some(items))) = parsed.input else {
-        return Ok(walk);
+/// Every `input_image` of an OpenAI Responses body, with spans.
+pub(crate) fn walk<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a> {
+    let text = doc.text;
+    let mut walk = Walk::new(doc.model.clone(), TextStyle::InputText);
+    let Some(items) = doc
+        .top
+        .get("input")
+        .and_then(|m| scan::array_at(text, m.value.start))
+    else {
+        return walk;
     };
     let mut after_output = false;
-    for (ii, raw) in items.iter().enumerate() {
-        let Ok(item) = serde_json::from_str::<Item<'_>>(raw.get()) else {
+    for (ii, span) in items.iter().enumerate() {
+        let Some(item) = scan::object_at(text, span.start) else {
             after_output = false;
             continue;
         };
-        let is_output = raw_is(item.kind, "function_call_output");
+        let is_output = kind(text, &item).as_deref() == Some("function_call_output");
         let was_after_output = after_output;
         after_output = is_output;
-        let (parts, field) = if is_output {
-            (item.output.as_ref(), "output")
-        } else {
-            (item.content.as_ref(), "content")
-        };
-        let Some(List(Some(parts))) = parts else {
+        let field = if is_output { "output" } else { "content" };
+        let Some(parts) = item
+            .get(field)
+            .and_then(|m| scan::array_at(text, m.value.start))
+        else {
             continue;
         };
         let mut images = Vec::new();
         let mut only_images_and_text = true;
-        let mut text_len = 0usize;
-        for (pi, praw) in parts.iter().enumerate() {
-            let Ok(part) = serde_json::from_str::<Part<'_>>(praw.get()) else {
+        let mut text_len_sum = 0usize;
+        for (pi, pspan) in parts.into_iter().enumerate() {
+            let Some(part) = scan::object_at(text, pspan.start) else {
                 only_images_and_text = false;
                 continue;
             };
-            if raw_is(part.kind, "input_image") {
-                let path = format!("input[{ii}].{field}[{pi}]");
-                images.push(part.image_site(text, praw, path).ok_or_else(internal)?);
-            } else if raw_is(part.kind, "input_text") {
-                text_len += part.text_len();
-            } else {
-                only_images_and_text = false;
+            match kind(text, &part).as_deref() {
+                Some("input_image") => {
+                    let path = format!("input[{ii}].{field}[{pi}]");
+                    images.push(image_site(text, &part, pspan, path));
+                }
+                Some("input_text") => text_len_sum += text_len(text, &part),
+                _ => only_images_and_text = false,
             }
         }
         if images.is_empty() {
             continue;
         }
-        let is_user = raw_is(item.role, "user");
+        let is_user = item
+            .get("role")
+            .and_then(|m| scan::string_at(text, &m.value))
+            .as_deref()
+            == Some("user");
         let label = agent_label(
             is_output,
             || {
-                string_value(item.call_id).map_or_else(
-                    || "function_call_output".to_owned(),
-                    |id| format!("call_id {id}"),
-                )
+                item.get("call_id")
+                    .and_then(|m| scan::string_at(text, &m.value))
+                    .map_or_else(
+                        || "function_call_output".to_owned(),
+                        |id| format!("call_id {id}"),
+                    )
             },
             is_user && agent_images_in_user_turns && was_after_output,
             only_images_and_text,
-            text_len,
+            text_len_sum,
         );
         let carrier = label.map(|label| walk.push_carrier(format!("input[{ii}]"), Some(label)));
         walk.extend_sites(images, carrier);
     }
-    Ok(walk)
+    walk
 }
 
 #[cfg(test)]
@@ -127,7 +103,8 @@ mod tests {
           {"type":"message","role":"user","content":[{"type":"input_image","file_id":"file_1"}]},
           7
         ]}"#;
-        let w = walk(body, true).unwrap();
+        let doc = crate::dialect::parse(body, crate::dialect::Dialect::OpenaiResponses).unwrap();
+        let w = walk(&doc, true);
         assert_eq!(w.model.as_deref(), Some("gpt-5"));
         assert_eq!(w.sites.len(), 4);
         assert_eq!(w.sites[0].carrier, None);
@@ -139,12 +116,13 @@ mod tests {
         assert_eq!(w.sites[2].payload, Payload::Opaque { bytes: 15 });
         assert_eq!(w.sites[3].carrier, None);
         assert_eq!(w.sites[3].payload, Payload::Opaque { bytes: 0 });
-        let w = walk(body, false).unwrap();
+        let w = walk(&doc, false);
         assert_eq!(w.sites[2].carrier, None);
-        assert_eq!(walk(br#"{"input":"hi"}"#, true).unwrap().sites.len(), 0);
-        assert!(matches!(
-            walk(br#"{"input":[1"#, true),
-            Err(ParseError::NotJson(_))
-        ));
+        let doc = crate::dialect::parse(
+            br#"{"input":"hi"}"#,
+            crate::dialect::Dialect::OpenaiResponses,
+        )
+        .unwrap();
+        assert_eq!(walk(&doc, true).sites.len(), 0);
     }
 }

@@ -5,8 +5,6 @@
 //! against the payload's magic bytes and answers 400 on a mismatch
 //! (`docs/images.md#anthropic-limits`).
 
-use base64::Engine as _;
-
 /// A raster or vector format, as sniffed from the first bytes of an image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Format {
@@ -296,6 +294,7 @@ mod tests {
 
     #[test]
     fn base64_prefixes() {
+        use base64::Engine as _;
         let b64 = base64::engine::general_purpose::STANDARD.encode([0xFFu8; 300]);
         assert!(b64.contains('/'));
         let escaped = b64.replace('/', "\\/");

@@ -15,7 +15,7 @@ pub mod probe;
 pub mod profile;
 pub mod recovery;
 
-use crate::json_edit::Edit;
+use crate::json::Edit;
 use policy::{Limits, Load};
 
 /// An image-bearing tool result: its images are counted as blocks and retired together.

@@ -17,7 +17,6 @@
 //! saves time. Any image that cannot be decoded is forwarded as sent (fail open).
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
@@ -31,7 +30,7 @@ use crate::images::policy::Limits;
 use crate::images::profile::ImageProfile;
 use crate::images::recovery::ImageRejectionKind;
 use crate::images::{evict, Carrier, Inventory};
-use crate::json_edit::Edit;
+use crate::json::edit::{removal_edits, Edit};
 use crate::texts;
 
 /// Hard per-image byte cap after a "too large" rejection without a stated pixel cap, bytes of
@@ -664,43 +663,6 @@ fn render(walk: &Walk<'_>, states: &[State]) -> Vec<Edit> {
     edits
 }
 
-/// Deletion edits removing elements `idx` (sorted) from an array whose element spans are
-/// `spans`, commas included, so the array stays valid JSON.
-fn removal_edits(spans: &[Range<usize>], idx: &[usize]) -> Vec<Edit> {
-    let n = spans.len();
-    let is_removed = |i: usize| idx.binary_search(&i).is_ok();
-    let del = |r: Range<usize>| Edit {
-        range: r,
-        replacement: Vec::new(),
-    };
-    if n == 0 || idx.is_empty() {
-        return Vec::new();
-    }
-    if (0..n).all(is_removed) {
-        return vec![del(spans[0].start..spans[n - 1].end)];
-    }
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < n {
-        if !is_removed(i) {
-            i += 1;
-            continue;
-        }
-        let a = i;
-        while i + 1 < n && is_removed(i + 1) {
-            i += 1;
-        }
-        let b = i;
-        if a > 0 {
-            out.push(del(spans[a - 1].end..spans[b].end));
-        } else {
-            out.push(del(spans[0].start..spans[b + 1].start));
-        }
-        i += 1;
-    }
-    out
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -708,20 +670,21 @@ mod tests {
 
     #[test]
     fn removals_keep_the_array_valid() {
+        use std::ops::Range;
         let text = "[1, 2 ,3,4]";
         let spans: Vec<Range<usize>> = vec![1..2, 4..5, 7..8, 9..10];
         let apply = |idx: &[usize]| {
             String::from_utf8(
-                crate::json_edit::splice(text.as_bytes(), removal_edits(&spans, idx)).unwrap(),
+                crate::json::splice(text.as_bytes(), removal_edits(&spans, idx)).unwrap(),
             )
             .unwrap()
         };
         assert_eq!(apply(&[0]), "[2 ,3,4]");
         assert_eq!(apply(&[0, 1]), "[3,4]");
-        assert_eq!(apply(&[1]), "[1 ,3,4]");
-        assert_eq!(apply(&[1, 2]), "[1,4]");
+        assert_eq!(apply(&[1]), "[1, 3,4]");
+        assert_eq!(apply(&[1, 2]), "[1, 4]");
         assert_eq!(apply(&[3]), "[1, 2 ,3]");
-        assert_eq!(apply(&[0, 2]), "[2,4]");
+        assert_eq!(apply(&[0, 2]), "[2 ,4]");
         assert_eq!(apply(&[0, 1, 2, 3]), "[]");
         for idx in [&[0usize][..], &[0, 1], &[1, 3], &[0, 3], &[2, 3]] {
             let out = apply(idx);
@@ -739,7 +702,8 @@ mod tests {
         use crate::images::Inventory;
 
         fn inventory(body: &[u8]) -> Result<(Option<String>, Inventory), ParseError> {
-            let walk = crate::dialect::anthropic::walk(body)?;
+            let doc = crate::dialect::parse(body, crate::dialect::Dialect::Anthropic)?;
+            let walk = crate::dialect::anthropic::walk(&doc);
             Ok((walk.model.clone(), plain_inventory(&walk)))
         }
 
@@ -806,7 +770,8 @@ mod tests {
             body: &[u8],
             agent_images_in_user_turns: bool,
         ) -> Result<(Option<String>, Inventory), ParseError> {
-            let walk = crate::dialect::openai::walk(body, agent_images_in_user_turns)?;
+            let doc = crate::dialect::parse(body, crate::dialect::Dialect::Openai)?;
+            let walk = crate::dialect::openai::walk(&doc, agent_images_in_user_turns);
             Ok((walk.model.clone(), plain_inventory(&walk)))
         }
 

@@ -6,22 +6,23 @@
 //!   upstream path and the request's model into a [`ResolvedRoute`]: the carriers sent on the
 //!   OpenAI Chat wire, the must-echo family, the Anthropic-wire [`ThinkingRoute`], and the
 //!   keep-thinking flag. Sources: `docs/providers.md`, `docs/reasoning.md`.
-//! - [`shape`]: the shaping pass, [`shape_request`], run after the image passes and eviction.
+//! - [`shape`]: the shaping pass, a policy over the body's one view that returns edits; the
+//!   pipeline ([`crate::rewrite`]) runs it after the image passes, on the same parse.
 //! - [`unknown_field`]: [`detect`], which reads a 4xx and says which sent fields the provider
 //!   called unknown (widened), or nothing.
 //!
 //! How the server uses them, per request:
 //! 1. `route = for_request(&route.provider, upstream_path, model)`.
 //! 2. `omit` = the verdict store's fields for (upstream host, model as sent, case kept).
-//! 3. `shape_request(&ShapeContext { dialect, route: &route, omit: &omit, droppable_params,
-//!    first_changed_byte, anthropic_beta }, body)`: forward `body.unwrap_or(input)`, apply
-//!    `set_headers`, log `reasons` / `counts`.
+//! 3. `shape(&ShapeContext { dialect, route: &route, omit: &omit, droppable_params,
+//!    first_changed_byte, anthropic_beta }, &doc)` (in the pipeline): its edits are spliced
+//!    with the image passes' edits; apply `set_headers`, log `reasons` / `counts`.
 //! 4. On a 4xx: `detect(status, error_body, sent_body, &route, droppable_params)`. When it
 //!    returns fields not already in `omit`: store them, add them to `omit`, shape the
 //!    pre-shaping body again, and send once more. Otherwise pass the error through.
 
 pub mod profiles;
-mod scan;
+
 pub mod shape;
 pub mod unknown_field;
 
@@ -30,7 +31,5 @@ pub use profiles::{
     EchoFamily, KeepThinking, MatchedBy, ResolvedRoute, ThinkingRoute, BINDING_BETA,
     KEEP_THINKING_PARAMS,
 };
-pub use shape::{
-    merge_beta, shape_request, ShapeContext, ShapeCounts, ShapeOutcome, ECHO_PAD, EMPTY_TURN_TEXT,
-};
+pub use shape::{merge_beta, shape_request, ShapeContext, ShapeCounts, ShapeOutcome, Shaped};
 pub use unknown_field::{detect, Detected, WORDINGS};

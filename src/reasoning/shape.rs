@@ -3,9 +3,11 @@
 //! learned verdicts, drop learned-unknown top-level parameters, add keep-thinking flags, and on the
 //! Anthropic wire replay or strip signed thinking per the route.
 //!
-//! Pure and deterministic. Edits are spliced into the original bytes
-//! ([`crate::json_edit::splice`]): an assistant turn that already matches stays
-//! byte-identical, and a body with nothing to change gives `body: None`.
+//! Pure and deterministic. A policy over the body's one view ([`crate::dialect::doc::Doc`]:
+//! its top-level object and turns): it returns edits of the original bytes, which the
+//! pipeline splices together with the image passes' edits ([`crate::json::splice`]). An
+//! assistant turn that already matches stays byte-identical, and a body with nothing to change
+//! gives no edit.
 //!
 //! OpenAI Chat, per assistant message (`docs/reasoning.md#shaping-an-assistant-turn`, made minimal:
 //! a carrier that is already right is never rewritten, and reasoning is copied between carriers
@@ -45,30 +47,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
-use serde::de::IgnoredAny;
-
 use super::profiles::{
     Carrier, EchoFamily, KeepThinking, ResolvedRoute, ThinkingRoute, BINDING_BETA,
     KEEP_THINKING_PARAMS,
 };
-use super::scan::{self, Object};
-use crate::dialect::Dialect;
-use crate::dialect::ParseError;
-use crate::json_edit::{splice, Edit};
+use crate::dialect::doc::Doc;
+use crate::dialect::{Dialect, ParseError};
+use crate::json::scan::{self, Object};
+use crate::json::Edit;
 use crate::state::FieldSet;
-
-/// Text of the block that replaces an assistant turn left empty by stripping its thinking
-/// (the Hermes agent uses the same placeholder, `docs/reasoning.md#thinking-routes`). Fixed: the
-/// prefix cache depends on it.
-pub const EMPTY_TURN_TEXT: &str = "(empty)";
-
-/// The must-echo pad: one space, never `""` (DeepSeek V4 rejects the empty string, #17341).
-pub const ECHO_PAD: &str = " ";
+use crate::texts::{ECHO_PAD, EMPTY_TURN_TEXT};
 
 /// Top-level keys never removed, whatever `droppable_params` says: they are the request.
 const PROTECTED_PARAMS: [&str; 5] = ["model", "messages", "contents", "input", "system"];
 
-/// Inputs of [`shape_request`] besides the body.
+/// Inputs of [`shape`] besides the body.
 #[derive(Debug, Clone, Copy)]
 pub struct ShapeContext<'a> {
     /// The body's wire format.
@@ -81,14 +74,14 @@ pub struct ShapeContext<'a> {
     pub omit: &'a FieldSet,
     /// `[reasoning] droppable_params`.
     pub droppable_params: &'a [String],
-    /// Earliest byte of `body` that earlier passes changed vs the client's original;
-    /// `None` = unchanged.
+    /// Lowest byte offset of the original body that the image passes' edits touch; `None`
+    /// when they made none.
     pub first_changed_byte: Option<usize>,
     /// The request's `anthropic-beta` header, if any.
     pub anthropic_beta: Option<&'a str>,
 }
 
-/// What [`shape_request`] did, as counts (for `x-cachekeeper-rewrites` and the log line).
+/// What [`shape`] did, as counts (for `x-cachekeeper-rewrites` and the log line).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ShapeCounts {
     /// Carrier fields removed from assistant messages / tool calls.
@@ -109,11 +102,12 @@ pub struct ShapeCounts {
     pub binding_set: bool,
 }
 
-/// Result of [`shape_request`].
+/// What [`shape`] decided: edits of the original body (spliced by the pipeline together with
+/// the image passes' edits), headers, reasons and counts.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ShapeOutcome {
-    /// `None`: nothing changed, forward the input bytes.
-    pub body: Option<Vec<u8>>,
+pub struct Shaped {
+    /// Edits of the original body; empty when nothing changes.
+    pub edits: Vec<Edit>,
     /// Headers to set on the upstream request (replacing any value the request had), e.g.
     /// `anthropic-beta` merged with [`BINDING_BETA`].
     pub set_headers: Vec<(String, String)>,
@@ -122,73 +116,66 @@ pub struct ShapeOutcome {
     pub counts: ShapeCounts,
 }
 
-/// Run the shaping pass on `body` (the output of the earlier passes).
+/// What [`shape_request`] made of a body.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ShapeOutcome {
+    /// `None`: nothing changed, forward the input bytes.
+    pub body: Option<Vec<u8>>,
+    /// Headers to set on the upstream request.
+    pub set_headers: Vec<(String, String)>,
+    /// One human-readable line per change.
+    pub reasons: Vec<String>,
+    pub counts: ShapeCounts,
+}
+
+/// Shaping alone on `body` (its own parse and splice), for tests and tools; the pipeline
+/// runs [`shape`] over its one parse instead.
 ///
-/// Errors: the body is not JSON or not an object ([`ParseError`]); the server then forwards
-/// the bytes it has.
+/// Errors: the body is not JSON or not of `ctx.dialect`'s shape ([`ParseError`]).
 pub fn shape_request(ctx: &ShapeContext<'_>, body: &[u8]) -> Result<ShapeOutcome, ParseError> {
-    let (text, _): (&str, IgnoredAny) = crate::dialect::parse_body(body, ctx.dialect.as_str())?;
-    let Some(top) = scan::object_at(text, 0) else {
-        return Err(ParseError::Shape {
-            dialect: ctx.dialect.as_str(),
-            detail: "the body could not be scanned".to_owned(),
-        });
-    };
+    let doc = crate::dialect::parse(body, ctx.dialect)?;
+    let s = shape(ctx, &doc);
+    let new = crate::json::splice(body, s.edits).map_err(|e| ParseError::Shape {
+        dialect: ctx.dialect.as_str(),
+        detail: e.to_string(),
+    })?;
+    Ok(ShapeOutcome {
+        body: (new != body).then_some(new),
+        set_headers: s.set_headers,
+        reasons: s.reasons,
+        counts: s.counts,
+    })
+}
+
+/// Run the shaping pass over `doc` (the body's one parse; `ctx.dialect` is its dialect).
+pub(crate) fn shape(ctx: &ShapeContext<'_>, doc: &Doc<'_>) -> Shaped {
+    let top = &doc.top;
     let mut s = Shaper {
-        text,
+        text: doc.text,
+        doc,
         ctx,
         edits: Vec::new(),
         reasons: Vec::new(),
         counts: ShapeCounts::default(),
         set_headers: Vec::new(),
     };
-    let removed_top = s.drop_params(&top);
+    let removed_top = s.drop_params(top);
     match ctx.dialect {
         Dialect::Openai => {
-            s.shape_chat(&top);
-            s.keep_thinking(&top, &removed_top);
+            s.shape_chat(top);
+            s.keep_thinking(top, &removed_top);
         }
         Dialect::Anthropic => {
-            let signed = s.shape_anthropic(&top);
-            s.binding(&top, &signed, &removed_top);
+            let signed = s.shape_anthropic();
+            s.binding(top, &signed, &removed_top);
         }
         Dialect::OpenaiResponses | Dialect::Gemini => {}
     }
-    let Shaper {
-        edits,
-        reasons,
-        counts,
-        set_headers,
-        ..
-    } = s;
-    if edits.is_empty() {
-        return Ok(ShapeOutcome {
-            body: None,
-            set_headers,
-            reasons,
-            counts,
-        });
-    }
-    match splice(body, edits) {
-        Ok(new_body) if new_body != body => Ok(ShapeOutcome {
-            body: Some(new_body),
-            set_headers,
-            reasons,
-            counts,
-        }),
-        Ok(_) => Ok(ShapeOutcome {
-            body: None,
-            set_headers,
-            reasons,
-            counts,
-        }),
-        Err(e) => Ok(ShapeOutcome {
-            // Cannot happen for ranges taken from one scan; forward the input if it does.
-            body: None,
-            set_headers: Vec::new(),
-            reasons: vec![format!("reasoning shaping skipped: {e}")],
-            counts: ShapeCounts::default(),
-        }),
+    Shaped {
+        edits: s.edits,
+        set_headers: s.set_headers,
+        reasons: s.reasons,
+        counts: s.counts,
     }
 }
 
@@ -202,6 +189,7 @@ enum Action {
 
 struct Shaper<'t, 'c> {
     text: &'t str,
+    doc: &'c Doc<'t>,
     ctx: &'c ShapeContext<'c>,
     edits: Vec<Edit>,
     reasons: Vec<String>,
@@ -327,26 +315,15 @@ impl Shaper<'_, '_> {
 
     fn shape_chat(&mut self, top: &Object) {
         let text = self.text;
-        let Some(messages) = top.get("messages") else {
-            return;
-        };
-        let Some(elements) = scan::array_at(text, messages.value.start) else {
-            return;
-        };
         let has_tools = top
             .get("tools")
             .and_then(|m| scan::array_at(text, m.value.start))
             .is_some_and(|a| !a.is_empty());
         let eff = self.effective();
-        for (i, el) in elements.iter().enumerate() {
-            let Some(msg) = scan::object_at(text, el.start) else {
-                continue;
-            };
-            let role = msg
-                .get("role")
-                .and_then(|m| scan::string_at(text, &m.value));
-            if role.as_deref() == Some("assistant") {
-                self.shape_assistant(i, &msg, &eff, has_tools);
+        let doc = self.doc;
+        for turn in &doc.turns {
+            if turn.role.as_deref() == Some("assistant") {
+                self.shape_assistant(turn.index, &turn.obj, &eff, has_tools);
             }
         }
     }
@@ -585,35 +562,21 @@ impl Shaper<'_, '_> {
 
     /// Strip or keep thinking blocks; take `cache_control` off them. Returns the byte ranges
     /// of the signed thinking blocks left in the body.
-    fn shape_anthropic(&mut self, top: &Object) -> Vec<Range<usize>> {
+    fn shape_anthropic(&mut self) -> Vec<Range<usize>> {
         let text = self.text;
         let mut signed = Vec::new();
-        let Some(messages) = top.get("messages") else {
-            return signed;
-        };
-        let Some(elements) = scan::array_at(text, messages.value.start) else {
-            return signed;
-        };
         let strip = self.ctx.route.thinking == ThinkingRoute::StripThirdParty;
-        for (i, el) in elements.iter().enumerate() {
-            let Some(msg) = scan::object_at(text, el.start) else {
+        let doc = self.doc;
+        for turn in &doc.turns {
+            let i = turn.index;
+            let Some(content) = &turn.content else {
                 continue;
             };
-            let Some(content) = msg.get("content") else {
-                continue;
-            };
-            let Some(blocks) = scan::array_at(text, content.value.start) else {
-                continue;
-            };
-            let mut parsed: Vec<(Range<usize>, Option<Object>, Option<String>)> = Vec::new();
-            for b in &blocks {
-                let obj = scan::object_at(text, b.start);
-                let kind = obj
-                    .as_ref()
-                    .and_then(|o| o.get("type"))
-                    .and_then(|m| scan::string_at(text, &m.value));
-                parsed.push((b.clone(), obj, kind));
-            }
+            let parsed: Vec<(Range<usize>, Option<Object>, Option<String>)> = content
+                .blocks
+                .iter()
+                .map(|b| (b.span.clone(), b.obj.clone(), b.kind.clone()))
+                .collect();
             let is_thinking =
                 |k: &Option<String>| matches!(k.as_deref(), Some("thinking" | "redacted_thinking"));
             if !parsed.iter().any(|(_, _, k)| is_thinking(k)) {
@@ -699,7 +662,7 @@ impl Shaper<'_, '_> {
                 continue;
             }
             let spans: Vec<Range<usize>> = parsed.iter().map(|(r, _, _)| r.clone()).collect();
-            let ranges = scan::removal_ranges(&spans, &strip_idx);
+            let ranges = crate::json::edit::removal_ranges(&spans, &strip_idx);
             self.remove(ranges);
             if let Some(cc) = moved_marker {
                 if let Some((_, Some(tobj), _)) = target.and_then(|t| parsed.get(t)) {

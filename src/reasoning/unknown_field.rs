@@ -40,7 +40,7 @@ use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use super::profiles::{ResolvedRoute, KEEP_THINKING_PARAMS};
-use super::scan;
+use crate::json::scan;
 use crate::state::{Field, FieldSet, MAX_WORDING_CHARS};
 
 /// Unknown-field phrases (lowercase), with their sources in `docs/reasoning.md#wordings`.

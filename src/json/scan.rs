@@ -1,7 +1,7 @@
-//! A byte-offset scanner over JSON text that is already known to be valid (validated once with
-//! `serde_json` before any scan): it lists an object's members and an array's elements with
-//! their byte ranges in the original body, so edits can be spliced
-//! ([`crate::json_edit::splice`]) without re-serializing anything.
+//! The one span scanner: a byte-offset scanner over JSON text that is already known to be
+//! valid (validated once by [`super::parse`] before any scan). It lists an object's members and
+//! an array's elements with their byte ranges in the original body, so edits can be spliced
+//! ([`super::edit::splice`]) without re-serializing anything.
 //!
 //! Every function is total: on text that is not what it expects it returns `None` instead of
 //! panicking, so a scanner bug can only make a pass skip a body, never crash the proxy.
@@ -35,6 +35,20 @@ impl Object {
         self.members.iter().rev().find(|m| m.key == key)
     }
 
+    /// The first member named `key`.
+    pub fn first(&self, key: &str) -> Option<&Member> {
+        self.members.iter().find(|m| m.key == key)
+    }
+
+    /// The last member named any of `keys` (a field with an alias, e.g. Gemini's
+    /// `inlineData` / `inline_data`).
+    pub fn get_any(&self, keys: &[&str]) -> Option<&Member> {
+        self.members
+            .iter()
+            .rev()
+            .find(|m| keys.contains(&m.key.as_str()))
+    }
+
     /// Indexes of every member named `key`.
     pub fn indexes_of(&self, key: &str) -> Vec<usize> {
         self.members
@@ -53,7 +67,7 @@ impl Object {
             .iter()
             .map(|m| m.key_start..m.value.end)
             .collect();
-        removal_ranges(&spans, indexes)
+        super::edit::removal_ranges(&spans, indexes)
     }
 
     /// Where to insert a new member so it comes last, and whether it needs a leading comma.
@@ -123,42 +137,6 @@ fn skip_value(b: &[u8], i: usize) -> Option<usize> {
             (j > i).then_some(j)
         }
     }
-}
-
-/// Byte ranges that remove the items (object members or array elements, each given by its
-/// span) at `indexes` together with their separating commas, leaving valid JSON. Consecutive
-/// removed items are merged into one range; the ranges never overlap.
-pub(crate) fn removal_ranges(items: &[Range<usize>], indexes: &[usize]) -> Vec<Range<usize>> {
-    let mut idx: Vec<usize> = indexes
-        .iter()
-        .copied()
-        .filter(|i| *i < items.len())
-        .collect();
-    idx.sort_unstable();
-    idx.dedup();
-    let mut runs: Vec<(usize, usize)> = Vec::new();
-    for i in idx {
-        match runs.last_mut() {
-            Some((_, end)) if *end + 1 == i => *end = i,
-            _ => runs.push((i, i)),
-        }
-    }
-    let mut out = Vec::with_capacity(runs.len());
-    for (a, b) in runs {
-        let (Some(first), Some(last)) = (items.get(a), items.get(b)) else {
-            continue;
-        };
-        if let Some(next) = items.get(b + 1) {
-            // Remove through the start of the next kept item (eats the comma after the run).
-            out.push(first.start..next.start);
-        } else if let Some(prev) = a.checked_sub(1).and_then(|p| items.get(p)) {
-            // The run reaches the end: eat the comma after the kept item before it.
-            out.push(prev.end..last.end);
-        } else {
-            out.push(first.start..last.end);
-        }
-    }
-    out
 }
 
 /// Decode a JSON string literal (with quotes).
@@ -261,7 +239,7 @@ pub(crate) fn string_at(text: &str, range: &Range<usize>) -> Option<String> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::json_edit::{splice, Edit};
+    use crate::json::edit::{splice, Edit};
 
     #[test]
     fn members_and_arrays() {

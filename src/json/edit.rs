@@ -1,8 +1,8 @@
 //! Splicing edits into the original JSON bytes, so untouched parts stay byte-exact.
 //!
-//! The dialect modules parse the body with borrowed slices (`&str`, `&RawValue`) that point into
-//! the original text; [`span_of`] turns such a slice back into a byte range of the original, and
-//! [`splice`] replaces ranges without re-serializing anything else.
+//! The passes compute edits as byte ranges of the original body (from the spans
+//! [`super::scan`] gives); [`splice`] replaces those ranges without re-serializing anything
+//! else, and [`removal_edits`] removes array elements / object members keeping valid JSON.
 
 use std::ops::Range;
 
@@ -30,21 +30,17 @@ pub enum EditError {
     Overlap { at: usize },
 }
 
-/// The byte range of `part` inside `base`, when `part` is a sub-slice of `base`
-/// (computed from the slices' addresses; no unsafe code). `None` when it is not.
-pub fn span_of(base: &str, part: &str) -> Option<Range<usize>> {
-    let base_start = base.as_ptr() as usize;
-    let start = (part.as_ptr() as usize).checked_sub(base_start)?;
-    let end = start.checked_add(part.len())?;
-    if end > base.len() {
-        return None;
-    }
-    Some(start..end)
-}
-
 /// Apply `edits` (in any order, non-overlapping) to `original` and return the new bytes.
 /// Bytes outside the edited ranges are copied unchanged.
-pub fn splice(original: &[u8], mut edits: Vec<Edit>) -> Result<Vec<u8>, EditError> {
+pub fn splice(original: &[u8], edits: Vec<Edit>) -> Result<Vec<u8>, EditError> {
+    splice_all(original, &[&edits])
+}
+
+/// [`splice`] over several passes' edits at once (each group in any order; no edit of one
+/// group may overlap an edit of another). Two zero-width insertions at one offset keep the
+/// order of their groups.
+pub fn splice_all(original: &[u8], groups: &[&[Edit]]) -> Result<Vec<u8>, EditError> {
+    let mut edits: Vec<&Edit> = groups.iter().flat_map(|g| g.iter()).collect();
     edits.sort_by_key(|e| (e.range.start, e.range.end));
     let mut grow: usize = 0;
     let mut cursor = 0usize;
@@ -74,19 +70,57 @@ pub fn splice(original: &[u8], mut edits: Vec<Edit>) -> Result<Vec<u8>, EditErro
     Ok(out)
 }
 
+/// Byte ranges that remove the items (object members or array elements, each given by its
+/// span) at `indexes` together with their separating commas, leaving valid JSON. Consecutive
+/// removed items are merged into one range; the ranges never overlap.
+pub fn removal_ranges(items: &[Range<usize>], indexes: &[usize]) -> Vec<Range<usize>> {
+    let mut idx: Vec<usize> = indexes
+        .iter()
+        .copied()
+        .filter(|i| *i < items.len())
+        .collect();
+    idx.sort_unstable();
+    idx.dedup();
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for i in idx {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == i => *end = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    let mut out = Vec::with_capacity(runs.len());
+    for (a, b) in runs {
+        let (Some(first), Some(last)) = (items.get(a), items.get(b)) else {
+            continue;
+        };
+        if let Some(next) = items.get(b + 1) {
+            // Remove through the start of the next kept item (eats the comma after the run).
+            out.push(first.start..next.start);
+        } else if let Some(prev) = a.checked_sub(1).and_then(|p| items.get(p)) {
+            // The run reaches the end: eat the comma after the kept item before it.
+            out.push(prev.end..last.end);
+        } else {
+            out.push(first.start..last.end);
+        }
+    }
+    out
+}
+
+/// Deletion edits removing the items at `indexes` (see [`removal_ranges`]).
+pub fn removal_edits(items: &[Range<usize>], indexes: &[usize]) -> Vec<Edit> {
+    removal_ranges(items, indexes)
+        .into_iter()
+        .map(|range| Edit {
+            range,
+            replacement: Vec::new(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn span_of_sub_slice() {
-        let base = "hello world";
-        assert_eq!(span_of(base, &base[6..]), Some(6..11));
-        assert_eq!(span_of(base, &base[0..0]), Some(0..0));
-        let other = String::from("world");
-        assert_eq!(span_of(base, &other), None);
-    }
 
     #[test]
     fn splice_in_any_order() {
