@@ -434,7 +434,8 @@ pub const PROVIDERS: &[Provider] = &[
     },
     row("mistral", &["mistral.ai"], &[], Strip),
     row("groq", &["groq.com"], &[], Strip),
-    row("cerebras", &["cerebras.ai"], &[], Strip),
+    // Cerebras takes reasoning back as `reasoning` and rejects `reasoning_content`.
+    row("cerebras", &["cerebras.ai"], &[R], Strip),
     row("sambanova", &["sambanova.ai"], &[], Strip),
     row("hunyuan", &["hunyuan.cloud.tencent.com"], &[], Strip),
     row("fireworks", &["fireworks.ai"], &[RC], Strip),

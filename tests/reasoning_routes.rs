@@ -106,13 +106,14 @@ fn chat_turn_with_all_carriers_per_profile() {
     let cases: &[Case<'_>] = &[
         (None, "api.mistral.ai", "deepseek-r1", &[], false, &[]),
         (Some("groq"), "api.groq.com", "qwen3", &[], false, &[]),
+        // Cerebras reads `reasoning` only (issue 7: it was strict and dropped the text).
         (
             Some("cerebras"),
             "api.cerebras.ai",
             "gpt-oss",
-            &[],
+            &[r],
             false,
-            &[],
+            &[r],
         ),
         (Some("sambanova"), "api.sambanova.ai", "m", &[], false, &[]),
         (
@@ -681,5 +682,53 @@ fn anthropic_third_party_strips_and_replay_routes_keep() {
             "{host}"
         );
         assert!(v["thinking"].get("block_binding").is_none(), "{host}");
+    }
+}
+
+#[test]
+fn cerebras_gets_reasoning_content_as_reasoning() {
+    // Found by testing: Cerebras answers 400 `wrong_api_format` to an assistant message with
+    // `reasoning_content` but accepts `reasoning`; its row used to drop the text. A turn that
+    // carries only `reasoning_content` now goes out as `reasoning`, same text, and nothing
+    // else in the body moves.
+    let body = json!({
+        "model": "gpt-oss-120b",
+        "messages": [
+            {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": null, "reasoning_content": "Add two and two.",
+             "tool_calls": [{"id": "call_0", "type": "function",
+                             "function": {"name": "calc", "arguments": "{\"e\":\"2+2\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "4"},
+            {"role": "assistant", "content": "4", "reasoning": "Already in the right field."},
+            {"role": "user", "content": "Thanks"}
+        ]
+    })
+    .to_string()
+    .into_bytes();
+    for (provider, host) in [(None, "api.cerebras.ai"), (Some("cerebras"), "127.0.0.1")] {
+        let route = resolve(
+            provider,
+            host,
+            "/v1/chat/completions",
+            Some("gpt-oss-120b"),
+            None,
+        );
+        assert!(!route.is_strict(), "{host}");
+        let out = shape(Dialect::Openai, &route, &FieldSet::new(), None, None, &body);
+        let v = value(&sent(&out, &body));
+        let before = value(&body);
+        let turn = &v["messages"][1];
+        assert_eq!(turn["reasoning"], "Add two and two.", "{host}");
+        assert!(turn.get("reasoning_content").is_none(), "{host}");
+        assert_eq!(turn["tool_calls"], before["messages"][1]["tool_calls"]);
+        assert_eq!(
+            v["messages"][3], before["messages"][3],
+            "already right: untouched"
+        );
+        for i in [0, 2, 4] {
+            assert_eq!(v["messages"][i], before["messages"][i]);
+        }
+        assert_eq!(out.counts.carriers_filled, 1, "{:?}", out.reasons);
+        assert_eq!(out.counts.carriers_dropped, 1, "{:?}", out.reasons);
     }
 }

@@ -217,7 +217,7 @@ mod tests {
         let cases: &[(Option<&str>, &str, &[Carrier])] = &[
             (None, "api.mistral.ai", &[]),
             (None, "api.groq.com", &[]),
-            (None, "api.cerebras.ai", &[]),
+            (None, "api.cerebras.ai", &[R]),
             (None, "api.sambanova.ai", &[]),
             (None, "api.hunyuan.cloud.tencent.com", &[]),
             (None, "api.fireworks.ai", &[RC]),
