@@ -156,15 +156,25 @@ impl RouteTable {
     }
 }
 
-/// The dialect a request path speaks and which endpoint it is, or `None` for paths that are
-/// not parsed (files, batches, model lists, ...: tunnelled untouched).
+/// The dialect a request path speaks and which endpoint it is, from the path alone, or `None`
+/// for paths that are not parsed (files, batches, model lists, ...: tunnelled untouched). The
+/// proxy asks the route instead ([`Route::classify`]), which also checks the path's dialect
+/// against the provider row; this route-less form shapes the proxy's own errors.
+///
+/// A path ending in `/messages` is Anthropic Messages (gateways mount it under other bases
+/// too), except OpenAI's Assistants API `…/threads/{thread_id}/messages`, which is never
+/// Anthropic. `…/messages/count_tokens` and `:countTokens` are [`Endpoint::CountTokens`].
 pub fn classify_path(path: &str) -> Option<(Dialect, Endpoint)> {
     let path = path.trim_end_matches('/');
     if path.ends_with("/messages/count_tokens") {
         return Some((Dialect::Anthropic, Endpoint::CountTokens));
     }
-    if path.ends_with("/v1/messages") || path == "/messages" || path.ends_with("/messages") {
-        // Anthropic-compatible gateways mount the Messages API under other bases too.
+    if path == "/messages" || path.ends_with("/messages") {
+        // `…/threads/{id}/messages`: the segment two before `messages` is `threads`.
+        let mut segments = path.rsplit('/').skip(2);
+        if segments.next() == Some("threads") {
+            return None;
+        }
         return Some((Dialect::Anthropic, Endpoint::Generate));
     }
     if path.ends_with("/chat/completions") {
@@ -181,6 +191,21 @@ pub fn classify_path(path: &str) -> Option<(Dialect, Endpoint)> {
         return Some((Dialect::Gemini, Endpoint::CountTokens));
     }
     None
+}
+
+impl Route {
+    /// The dialect and endpoint class of a request path (the part after the prefix) on this
+    /// route, or `None` when the path is tunnelled untouched: [`classify_path`], then the
+    /// path's dialect must be one the route's provider row serves
+    /// ([`crate::provider::Provider::dialects`]; an OpenAI route has no Anthropic Messages
+    /// or Gemini paths). A pinned `dialect` replaces the path's for parsing.
+    pub fn classify(&self, rest: &str) -> Option<(Dialect, Endpoint)> {
+        let (dialect, endpoint) = classify_path(rest)?;
+        if !self.provider.row.dialects.contains(&dialect) {
+            return None;
+        }
+        Some((self.dialect.unwrap_or(dialect), endpoint))
+    }
 }
 
 /// The model named in a Gemini path (`/v1beta/models/gemini-2.5-pro:generateContent` →
@@ -310,6 +335,89 @@ upstream = "http://127.0.0.1:9000/base"
         assert_eq!(classify_path("/v1/files"), None);
         assert_eq!(classify_path("/v1/messages/batches"), None);
         assert_eq!(classify_path("/v1/responses/resp_123"), None);
+        assert_eq!(classify_path("/v1/threads/thread_1/messages"), None);
+        assert_eq!(classify_path("/openai/threads/thread_1/messages/"), None);
+        assert_eq!(
+            classify_path("/anthropic/v1/messages"),
+            Some((Anthropic, Endpoint::Generate))
+        );
+        assert_eq!(
+            classify_path("/messages"),
+            Some((Anthropic, Endpoint::Generate))
+        );
+    }
+
+    #[test]
+    fn paths_are_classified_by_the_route() {
+        use Dialect::*;
+        let (c, _) = Config::from_toml(
+            r#"
+[[routes]]
+name = "o"
+prefix = "/openai"
+upstream = "https://api.openai.com"
+[[routes]]
+name = "o-local"
+prefix = "/o-local"
+upstream = "http://127.0.0.1:9000"
+provider = "openai"
+[[routes]]
+name = "a"
+prefix = "/anthropic"
+upstream = "https://api.anthropic.com"
+[[routes]]
+name = "gw"
+prefix = "/gw"
+upstream = "https://llm.corp.example"
+[[routes]]
+name = "pinned"
+prefix = "/pinned"
+upstream = "https://llm.corp.example"
+dialect = "openai-responses"
+"#,
+        )
+        .unwrap();
+        let t = RouteTable::new(&c).unwrap();
+        let class = |path: &str| {
+            let m = t.find(path, None).unwrap();
+            m.route.classify(&m.rest)
+        };
+        // The Assistants API on an OpenAI route is tunnelled, not parsed as Anthropic.
+        assert_eq!(class("/openai/v1/threads/thread_1/messages"), None);
+        assert_eq!(class("/o-local/v1/threads/thread_1/messages"), None);
+        // An OpenAI route serves no Anthropic Messages or Gemini paths at all.
+        assert_eq!(class("/openai/v1/messages"), None);
+        assert_eq!(class("/openai/v1/messages/count_tokens"), None);
+        assert_eq!(class("/openai/v1beta/models/g:generateContent"), None);
+        assert_eq!(
+            class("/openai/v1/chat/completions"),
+            Some((Openai, Endpoint::Generate))
+        );
+        assert_eq!(
+            class("/o-local/v1/responses"),
+            Some((OpenaiResponses, Endpoint::Generate))
+        );
+        // Anthropic: count_tokens stays its own class, not a generation.
+        assert_eq!(
+            class("/anthropic/v1/messages"),
+            Some((Anthropic, Endpoint::Generate))
+        );
+        assert_eq!(
+            class("/anthropic/v1/messages/count_tokens"),
+            Some((Anthropic, Endpoint::CountTokens))
+        );
+        // An unknown gateway serves every dialect, but never Assistants threads as Anthropic.
+        assert_eq!(
+            class("/gw/anthropic/v1/messages"),
+            Some((Anthropic, Endpoint::Generate))
+        );
+        assert_eq!(class("/gw/v1/threads/t/messages"), None);
+        // A pinned dialect is used for parsing a recognised path.
+        assert_eq!(
+            class("/pinned/v1/chat/completions"),
+            Some((OpenaiResponses, Endpoint::Generate))
+        );
+        assert_eq!(class("/pinned/v1/models"), None);
     }
 
     #[test]

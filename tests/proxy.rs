@@ -773,3 +773,46 @@ async fn a_get_without_body_goes_upstream_without_one() {
     assert!(rec.body.is_empty());
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn assistants_thread_messages_on_an_openai_route_are_tunnelled_not_parsed() {
+    // Found by testing (openai-python's own suite through the proxy): `POST
+    // /v1/threads/{id}/messages` ends in `/messages` and was buffered and parsed as Anthropic
+    // Messages. On an OpenAI route (here by `provider = "openai"`, the upstream being the
+    // mock) and on any route, it is tunnelled untouched.
+    let mock = start_mock(echo_ok()).await;
+    let extra = format!(
+        "[[routes]]\nname = \"oai\"\nprefix = \"/oai\"\nupstream = \"{}\"\nprovider = \"openai\"\n",
+        mock.url()
+    );
+    let proxy = start_proxy(&config_for(&mock.url(), &extra)).await;
+    let body = r#"{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "iVBORw0KGgo="}}]}"#;
+    for prefix in ["/oai", "/openai"] {
+        let (status, headers, _) = send(
+            &client(),
+            &proxy.url(&format!("{prefix}/v1/threads/thread_1/messages")),
+            &[
+                ("authorization", "Bearer sk-secret"),
+                ("openai-beta", "assistants=v2"),
+            ],
+            body,
+        )
+        .await;
+        assert_eq!(status, 200, "{prefix}");
+        assert_eq!(headers["x-cachekeeper-rewrites"], "passthrough", "{prefix}");
+        let rec = mock.last();
+        assert_eq!(rec.path_and_query, "/v1/threads/thread_1/messages");
+        assert_eq!(rec.body, body.as_bytes(), "{prefix}");
+    }
+    // The same route still parses its generation paths.
+    let (_, headers, _) = send(
+        &client(),
+        &proxy.url("/oai/v1/chat/completions"),
+        &[],
+        r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .await;
+    let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(rewrites.contains("body=unchanged"), "{rewrites}");
+    proxy.stop().await;
+}

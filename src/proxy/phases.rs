@@ -36,7 +36,7 @@ use crate::proxy::passes::{self, Plan};
 use crate::proxy::retry::{self, Replay};
 use crate::proxy::send::{classify_client_error, send, upstream_label};
 use crate::proxy::{AppState, REWRITES_HEADER, TOKEN_HEADER};
-use crate::route::{classify_path, error_dialect_for_path, model_from_path, Route};
+use crate::route::{error_dialect_for_path, model_from_path, Route};
 use crate::telemetry::Outcome;
 use crate::wire::body::{self, ReadBody};
 use crate::wire::stream::ObservedBody;
@@ -141,7 +141,7 @@ fn route(
             prefixes: state.routes.prefixes(),
         });
     };
-    let class = classify_path(&matched.rest);
+    let class = matched.route.classify(&matched.rest);
     ctx.dialect = matched.route.dialect.or(class.map(|(d, _)| d));
     ctx.endpoint = class.map(|(_, e)| e);
     ctx.model = model_from_path(&matched.rest).map(str::to_owned);
