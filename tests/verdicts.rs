@@ -507,3 +507,83 @@ fn verdicts_cli_reads_a_v1_database_migrated_to_namespaced_fields() {
         .trim_end()
         .ends_with("\tproperty 'reasoning' is unsupported"));
 }
+
+fn gzip(b: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(b).unwrap();
+    e.finish().unwrap()
+}
+
+fn gunzip_if(r: &Recorded) -> Vec<u8> {
+    use std::io::Read as _;
+    if r.headers
+        .get("content-encoding")
+        .is_some_and(|v| v == "gzip")
+    {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&r.body[..])
+            .read_to_end(&mut out)
+            .unwrap();
+        out
+    } else {
+        r.body.to_vec()
+    }
+}
+
+/// Failing inputs from the adversarial run. (1) The provider gzips its 422, as it does when
+/// the official SDKs' `accept-encoding: gzip` goes upstream: the detector read compressed
+/// bytes and learned nothing. (2) The client gzips its request body and nothing else changes:
+/// the detector looked for the field in the still-encoded bytes. Both must learn and retry.
+#[tokio::test]
+async fn a_gzipped_4xx_and_a_gzipped_request_still_teach_and_retry() {
+    let mock = start_mock(Arc::new(|r: &Recorded| {
+        let v: Value = serde_json::from_slice(&gunzip_if(r)).unwrap();
+        if v["messages"][1].get("reasoning_content").is_some() {
+            http::Response::builder()
+                .status(422)
+                .header("content-type", "application/json")
+                .header("content-encoding", "gzip")
+                .body(full(gzip(MISTRAL_422.as_bytes())))
+                .unwrap()
+        } else {
+            json_response(200, OK_CHAT)
+        }
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&config(&mock, &dir.path().join("s.db"), "openrouter")).await;
+    // (1) plain request, gzipped 422.
+    let (status, h, _) = post(&proxy, &chat_body("gz-model-1")).await;
+    assert_eq!(status, 200, "{h:?}");
+    assert!(
+        h["x-cachekeeper-rewrites"]
+            .to_str()
+            .unwrap()
+            .contains("retried_without=message:"),
+        "{h:?}"
+    );
+    assert_eq!(mock.count(), 2);
+    // (2) gzipped request, gzipped 422. The `openrouter` profile sends all three carriers,
+    // so the passes change nothing and the encoded bytes go upstream as sent.
+    let (status, h, _) = send(
+        &client(),
+        &proxy.url("/v/v1/chat/completions"),
+        &[
+            ("authorization", "Bearer sk-test"),
+            ("content-encoding", "gzip"),
+        ],
+        gzip(chat_body("gz-model-2").as_bytes()),
+    )
+    .await;
+    assert_eq!(status, 200, "{h:?}");
+    assert!(
+        h["x-cachekeeper-rewrites"]
+            .to_str()
+            .unwrap()
+            .contains("retried_without=message:"),
+        "{h:?}"
+    );
+    assert_eq!(mock.count(), 4);
+    proxy.stop().await;
+}

@@ -110,8 +110,11 @@ pub(crate) struct RequestCtx {
     pub retried: Option<Retried>,
     /// The proxy's own error, or how the response body broke: a low-cardinality label.
     pub error: Option<&'static str>,
-    /// Where [`RequestCtx::error`] came from (`downstream`, `upstream`, `internal`).
+    /// Where [`RequestCtx::error`] came from (`downstream`, `upstream`).
     pub error_source: Option<&'static str>,
+    /// The log line has been written (exactly one per request: a context dropped without
+    /// one, because the client went away before the response, writes it on drop).
+    emitted: bool,
 }
 
 impl RequestCtx {
@@ -139,7 +142,16 @@ impl RequestCtx {
             retried: None,
             error: None,
             error_source: None,
+            emitted: false,
         }
+    }
+
+    /// Move the context out, leaving one that writes no log line (for a phase that takes
+    /// the request over, such as an upgrade).
+    pub(crate) fn take(&mut self) -> RequestCtx {
+        let mut spent = RequestCtx::new(&self.method, &Uri::from_static("/"));
+        spent.emitted = true;
+        std::mem::replace(self, spent)
     }
 
     /// The route's name, or `-` before routing.
@@ -187,7 +199,10 @@ impl RequestCtx {
     }
 
     /// Write the request's one JSON log line (target `cachekeeper::request`).
-    pub(crate) fn emit(&self, outcome: Outcome) {
+    pub(crate) fn emit(&mut self, outcome: Outcome) {
+        if std::mem::replace(&mut self.emitted, true) {
+            return;
+        }
         let total_ms = ms_since(self.started);
         let r = &self.report;
         let c = &r.shape;
@@ -231,6 +246,14 @@ impl RequestCtx {
             retried_without = retried.as_deref().unwrap_or(""),
             "request"
         );
+    }
+}
+
+impl Drop for RequestCtx {
+    fn drop(&mut self) {
+        // The request future was dropped before a response: the client went away (while the
+        // body was read, the passes ran, or the upstream was thinking).
+        self.emit(Outcome::ClientDisconnected);
     }
 }
 
@@ -318,7 +341,7 @@ pub(crate) mod tests {
 
     #[test]
     fn log_line_and_header_carry_the_same_counters() {
-        let ctx = sample();
+        let mut ctx = sample();
         let lines = capture(|| ctx.emit(Outcome::Complete));
         assert_eq!(lines.len(), 1);
         let line = &lines[0];
@@ -340,6 +363,29 @@ pub(crate) mod tests {
         assert_eq!(line["retried_without"], "image:too_large");
         assert_eq!(line["query"], "key=REDACTED&alt=sse");
         assert!(!line.to_string().contains("SECRET"));
+    }
+
+    /// The failing input: a client that gives up while the upstream is still thinking (no
+    /// response headers yet) left no log line at all.
+    #[test]
+    fn a_dropped_context_writes_its_one_line_as_client_disconnected() {
+        let lines = capture(|| drop(sample()));
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0]["outcome"], "client_disconnected");
+        let lines = capture(|| {
+            let mut ctx = sample();
+            ctx.emit(Outcome::Complete);
+            drop(ctx);
+        });
+        assert_eq!(lines.len(), 1, "one line per request");
+        let lines = capture(|| {
+            let mut ctx = sample();
+            let mut taken = ctx.take();
+            drop(ctx);
+            taken.emit(Outcome::Upgraded);
+        });
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0]["outcome"], "upgraded");
     }
 
     #[test]

@@ -20,8 +20,6 @@ pub enum ErrorSource {
     Downstream,
     /// The upstream (refused, timed out, reset).
     Upstream,
-    /// The proxy itself.
-    Internal,
 }
 
 impl ErrorSource {
@@ -30,7 +28,6 @@ impl ErrorSource {
         match self {
             ErrorSource::Downstream => "downstream",
             ErrorSource::Upstream => "upstream",
-            ErrorSource::Internal => "internal",
         }
     }
 }

@@ -9,7 +9,7 @@
 //! - [`errors`]: the proxy's own errors, in each dialect's shape.
 
 mod ctx;
-pub mod errors;
+pub(crate) mod errors;
 mod observe;
 mod passes;
 mod phases;
@@ -27,8 +27,6 @@ use crate::images::cache::TranscodeCache;
 use crate::route::RouteTable;
 use crate::state::{Store, StoreOptions};
 use crate::wire::upstream::{self, HttpClient};
-
-pub use crate::wire::ResponseBody;
 
 /// Response header that tells the client what the passes did.
 pub const REWRITES_HEADER: &str = "x-cachekeeper-rewrites";

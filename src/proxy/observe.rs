@@ -12,8 +12,12 @@ use crate::wire::stream::{BodyObserver, Break, End};
 /// Observes one response on behalf of its request.
 pub(crate) struct ResponseObserver {
     ctx: RequestCtx,
-    /// The response is an event stream: a break ends it with the dialect's error event.
+    /// The response is an event stream the observer may end with the dialect's error event
+    /// (not when it has a `content-encoding`: plain text cannot be appended to it).
     event_stream: bool,
+    /// The last bytes sent to the client (at most 4), to tell whether an event was cut
+    /// mid-way.
+    tail: Vec<u8>,
     /// Further observers of the body (the response side plugs in here); each sees every
     /// chunk, a break, and the end, before the log line is written.
     taps: Vec<Box<dyn BodyObserver>>,
@@ -26,6 +30,7 @@ impl ResponseObserver {
         Self {
             ctx,
             event_stream,
+            tail: Vec::with_capacity(8),
             taps: Vec::new(),
         }
     }
@@ -43,6 +48,10 @@ impl ResponseObserver {
 impl BodyObserver for ResponseObserver {
     fn on_data(&mut self, chunk: &Bytes) {
         self.ctx.response_bytes += chunk.len() as u64;
+        self.tail
+            .extend_from_slice(&chunk[chunk.len().saturating_sub(4)..]);
+        let excess = self.tail.len().saturating_sub(4);
+        self.tail.drain(..excess);
         for t in &mut self.taps {
             t.on_data(chunk);
         }
@@ -63,11 +72,31 @@ impl BodyObserver for ResponseObserver {
         self.ctx.error_source = Some("upstream");
         // Anthropic and OpenAI event streams end with their error event; Gemini streams and
         // non-streaming bodies are aborted.
-        if self.event_stream {
-            midstream_error_event(self.ctx.dialect, detail)
-        } else {
-            None
+        if !self.event_stream {
+            return None;
         }
+        let event = midstream_error_event(self.ctx.dialect, detail)?;
+        // The upstream may have broken inside an event: end that event first (a blank line
+        // ends an event), so the error event is read as an event of its own.
+        let t = self.tail.as_slice();
+        let ending: &[u8] = if t.is_empty()
+            || t.ends_with(b"\n\n")
+            || t.ends_with(b"\r\n\r\n")
+            || t.ends_with(b"\r\r")
+        {
+            b""
+        } else if t.ends_with(b"\n") || t.ends_with(b"\r") {
+            b"\n"
+        } else {
+            b"\n\n"
+        };
+        if ending.is_empty() {
+            return Some(event);
+        }
+        let mut framed = Vec::with_capacity(event.len() + 2);
+        framed.extend_from_slice(ending);
+        framed.extend_from_slice(&event);
+        Some(Bytes::from(framed))
     }
 
     fn on_end(&mut self, end: End) {
@@ -157,6 +186,37 @@ mod tests {
                 "end Broken(UpstreamBroken)".to_owned()
             ]
         );
+    }
+
+    /// The failing input: the upstream reset inside `data: {...` of a delta event; the error
+    /// event was glued onto the partial line (`…"indevent: error`), so the Anthropic SDK
+    /// ended the stream without an error.
+    #[test]
+    fn an_event_cut_mid_way_is_ended_before_the_error_event() {
+        for (sent, sep) in [
+            (
+                &b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"ind"[..],
+                "\n\n",
+            ),
+            (b"event: ping\ndata: {}\n", "\n"),
+            (b"event: ping\r\ndata: {}\r\n", "\n"),
+            (b"event: ping\ndata: {}\n\n", ""),
+            (b"event: ping\r\ndata: {}\r\n\r\n", ""),
+            (b"", ""),
+        ] {
+            let mut o = ResponseObserver::new(ctx(Dialect::Anthropic), true);
+            // Split anywhere: the tail is tracked across chunks.
+            for piece in sent.chunks(3) {
+                o.on_data(&Bytes::copy_from_slice(piece));
+            }
+            let last = o.on_break(Break::UpstreamBroken, "reset").unwrap();
+            let text = std::str::from_utf8(&last).unwrap();
+            assert!(
+                text.starts_with(&format!("{sep}event: error\ndata: {{")),
+                "{sent:?}: {text:?}"
+            );
+            o.on_end(End::Broken(Break::UpstreamBroken));
+        }
     }
 
     #[test]

@@ -76,8 +76,7 @@ async fn proxy(
 ) -> Result<Flow, ProxyError> {
     let (route, uri) = route(state, ctx, &req)?;
     if tunnel::is_upgrade(&req) {
-        let taken = std::mem::replace(ctx, RequestCtx::new(req.method(), req.uri()));
-        return Ok(Flow::Done(upgrade(state, taken, req, uri).await));
+        return Ok(Flow::Done(upgrade(state, ctx.take(), req, uri).await));
     }
     let (parts, incoming) = req.into_parts();
     let mut headers = parts.headers;
@@ -235,10 +234,15 @@ fn respond(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().starts_with("text/event-stream"));
+    // A plain-text error event cannot be appended inside a compressed stream: such a stream
+    // is aborted instead when it breaks.
+    let may_append = event_stream && !parts.headers.contains_key(header::CONTENT_ENCODING);
     if event_stream {
         parts
             .headers
             .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    }
+    if may_append {
         // An error event may be appended if the upstream breaks mid-way.
         parts.headers.remove(header::CONTENT_LENGTH);
     }
@@ -249,8 +253,8 @@ fn respond(
     let observed = ObservedBody::new(
         body,
         idle,
-        event_stream,
-        ResponseObserver::new(ctx, event_stream),
+        may_append,
+        ResponseObserver::new(ctx, may_append),
     );
     Response::from_parts(parts, observed.boxed_unsync())
 }

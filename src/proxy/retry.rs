@@ -18,7 +18,7 @@ use http::{HeaderMap, Method, Response};
 
 use crate::dialect::MAX_ERROR_BODY_BYTES;
 use crate::images::recovery::{classify_image_rejection, ImageRejectionKind};
-use crate::proxy::ctx::{RequestCtx, Retried};
+use crate::proxy::ctx::{BodyFate, RequestCtx, Retried};
 use crate::proxy::errors::ProxyError;
 use crate::proxy::passes::{self, Passed, Plan};
 use crate::proxy::send::{send, upstream_label};
@@ -60,6 +60,13 @@ pub(crate) async fn on_error_status(
     resp: Response<UpstreamBody>,
 ) -> Result<Response<UpstreamBody>, ProxyError> {
     let (parts, rbody) = resp.into_parts();
+    // The 4xx is read as the provider wrote it: decoded when it came compressed (the client's
+    // `accept-encoding` went upstream); the client still gets the original bytes.
+    let encoding = parts
+        .headers
+        .get(http::header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let status = parts.status.as_u16();
     let uri = replay.plan.upstream_uri.clone();
     let idle = Duration::from_millis(state.server.idle_timeout_ms);
@@ -98,7 +105,20 @@ pub(crate) async fn on_error_status(
     ) else {
         return as_it_came(head, rest);
     };
-    let Some(lesson) = learn(state, ctx, &replay, &route, &model, status, head.clone()).await
+    let limit = MAX_ERROR_BODY_BYTES as u64;
+    let Some(error_body) = body::decode(encoding.as_deref(), &head, limit) else {
+        return as_it_came(head, rest);
+    };
+    let Some(lesson) = learn(
+        state,
+        ctx,
+        &replay,
+        &route,
+        &model,
+        status,
+        error_body.into(),
+    )
+    .await
     else {
         return as_it_came(head, rest);
     };
@@ -142,7 +162,16 @@ async fn learn(
     status: u16,
     error_body: Bytes,
 ) -> Option<Lesson> {
-    let sent = replay.first.sent.clone();
+    // What was sent, as the passes read it: decoded when it went upstream still encoded.
+    let sent = if replay.first.fate == BodyFate::Rewritten {
+        replay.first.sent.clone()
+    } else {
+        let plan = &replay.plan;
+        match body::decode(plan.encoding.as_deref(), &replay.first.sent, plan.limit) {
+            Some(d) => Bytes::from(d),
+            None => return None,
+        }
+    };
     let droppable = Arc::clone(&replay.plan.droppable);
     let detect_route = route.clone();
     let found = tokio::task::spawn_blocking(move || {

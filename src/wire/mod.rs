@@ -7,12 +7,12 @@
 //! - [`stream`]: the response body on its way back (idle timeout, observer hook).
 //! - [`tunnel`]: WebSocket / HTTP upgrades.
 
-pub mod body;
-pub mod listener;
-pub mod stream;
-pub mod tunnel;
+pub(crate) mod body;
+pub(crate) mod listener;
+pub(crate) mod stream;
+pub(crate) mod tunnel;
 pub mod upstream;
 
 /// The body type of every response the proxy sends.
-pub type ResponseBody =
+pub(crate) type ResponseBody =
     http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, upstream::BoxError>;
