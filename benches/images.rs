@@ -60,7 +60,7 @@ fn bench(c: &mut Criterion) {
         reasoning: None,
     };
     let warm = rewrite_request(&ctx, &body).unwrap();
-    assert_eq!(warm.report.images_downscaled, 20);
+    assert_eq!(warm.report.images.downscaled, 20);
     group.bench_function("pipeline_20_screenshots_warm", |b| {
         b.iter(|| rewrite_request(&ctx, black_box(&body)).unwrap())
     });

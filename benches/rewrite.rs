@@ -108,7 +108,7 @@ fn bench(c: &mut Criterion) {
             Ok(out) => {
                 assert_eq!(out.body.is_some(), retired.is_some(), "{name}");
                 assert_eq!(
-                    Some(out.report.carriers_retired).filter(|n| *n > 0),
+                    Some(out.report.images.carriers_retired).filter(|n| *n > 0),
                     *retired
                 );
             }

@@ -135,7 +135,10 @@ fn splice_images(body: &[u8], edits: Vec<Edit>, report: &mut RewriteReport) -> O
         Err(e) => {
             *report = RewriteReport {
                 model: report.model.take(),
-                images_seen: report.images_seen,
+                images: passes::ImageReport {
+                    seen: report.images.seen,
+                    ..passes::ImageReport::default()
+                },
                 reasons: vec![format!("image passes skipped: {e}")],
                 ..RewriteReport::default()
             };
@@ -243,7 +246,7 @@ fn image_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> (Vec<Edit>, RewriteO
             .as_deref()
             .or(ctx.reasoning.and_then(|r| r.path_model)),
     );
-    let (edits, images) = passes::run(
+    let (edits, mut images) = passes::run(
         &walk,
         &Settings {
             cfg: ctx.images,
@@ -253,17 +256,13 @@ fn image_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> (Vec<Edit>, RewriteO
             recovery: ctx.image_recovery,
         },
     );
+    // The image counters are kept as the passes counted them; their reasons join the
+    // request's one list.
+    let reasons = std::mem::take(&mut images.reasons);
     let report = RewriteReport {
         model,
-        images_seen: images.images_seen,
-        images_retired: images.images_retired,
-        carriers_retired: images.carriers_retired,
-        images_repaired: images.images_repaired,
-        images_downscaled: images.images_downscaled,
-        images_repeat_capped: images.images_repeat_capped,
-        images_replaced: images.images_replaced,
-        images_failed_open: images.images_failed_open,
-        reasons: images.reasons,
+        images,
+        reasons,
         shape: ShapeCounts::default(),
     };
     (
@@ -439,14 +438,14 @@ mod tests {
         assert_eq!(first.body, again.body, "deterministic");
         assert_eq!(first.report, again.report);
         let Some(new_body) = first.body else {
-            assert_eq!(first.report.images_retired, 0);
+            assert_eq!(first.report.images.retired, 0);
             return false;
         };
         // Valid JSON, exactly `images_retired` replacement texts, nothing else renamed.
         let before: Value = serde_json::from_slice(body).unwrap();
         let after: Value = serde_json::from_slice(&new_body).unwrap();
-        assert_eq!(count_retired(&after), first.report.images_retired);
-        assert!(first.report.reasons.len() >= first.report.carriers_retired);
+        assert_eq!(count_retired(&after), first.report.images.retired);
+        assert!(first.report.reasons.len() >= first.report.images.carriers_retired);
         assert_eq!(before["model"], after["model"]);
         assert_eq!(
             before["messages"].as_array().map(Vec::len),
@@ -455,7 +454,7 @@ mod tests {
         // Idempotence: rewriting the rewritten body changes nothing.
         let second = rewrite_request(&ctx, &new_body).unwrap();
         assert_eq!(second.body, None, "second pass changed the body");
-        assert_eq!(second.report.images_retired, 0);
+        assert_eq!(second.report.images.retired, 0);
         true
     }
 
@@ -605,7 +604,7 @@ mod tests {
             let before = parses();
             let out = rewrite_request(&ctx, &body).unwrap();
             assert_eq!(parses() - before, 1, "{dialect:?}");
-            assert!(out.report.images_retired > 0, "{dialect:?}");
+            assert!(out.report.images.retired > 0, "{dialect:?}");
             assert!(
                 out.report.shape.cache_control_moved + out.report.shape.carriers_dropped > 0,
                 "{dialect:?}: {:?}",
@@ -652,7 +651,7 @@ mod tests {
             2,
             "the fallback parses the image output again"
         );
-        assert_eq!(out.report.images_replaced, 1);
+        assert_eq!(out.report.images.replaced, 1);
         assert_eq!(out.report.shape.cache_control_moved, 1);
         let v: Value = serde_json::from_slice(&out.body.unwrap()).unwrap();
         let content = &v["messages"][0]["content"];

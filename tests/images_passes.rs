@@ -106,7 +106,7 @@ fn golden_every_dialect() {
         // One note per downscaled image, right after it.
         let notes = texts_in(&new).into_iter().filter(|t| *t == note).count();
         assert_eq!(notes, images.len(), "{dialect:?}");
-        assert_eq!(out.report.images_downscaled, images.len(), "{dialect:?}");
+        assert_eq!(out.report.images.downscaled, images.len(), "{dialect:?}");
         // Without the cache: the same bytes.
         assert_eq!(run(dialect, &cfg, &body).body, out.body, "{dialect:?}");
         // Idempotent.
@@ -171,7 +171,7 @@ fn small_images_are_byte_identical() {
     ] {
         let out = run(dialect, &cfg, &body);
         assert_eq!(out.body, None, "{dialect:?}: {:?}", out.report.reasons);
-        assert!(out.report.images_seen >= 2);
+        assert!(out.report.images.seen >= 2);
     }
 }
 
@@ -201,7 +201,7 @@ fn media_type_from_magic_bytes_keeps_the_bytes() {
             assert_eq!(mime, "image/jpeg");
             assert_eq!(bytes, jpeg, "bytes untouched");
         }
-        assert_eq!(out.report.images_repaired, 2);
+        assert_eq!(out.report.images.repaired, 2);
         assert!(
             out.report.reasons[0].contains("messages[0].content[1]"),
             "{:?}",
@@ -259,7 +259,7 @@ fn rejected_formats_are_converted_or_replaced() {
         assert_eq!(mime, "image/png");
         let img = image::load_from_memory_with_format(png_bytes, ImageFormat::Png).unwrap();
         assert_eq!(img.to_rgb8(), shot.to_rgb8());
-        assert_eq!(out.report.images_repaired, 1);
+        assert_eq!(out.report.images.repaired, 1);
         assert_eq!(run(Dialect::Anthropic, &cfg, &new).body, None);
     }
     // Undecodable here: one fixed text naming the format; the rest of the message survives.
@@ -274,7 +274,7 @@ fn rejected_formats_are_converted_or_replaced() {
         assert!(images_in(&new).is_empty());
         assert!(texts_in(&new).contains(&text.to_owned()));
         assert!(texts_in(&new).contains(&"Fix this page".to_owned()));
-        assert_eq!(out.report.images_replaced, 1);
+        assert_eq!(out.report.images.replaced, 1);
     }
     // Gemini takes HEIC as it is.
     let body = gemini_body(Some(("image/heic", &b64(&heic))), &[], false);
@@ -366,7 +366,7 @@ fn repeat_cap_replaces_only_the_newest() {
     let body = anthropic_body(&[a_image("image/png", &a)], &shots);
     let out = run(Dialect::Anthropic, &cfg, &body);
     let new = out.body.clone().unwrap();
-    assert_eq!(out.report.images_repeat_capped, 2);
+    assert_eq!(out.report.images.repeat_capped, 2);
     let capped = texts::repeat_cap(2);
     let ts = texts_in(&new);
     assert_eq!(ts.iter().filter(|t| **t == capped).count(), 2);
@@ -444,8 +444,8 @@ fn bad_input_fails_open_per_image() {
         ],
     );
     let out = run(Dialect::Anthropic, &cfg, &body);
-    assert_eq!(out.report.images_downscaled, 1);
-    assert_eq!(out.report.images_failed_open, 1);
+    assert_eq!(out.report.images.downscaled, 1);
+    assert_eq!(out.report.images.failed_open, 1);
     let imgs = images_in(&out.body.unwrap());
     assert_eq!(imgs[0].1, bomb);
     assert_eq!(imgs[1].0, "image/jpeg");
@@ -641,14 +641,14 @@ fn gemini_url_safe_base64_is_read() {
         1,
     );
     assert_eq!(String::from_utf8(new).unwrap(), expected);
-    assert_eq!(out.report.images_repaired, 1);
+    assert_eq!(out.report.images.repaired, 1);
     // A 1920x1080 agent screenshot in URL-safe base64 is downscaled (the output is standard
     // base64, as every provider documents).
     let shot = URL_SAFE.encode(golden_png());
     assert!(shot.contains('-') || shot.contains('_'));
     let body = gemini_body(None, &[("image/png".to_owned(), shot)], false);
     let out = run(Dialect::Gemini, &cfg, &body);
-    assert_eq!(out.report.images_downscaled, 1);
+    assert_eq!(out.report.images.downscaled, 1);
     let images = images_in(&out.body.expect("downscaled"));
     assert_eq!(images.len(), 1);
     assert_eq!(

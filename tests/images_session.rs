@@ -47,10 +47,10 @@ fn twenty_turns_of_screenshots() {
         let out = rewrite_request(&ctx, &body).unwrap();
         let sent = out.body.clone().unwrap();
         assert_eq!(
-            out.report.images_retired, 0,
+            out.report.images.retired, 0,
             "turn {turn}: no eviction under 100 small images"
         );
-        assert_eq!(out.report.images_downscaled, turn);
+        assert_eq!(out.report.images.downscaled, turn);
         let v: serde_json::Value = serde_json::from_slice(&sent).unwrap();
         let messages = v["messages"].as_array().unwrap();
         let mut seen = 0;

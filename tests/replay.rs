@@ -154,9 +154,9 @@ fn replay(dialect: Dialect, head: &str, upload_msg: &str, per_turn: &[Vec<String
             kept_images <= cfg.max_blocks,
             "turn {turn}: {kept_images} images forwarded"
         );
-        assert_eq!(out.report.images_seen, turn + 1, "turn {turn}");
-        assert_eq!(out.report.reasons.len(), out.report.carriers_retired);
-        let retired = out.report.carriers_retired;
+        assert_eq!(out.report.images.seen, turn + 1, "turn {turn}");
+        assert_eq!(out.report.reasons.len(), out.report.images.carriers_retired);
+        let retired = out.report.images.carriers_retired;
         if let Some((prev_fwd, prev_retired)) = &prev {
             let prefix = &prev_fwd[..prev_fwd.len() - 2];
             assert_eq!(&prev_fwd[prev_fwd.len() - 2..], b"]}");
@@ -200,7 +200,10 @@ fn anthropic_40_turns_large_screenshots_step_in_batches() {
     let last = body_with(head, &per_turn[39]);
     let out = run(Dialect::Anthropic, &ImagesConfig::default(), &last);
     assert_eq!(
-        (out.report.carriers_retired, out.report.images_retired),
+        (
+            out.report.images.carriers_retired,
+            out.report.images.retired
+        ),
         (24, 24)
     );
     assert_eq!(
@@ -228,7 +231,7 @@ fn small_screenshots_are_never_retired() {
         let body = body_with(r#""model":"m""#, messages);
         let out = run(Dialect::Anthropic, &cfg, &body);
         assert_eq!(out.body, None, "anthropic turn {}", i + 1);
-        assert_eq!(out.report.images_seen, i + 2);
+        assert_eq!(out.report.images.seen, i + 2);
     }
     let (_, per_turn) = openai_session(40, SMALL, SMALL);
     for (i, messages) in per_turn.iter().enumerate() {
@@ -249,7 +252,7 @@ fn one_large_upload_keeps_the_strict_ceiling() {
     let (upload, per_turn) = anthropic_session(20, (2001, 1000), SMALL);
     let body = body_with(r#""model":"m""#, &per_turn[19]);
     let (fwd, out) = forwarded(Dialect::Anthropic, &ImagesConfig::default(), &body);
-    assert_eq!(out.report.carriers_retired, 8);
+    assert_eq!(out.report.images.carriers_retired, 8);
     assert!(String::from_utf8(fwd).unwrap().contains(&upload));
 }
 
@@ -279,7 +282,10 @@ fn three_image_tool_results_retire_as_units() {
     let body = body_with(r#""model":"m""#, &messages);
     let (fwd, out) = forwarded(Dialect::Anthropic, &ImagesConfig::default(), &body);
     assert_eq!(
-        (out.report.carriers_retired, out.report.images_retired),
+        (
+            out.report.images.carriers_retired,
+            out.report.images.retired
+        ),
         (3, 9)
     );
     assert!(out.report.reasons[0].contains("3 image blocks; reason: 24 blocks > ceiling 20"));
@@ -323,7 +329,7 @@ fn sibling_tool_results_retire_oldest_first() {
     }
     let body = body_with(r#""model":"m""#, &messages);
     let (fwd, out) = forwarded(Dialect::Anthropic, &ImagesConfig::default(), &body);
-    assert_eq!(out.report.carriers_retired, 8);
+    assert_eq!(out.report.images.carriers_retired, 8);
     let v: Value = serde_json::from_slice(&fwd).unwrap();
     let retired =
         |m: usize, s: usize| v["messages"][m]["content"][s]["content"][1]["text"] == RETIRED_IMAGE;
@@ -370,7 +376,7 @@ fn untouched_bytes_are_byte_exact_and_cache_control_is_kept() {
         &ImagesConfig::default(),
         body.as_bytes(),
     );
-    assert_eq!(out.report.carriers_retired, 8);
+    assert_eq!(out.report.images.carriers_retired, 8);
     // Rebuild the expected bytes by hand: only the 8 oldest image blocks differ.
     let mut expected = body.clone();
     for t in 0..8u32 {
@@ -408,7 +414,7 @@ fn escaped_slashes_in_base64_are_read() {
     }
     let body = body_with(r#""model":"m""#, &messages);
     let out = run(Dialect::Anthropic, &ImagesConfig::default(), &body);
-    assert_eq!((out.body, out.report.images_seen), (None, 30));
+    assert_eq!((out.body, out.report.images.seen), (None, 30));
 }
 
 #[test]
@@ -508,7 +514,7 @@ fn bad_input_corrupt_base64_counts_as_a_large_image() {
     let body = body_with(r#""model":"m""#, &messages);
     let out = run(Dialect::Anthropic, &cfg, &body);
     assert_eq!(
-        (out.report.images_seen, out.report.carriers_retired),
+        (out.report.images.seen, out.report.images.carriers_retired),
         (21, 8)
     );
     assert!(out.body.is_some());
@@ -531,7 +537,7 @@ fn bad_input_corrupt_base64_counts_as_a_large_image() {
         &body_with(r#""model":"m""#, &messages),
     );
     assert_eq!(
-        (out.report.images_seen, out.report.carriers_retired),
+        (out.report.images.seen, out.report.images.carriers_retired),
         (21, 8)
     );
 }
@@ -553,7 +559,7 @@ fn bad_input_missing_source_is_a_block() {
     let body = body_with(r#""model":"m""#, &messages);
     let (fwd, out) = forwarded(Dialect::Anthropic, &cfg, &body);
     assert_eq!(
-        (out.report.images_seen, out.report.carriers_retired),
+        (out.report.images.seen, out.report.images.carriers_retired),
         (21, 8)
     );
     let v: Value = serde_json::from_slice(&fwd).unwrap();
@@ -582,7 +588,7 @@ fn uploads_alone_over_the_ceiling_keep_the_floor() {
     }
     let body = body_with(r#""model":"m""#, &messages);
     let (fwd, out) = forwarded(Dialect::Anthropic, &cfg, &body);
-    assert_eq!(out.report.carriers_retired, 2);
+    assert_eq!(out.report.images.carriers_retired, 2);
     let text = String::from_utf8(fwd).unwrap();
     assert!(text.contains(&messages[0]), "uploads untouched");
     assert!(out.report.reasons.last().unwrap().contains("evict_floor"));
@@ -601,7 +607,7 @@ fn golden_fixtures() {
         let request = std::fs::read(root.join(dir).join("evict.request.json")).unwrap();
         let expected_path = root.join(dir).join("evict.expected.json");
         let (fwd, out) = forwarded(dialect, &cfg, &request);
-        assert_eq!(out.report.carriers_retired, 8, "{dir}");
+        assert_eq!(out.report.images.carriers_retired, 8, "{dir}");
         if std::env::var_os("UPDATE_GOLDEN").is_some() {
             std::fs::write(&expected_path, &fwd).unwrap();
         }

@@ -57,22 +57,22 @@ pub struct Settings<'a> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImageReport {
     /// Image blocks / parts seen (agent images and uploads).
-    pub images_seen: usize,
+    pub seen: usize,
     /// Image blocks replaced by the retired-image text (pass 4).
-    pub images_retired: usize,
+    pub retired: usize,
     /// Carriers retired (pass 4).
     pub carriers_retired: usize,
     /// Images repaired (media type, format conversion, hard-limit shrink; pass 1).
-    pub images_repaired: usize,
+    pub repaired: usize,
     /// Agent images downscaled to the budget (pass 2).
-    pub images_downscaled: usize,
+    pub downscaled: usize,
     /// Images replaced by the repeat-cap text (pass 3).
-    pub images_repeat_capped: usize,
+    pub repeat_capped: usize,
     /// Images replaced by a fixed text because of their format, corruption, or a model that
     /// cannot see images.
-    pub images_replaced: usize,
+    pub replaced: usize,
     /// Images that needed a transcode but could not be decoded: forwarded as sent.
-    pub images_failed_open: usize,
+    pub failed_open: usize,
     /// One line per rewrite, with its position and reason.
     pub reasons: Vec<String>,
 }
@@ -129,7 +129,7 @@ fn images_only<'w, 'a>(walk: &'w Walk<'a>) -> std::borrow::Cow<'w, Walk<'a>> {
 pub fn run(walk: &Walk<'_>, s: &Settings<'_>) -> (Vec<Edit>, ImageReport) {
     let walk: &Walk<'_> = &images_only(walk);
     let mut report = ImageReport {
-        images_seen: walk.sites.len(),
+        seen: walk.sites.len(),
         ..ImageReport::default()
     };
     let mut states: Vec<State> = walk
@@ -156,7 +156,7 @@ pub fn run(walk: &Walk<'_>, s: &Settings<'_>) -> (Vec<Edit>, ImageReport) {
     if s.recovery == Some(ImageRejectionKind::ModelCannotSeeImages) {
         for (site, st) in walk.sites.iter().zip(&mut states) {
             st.fate = Fate::Text(texts::IMAGES_NOT_SUPPORTED.to_owned());
-            report.images_replaced += 1;
+            report.replaced += 1;
             report.reasons.push(format!(
                 "removed image {}: the model cannot see images",
                 site.path
@@ -258,7 +258,7 @@ fn eviction(
 ) -> Vec<usize> {
     let (inv, members) = inventory(walk, states);
     let ev = evict(inv, &Limits::from(s.cfg));
-    report.images_retired += ev.images_retired;
+    report.retired += ev.images_retired;
     report.carriers_retired += ev.carriers_retired;
     report.reasons.extend(ev.reasons);
     members
@@ -292,7 +292,7 @@ fn repeat_cap(walk: &Walk<'_>, s: &Settings<'_>, states: &mut [State], report: &
         *count += 1;
         if *count > n {
             st.fate = Fate::Text(texts::repeat_cap(n));
-            report.images_repeat_capped += 1;
+            report.repeat_capped += 1;
             report.reasons.push(format!(
                 "repeat cap {}: occurrence {} of an image already loaded {n} times \
                  (max_calls_per_image)",
@@ -346,7 +346,7 @@ fn repair_and_downscale(
                 texts::UNSUPPORTED_UNKNOWN
             };
             st.fate = Fate::Text(text.to_owned());
-            report.images_replaced += 1;
+            report.replaced += 1;
             report.reasons.push(format!(
                 "replaced image {}: the bytes are not a known image format (provider rejection)",
                 site.path
@@ -359,7 +359,7 @@ fn repair_and_downscale(
             format::decode_all(b64).is_some_and(|bytes| codec::decode(&bytes, format).is_ok());
         if !decodes {
             st.fate = Fate::Text(texts::CORRUPT_IMAGE.to_owned());
-            report.images_replaced += 1;
+            report.replaced += 1;
             report.reasons.push(format!(
                 "replaced image {}: its {} data does not decode (provider rejection)",
                 site.path,
@@ -375,7 +375,7 @@ fn repair_and_downscale(
     };
     if !accepted && !format.decodable() {
         st.fate = Fate::Text(texts::unsupported_format(format.mime()).to_owned());
-        report.images_replaced += 1;
+        report.replaced += 1;
         report.reasons.push(format!(
             "replaced image {}: {} is not accepted by the {} profile and cannot be converted here",
             site.path,
@@ -454,9 +454,9 @@ fn repair_and_downscale(
                     t.sent_len(is_data_url)
                 ));
                 if over_soft && agent {
-                    report.images_downscaled += 1;
+                    report.downscaled += 1;
                 } else {
-                    report.images_repaired += 1;
+                    report.repaired += 1;
                 }
                 st.len = t.sent_len(is_data_url);
                 st.dims = Some(t.to);
@@ -469,7 +469,7 @@ fn repair_and_downscale(
             }
             Ok(_) => {}
             Err(e) => {
-                report.images_failed_open += 1;
+                report.failed_open += 1;
                 if !accepted {
                     // The provider will reject it as sent; say so (the bytes are left alone).
                     report.reasons.push(format!(
@@ -489,7 +489,7 @@ fn repair_and_downscale(
                 note: false,
                 fix_mime: true,
             };
-            report.images_repaired += 1;
+            report.repaired += 1;
             report.reasons.push(format!(
                 "repaired media type of image {}: declared {declared:?}, bytes are {}",
                 site.path,
@@ -534,7 +534,7 @@ fn many_image_rule(
         };
         match transcode(b64, &target, s).as_ref() {
             Ok(t) => {
-                report.images_repaired += 1;
+                report.repaired += 1;
                 report.reasons.push(format!(
                     "repaired image {}: {}x{} -> {}x{}; reason: {kept} images > {count} need \
                      every side <= {side_cap} px",
@@ -552,7 +552,7 @@ fn many_image_rule(
                     new: Some(t.clone()),
                 };
             }
-            Err(_) => report.images_failed_open += 1,
+            Err(_) => report.failed_open += 1,
         }
     }
 }

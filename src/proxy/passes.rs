@@ -174,7 +174,7 @@ fn run_blocking(
         .as_ref()
         .zip(first.report.model.as_deref())
         .is_some_and(|(r, m)| plan.store.omit(&r.host, m).contains(&Field::NoImageInput));
-    if recovery.is_none() && first.report.images_seen > 0 && sees_no_images {
+    if recovery.is_none() && first.report.images.seen > 0 && sees_no_images {
         let ctx = RewriteContext {
             image_recovery: Some(ImageRejectionKind::ModelCannotSeeImages),
             ..ctx

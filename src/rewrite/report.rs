@@ -2,6 +2,7 @@
 //! `x-cachekeeper-rewrites` response header (and later the metrics) all derive from it:
 //! [`RewriteReport::counters`] is the one list of counter names and values.
 
+use crate::images::passes::ImageReport as ImageCounts;
 use crate::reasoning::ShapeCounts;
 
 /// What the request passes saw and did.
@@ -9,24 +10,8 @@ use crate::reasoning::ShapeCounts;
 pub struct RewriteReport {
     /// The request's `model`, when it has one.
     pub model: Option<String>,
-    /// Image blocks / parts seen in the request (agent images and uploads).
-    pub images_seen: usize,
-    /// Image blocks replaced by the retired-image text.
-    pub images_retired: usize,
-    /// Carriers (image-bearing tool results) retired.
-    pub carriers_retired: usize,
-    /// Images repaired: media type from the magic bytes, a format conversion, or a shrink to a
-    /// hard limit (pass 1; uploads included).
-    pub images_repaired: usize,
-    /// Agent images downscaled to `embed_target_bytes` / `max_dimension` (pass 2).
-    pub images_downscaled: usize,
-    /// Agent images replaced by the repeat-cap text (pass 3).
-    pub images_repeat_capped: usize,
-    /// Images replaced by a fixed text for their format (or, in a recovery, corruption or a
-    /// model that cannot see images).
-    pub images_replaced: usize,
-    /// Images that needed a transcode but could not be decoded and were forwarded as sent.
-    pub images_failed_open: usize,
+    /// What the image passes (1–4) saw and did.
+    pub images: ImageCounts,
     /// One human-readable line per rewrite, with its reason and position.
     pub reasons: Vec<String>,
     /// What reasoning shaping (pass 6) did.
@@ -42,15 +27,16 @@ impl RewriteReport {
     /// counters after it.
     pub fn counters(&self) -> [(&'static str, usize); COUNTERS] {
         let c = &self.shape;
+        let i = &self.images;
         [
-            ("images_seen", self.images_seen),
-            ("images_repaired", self.images_repaired),
-            ("images_downscaled", self.images_downscaled),
-            ("images_repeat_capped", self.images_repeat_capped),
-            ("images_replaced", self.images_replaced),
-            ("images_retired", self.images_retired),
-            ("carriers_retired", self.carriers_retired),
-            ("images_failed_open", self.images_failed_open),
+            ("images_seen", i.seen),
+            ("images_repaired", i.repaired),
+            ("images_downscaled", i.downscaled),
+            ("images_repeat_capped", i.repeat_capped),
+            ("images_replaced", i.replaced),
+            ("images_retired", i.retired),
+            ("carriers_retired", i.carriers_retired),
+            ("images_failed_open", i.failed_open),
             ("reasoning_edits", self.reasoning_edits()),
             ("carriers_dropped", c.carriers_dropped),
             ("carriers_filled", c.carriers_filled),
