@@ -2,15 +2,22 @@
 //! provider's prompt-cache prefix stable while it retires, repairs and shapes what the agent
 //! sends. See `README.md` for the user's view and `docs/architecture.md` for the architecture.
 //!
-//! Layers: the wire (`wire`) knows nothing of LLMs; the
-//! passes (`rewrite`, `images`, `dialect`) are pure functions of the body and the route.
+//! Layers, dependencies pointing down only:
+//! - `proxy` (one request's context and phases, the one retry) on top;
+//! - `rewrite` (the passes in order, the one report) over the policies `images` and
+//!   `reasoning`, which read `provider` (the one provider table) and `state` (the one storage
+//!   interface);
+//! - `dialect` (one view of a body per wire format) over `json` (the span scanner, splicing);
+//! - `wire` (listener, upstream client, bodies, streams), which knows nothing of LLMs.
+//!
+//! Modules are `pub` only where the binary, the integration tests or the benchmarks use them.
 #![forbid(unsafe_code)]
 
 pub mod config;
-pub mod credential;
+pub(crate) mod credential;
 pub mod dialect;
 pub mod images;
-pub mod json;
+pub(crate) mod json;
 pub mod provider;
 pub mod proxy;
 pub mod reasoning;

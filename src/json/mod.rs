@@ -10,7 +10,7 @@ pub(crate) mod scan;
 
 use serde::de::IgnoredAny;
 
-pub use edit::{splice, Edit, EditError};
+pub use edit::{splice, Edit};
 
 /// Why [`parse`] refused a body.
 #[derive(Debug, Clone, PartialEq, Eq)]
