@@ -63,7 +63,8 @@ pub struct ServerConfig {
     /// Time from sending the request to the upstream's response headers, ms. Default 600000:
     /// non-streaming generations can take minutes.
     pub first_byte_timeout_ms: u64,
-    /// Longest pause between two response body chunks, ms. Default 300000.
+    /// Longest pause between two response body chunks, or between two chunks of a request body
+    /// the proxy reads for the passes, ms. Default 300000.
     pub idle_timeout_ms: u64,
     /// How long in-flight requests may run after SIGINT/SIGTERM, ms. Default 30000.
     pub shutdown_grace_ms: u64,

@@ -816,3 +816,37 @@ async fn assistants_thread_messages_on_an_openai_route_are_tunnelled_not_parsed(
     assert!(rewrites.contains("body=unchanged"), "{rewrites}");
     proxy.stop().await;
 }
+
+/// The failing input from the adversarial run: `content-length: 500`, 13 bytes, then
+/// silence. The proxy held the connection forever; now the client gets a 400 in the
+/// dialect's shape after `idle_timeout_ms`, and nothing reaches the upstream.
+#[tokio::test]
+async fn a_client_stalling_mid_body_is_answered_after_the_idle_timeout() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(
+        &mock.url(),
+        "[server]\nidle_timeout_ms = 300\n",
+    ))
+    .await;
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(
+        b"POST /openai/v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"model\":\"m\",",
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+        .await
+        .expect("the proxy must answer a stalled client")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(
+        text.contains(
+            "cachekeeper: could not read the request body: no request body data for 300 ms"
+        ),
+        "{text}"
+    );
+    assert_eq!(mock.count(), 0);
+    proxy.stop().await;
+}

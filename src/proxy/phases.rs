@@ -174,7 +174,15 @@ async fn read_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    match body::read_bounded(incoming, state.server.max_rewrite_bytes, content_length).await {
+    // A client that stops sending mid-body gets `idle_timeout_ms`, as a stalled upstream does.
+    let idle = Duration::from_millis(state.server.idle_timeout_ms);
+    let read = body::read_bounded(
+        incoming,
+        state.server.max_rewrite_bytes,
+        content_length,
+        idle,
+    );
+    match read.await {
         Err(e) => Err(ProxyError::ClientBody(e.to_string())),
         Ok(ReadBody::TooLarge { head, rest }) => {
             ctx.body = BodyFate::TooLarge;

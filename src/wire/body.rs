@@ -20,13 +20,28 @@ pub enum ReadBody {
     TooLarge { head: Vec<Bytes>, rest: Incoming },
 }
 
-/// Read a body up to `limit` bytes. A `content-length` above the limit skips reading
-/// entirely. Errors: the client's stream failed (it went away).
+/// Why a client's body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The client's stream failed (it went away, or sent a malformed body).
+    #[error(transparent)]
+    Client(#[from] hyper::Error),
+    /// No body data arrived for this long, ms: the client stalled mid-body.
+    #[error("no request body data for {0} ms")]
+    Stalled(u64),
+}
+
+/// Read a body up to `limit` bytes, waiting at most `idle` for each chunk. A
+/// `content-length` above the limit skips reading entirely.
+///
+/// Errors: [`ReadError::Client`] when the client's stream fails, [`ReadError::Stalled`] when
+/// it sends nothing for `idle`.
 pub async fn read_bounded(
     mut body: Incoming,
     limit: u64,
     content_length: Option<u64>,
-) -> Result<ReadBody, hyper::Error> {
+    idle: std::time::Duration,
+) -> Result<ReadBody, ReadError> {
     if content_length.is_some_and(|n| n > limit) {
         return Ok(ReadBody::TooLarge {
             head: Vec::new(),
@@ -35,7 +50,11 @@ pub async fn read_bounded(
     }
     let mut chunks: Vec<Bytes> = Vec::new();
     let mut total: u64 = 0;
-    while let Some(frame) = body.frame().await {
+    loop {
+        let next = tokio::time::timeout(idle, body.frame())
+            .await
+            .map_err(|_| ReadError::Stalled(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)))?;
+        let Some(frame) = next else { break };
         let frame = frame?;
         if let Ok(data) = frame.into_data() {
             total += data.len() as u64;
