@@ -6,10 +6,14 @@
 //! - [`body`]: the bounded request-body read and `content-encoding` decoding.
 //! - [`stream`]: the response body on its way back (idle timeout, observer hook).
 //! - [`tunnel`]: WebSocket / HTTP upgrades.
+//! - [`sse`] and [`tee`]: a copy of the response body, decoded and framed into events for an
+//!   observer.
 
 pub(crate) mod body;
 pub(crate) mod listener;
+pub(crate) mod sse;
 pub(crate) mod stream;
+pub(crate) mod tee;
 pub(crate) mod tunnel;
 pub mod upstream;
 
