@@ -7,6 +7,8 @@ clear message, never a silent skip.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -23,7 +25,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers import ANTHROPIC_KEY, OPENAI_KEY, REPO_ROOT  # noqa: E402
+from helpers import ANTHROPIC_KEY, GEMINI_KEY, OPENAI_KEY, REPO_ROOT  # noqa: E402
 from mock_upstream import MockUpstream  # noqa: E402
 
 HEALTH_TIMEOUT_S = 30.0
@@ -75,6 +77,62 @@ class Proxy:
         rc = self.proc.poll()
         if rc is not None:
             pytest.fail(f"cachekeeper exited with code {rc} during the tests\n{self.logs()}", pytrace=False)
+
+    def request_log(self) -> "RequestLog":
+        """The proxy's per-request log lines from now on."""
+        log = RequestLog(self.stderr_path)
+        log.mark()
+        return log
+
+
+REQUEST_TARGET = "cachekeeper::request"
+
+
+@dataclass
+class RequestLog:
+    """The proxy's per-request JSON log lines (target ``cachekeeper::request``, fields flattened
+    to the top level) written after :meth:`mark`."""
+
+    path: Path
+    offset: int = 0
+
+    def mark(self) -> None:
+        try:
+            self.offset = self.path.stat().st_size
+        except OSError:
+            self.offset = 0
+
+    def lines(self) -> list[dict[str, Any]]:
+        data = self.path.read_bytes()[self.offset :]
+        data = data[: data.rfind(b"\n") + 1]  # complete lines only
+        out = []
+        for raw in data.splitlines():
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and obj.get("target") == REQUEST_TARGET:
+                out.append(obj)
+        return out
+
+    def wait(self, path_suffix: str | None = None, count: int = 1, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """The request lines whose ``path`` ends with ``path_suffix``, once there are at least
+        ``count`` (the line is written when the response body has ended, which may be just after
+        the client has read the last byte)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [l for l in self.lines() if path_suffix is None or str(l.get("path", "")).endswith(path_suffix)]
+            if len(found) >= count or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.02)
+
+    def one(self, path_suffix: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+        """The one request line for ``path_suffix`` since :meth:`mark` (fails on none or more)."""
+        found = self.wait(path_suffix, 1, timeout)
+        time.sleep(0.05)
+        found = [l for l in self.lines() if path_suffix is None or str(l.get("path", "")).endswith(path_suffix)]
+        assert len(found) == 1, f"want one request log line for {path_suffix!r}, got {len(found)}: {found}"
+        return found[0]
 
 
 def _binary() -> Path:
@@ -193,6 +251,48 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=10)
 
 
+@contextlib.contextmanager
+def launch_proxy(tmp: Path, routes_toml: str) -> Iterator[Proxy]:
+    """Run another cachekeeper with the given ``[[routes]]`` TOML (for route options the
+    session proxy does not set); its logs stay in ``tmp``."""
+    binary = _binary()
+    listen = f"127.0.0.1:{_free_port()}"
+    config = tmp / "proxy.toml"
+    config.write_text(
+        f"""# written by tests/e2e/conftest.py (launch_proxy)
+[server]
+listen = "{listen}"
+
+[state]
+path = "{tmp / 'cachekeeper.db'}"
+
+{routes_toml}
+""",
+        encoding="utf-8",
+    )
+    stdout_path, stderr_path = tmp / "stdout.log", tmp / "stderr.log"
+    env = dict(os.environ)
+    env.setdefault("RUST_LOG", "info")
+    env.setdefault("RUST_BACKTRACE", "1")
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        env.pop(var, None)
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(
+            [str(binary), "serve", "--config", str(config), "--listen", listen],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp,
+            env=env,
+        )
+    p = Proxy(proc, f"http://{listen}", config, stdout_path, stderr_path)
+    try:
+        _wait_healthy(p)
+        yield p
+    finally:
+        _stop(proc)
+
+
 @pytest.fixture
 def upstream(proxy: Proxy, mock_upstream: MockUpstream) -> Iterator[MockUpstream]:
     """The mock upstream, emptied for this test, behind a live proxy."""
@@ -262,6 +362,50 @@ def openai_client(proxy: Proxy, sent: Capture) -> Iterator[Any]:
     )
     yield client
     client.close()
+
+
+@pytest.fixture
+def genai_client(proxy: Proxy, sent: Capture) -> Iterator[Any]:
+    """The google-genai SDK (Gemini API, v1beta) pointed at the proxy's /gemini route."""
+    import httpx2
+    from google import genai
+    from google.genai import types
+
+    http = httpx2.Client(event_hooks={"request": [sent.hook]}, timeout=30.0)
+    client = genai.Client(
+        api_key=GEMINI_KEY,
+        http_options=types.HttpOptions(base_url=proxy.gemini_base_url, api_version="v1beta", httpx_client=http),
+    )
+    yield client
+    http.close()
+
+
+@pytest.fixture
+def request_log(proxy: Proxy) -> "RequestLog":
+    """The session proxy's per-request log lines written during this test."""
+    return proxy.request_log()
+
+
+# ---------------------------------------------------------------------------------------------
+# Markers
+# ---------------------------------------------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs_usage: needs the response side's usage fields in the request log (issue 8); "
+        "skipped only when CK_SKIP_USAGE=1",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("CK_SKIP_USAGE") != "1":
+        return
+    skip = pytest.mark.skip(reason="CK_SKIP_USAGE=1: the proxy's usage fields are not integrated yet")
+    for item in items:
+        if "needs_usage" in item.keywords:
+            item.add_marker(skip)
 
 
 # ---------------------------------------------------------------------------------------------

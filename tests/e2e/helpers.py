@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
+import socket
 import struct
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Credentials the SDKs send; the mock checks they arrive untouched. Not real keys.
 ANTHROPIC_KEY = "sk-ant-e2e-test-key-0123456789"
 OPENAI_KEY = "sk-e2e-test-key-9876543210"
+GEMINI_KEY = "AIza-e2e-test-key-gemini-13579"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,3 +336,97 @@ def top_level_array_items(body: bytes, key: str) -> list[bytes]:
                 assert body[j] == 0x2C
                 j = _skip_ws(body, j + 1)
         i = vend
+
+
+# ---------------------------------------------------------------------------------------------
+# A raw HTTP/1.1 client: the bytes exactly as they arrive (only the chunk framing undone; any
+# content-encoding kept), including what came before a broken connection.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RawResponse:
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes  # the payload, still content-encoded, without the chunk framing
+    complete: bool  # the message ended as HTTP says (last chunk, or content-length reached)
+
+    def header(self, name: str) -> str | None:
+        lname = name.lower()
+        for k, v in self.headers:
+            if k.lower() == lname:
+                return v
+        return None
+
+
+def _dechunk(data: bytes) -> tuple[bytes, bool]:
+    """Undo chunked framing; a cut-off stream gives what arrived and ``False``."""
+    out = bytearray()
+    i = 0
+    while True:
+        eol = data.find(b"\r\n", i)
+        if eol < 0:
+            return bytes(out), False
+        size = int(data[i:eol].split(b";", 1)[0].strip() or b"0", 16)
+        start = eol + 2
+        if size == 0:
+            return bytes(out), True
+        piece = data[start : start + size]
+        out += piece
+        if len(piece) < size or data[start + size : start + size + 2] != b"\r\n":
+            return bytes(out), False
+        i = start + size + 2
+
+
+def raw_request(
+    base_url: str,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    timeout: float = 60.0,
+) -> RawResponse:
+    """Send one request on a fresh connection (``connection: close``) and read the response to
+    the end, or until the connection breaks."""
+    u = urlsplit(base_url)
+    host, port = u.hostname or "127.0.0.1", u.port or 80
+    h = {"host": f"{host}:{port}", "content-type": "application/json", "connection": "close"}
+    h.update({k.lower(): v for k, v in (headers or {}).items()})
+    if method != "GET" or body:
+        h["content-length"] = str(len(body))
+    head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
+    data = bytearray()
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(head.encode("latin-1") + body)
+        while True:
+            try:
+                got = s.recv(1 << 20)
+            except (ConnectionResetError, ConnectionAbortedError):
+                break
+            if not got:
+                break
+            data += got
+    end = data.find(b"\r\n\r\n")
+    assert end >= 0, f"no complete response head in {bytes(data[:200])!r}"
+    lines = bytes(data[:end]).decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    hdrs = [(k.strip(), v.strip()) for k, v in (line.split(":", 1) for line in lines[1:] if ":" in line)]
+    rest = bytes(data[end + 4 :])
+    resp = RawResponse(status, hdrs, rest, True)
+    if "chunked" in (resp.header("transfer-encoding") or "").lower():
+        resp.body, resp.complete = _dechunk(rest)
+    elif resp.header("content-length") is not None:
+        n = int(resp.header("content-length") or 0)
+        resp.body, resp.complete = rest[:n], len(rest) >= n
+    return resp
+
+
+def sse_data(payload: bytes) -> list[Any]:
+    """The JSON ``data:`` payloads of an SSE stream (comment lines, ``[DONE]``, CRLF handled)."""
+    out = []
+    for line in payload.replace(b"\r\n", b"\n").split(b"\n"):
+        if line.startswith(b"data:"):
+            d = line[5:].strip()
+            if d and d != b"[DONE]":
+                out.append(json.loads(d))
+    return out

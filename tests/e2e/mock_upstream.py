@@ -10,10 +10,20 @@ Speaks just enough of each wire format for the official SDKs and real agents to 
   ``:countTokens``
 - Model lists: ``GET .../models`` (Anthropic, OpenAI or Gemini shape, by request headers / path)
 
+Every response reports usage the way the real API does (the figures are the ``*_USAGE`` constants
+below): Anthropic ``usage`` with ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` and
+the TTL split ``cache_creation``, in a stream on ``message_start`` and again, cumulative, on the
+last ``message_delta``; OpenAI Chat ``usage`` with ``prompt_tokens_details.cached_tokens`` (in a
+stream only as the extra chunk with empty ``choices`` when ``stream_options.include_usage``);
+Responses ``usage`` on ``response.completed``; Gemini ``usageMetadata`` on every chunk, the final
+figures on the last one.
+
 Every request is recorded (method, path, query, headers, raw body bytes) in ``MockUpstream.requests``
-so tests can assert exactly what the proxy forwarded. Streaming responses are sent with chunked
-transfer encoding, one flush per SSE event and a small delay between events, so a buffering proxy
-is observable.
+so tests can assert exactly what the proxy forwarded, and so is the response the mock wrote
+(status, headers, and the body bytes exactly as written: encoded, without the HTTP chunk framing)
+so tests can assert the client received exactly those bytes. Streaming responses are sent with
+chunked transfer encoding, one flush per SSE event and a small delay between events, so a
+buffering proxy is observable.
 
 Per-request knobs, as request headers (they pass through cachekeeper like any other header):
 
@@ -22,6 +32,34 @@ Per-request knobs, as request headers (they pass through cachekeeper like any ot
   in time: a proxy that buffers the stream makes the client miss the first event until timeout.
 - ``x-mock-status: CODE`` -- answer with that HTTP status and the dialect's error body.
 - ``x-mock-reply: TEXT`` -- reply text instead of the default.
+- ``x-mock-usage: VARIANT`` -- the usage shape: ``none`` (no usage reported at all: no ``usage`` /
+  ``usageMetadata``, no include_usage chunk); ``deepseek`` (OpenAI Chat: DeepSeek's
+  ``prompt_cache_hit_tokens`` / ``prompt_cache_miss_tokens``, ``DEEPSEEK_USAGE``);
+  ``cache-write`` (OpenAI Chat and Responses: ``cache_write_tokens`` reported, as newer models
+  do, ``OPENAI_USAGE_CACHE_WRITE`` / ``RESPONSES_USAGE_CACHE_WRITE``). Default: the ``*_USAGE``
+  constants.
+- ``x-mock-reasoning: 1`` -- the response carries reasoning carriers (``REASONING_CARRIERS`` says
+  how many per dialect): Anthropic a signed ``thinking`` block (``signature_delta`` when streamed)
+  and a ``redacted_thinking`` block; OpenAI Chat ``reasoning_content`` (deltas when streamed);
+  Responses a ``reasoning`` item with ``encrypted_content`` (its ``output_item.added`` copy
+  without it, as the real API); Gemini two parallel ``functionCall`` parts, the first with a
+  ``thoughtSignature``.
+- ``x-mock-gzip: 1`` -- when the request's ``accept-encoding`` names gzip, the body is sent
+  gzip-encoded (``content-encoding: gzip``); a stream is one gzip member flushed
+  (``Z_SYNC_FLUSH``) after every event, so each chunk decodes as it arrives.
+- ``x-mock-sse-extras: 1`` -- SSE comment lines (``: OPENROUTER PROCESSING``) before and between
+  events, and (Anthropic) extra ``ping`` events.
+- ``x-mock-crlf: 1`` -- SSE lines end with ``\\r\\n`` instead of ``\\n``.
+- ``x-mock-split: N`` -- write the (encoded) stream in chunks of N bytes, whatever the event
+  boundaries, with no pause between them.
+- ``x-mock-reset-after: N`` -- after N SSE events (N encoded chunks), wait a moment and reset the
+  connection (TCP RST); with ``x-mock-reset-cut: 1`` the first half of event N+1 is sent before
+  the reset. ``RecordedRequest.reset`` says it happened.
+- ``x-mock-garbage: KIND`` -- answer 200 with a body the dialect's parser cannot use:
+  ``not_json`` / ``not_sse`` (an HTML page, or binary noise under ``text/event-stream``),
+  ``invalid_utf8`` (the normal body with invalid UTF-8 bytes: in the reply text of a JSON body,
+  in the first event of a stream), ``big_json`` (the normal JSON body whose reply text is
+  ``BIG_JSON_TEXT_BYTES`` long, usage after it).
 
 Run standalone for the agent trials::
 
@@ -31,9 +69,12 @@ Run standalone for the agent trials::
 from __future__ import annotations
 
 import argparse
+import base64
 import gzip
 import hashlib
 import json
+import socket
+import struct
 import sys
 import threading
 import time
@@ -45,19 +86,41 @@ from urllib.parse import parse_qs, urlsplit
 
 DEFAULT_REPLY = "Hello from the mock upstream."
 
-# Usage figures every response reports, so tests can assert what the SDK parsed.
+# Usage figures every response reports, so tests can assert what the SDK parsed and what the
+# proxy logged. Shapes as the real APIs report them (Anthropic: `input_tokens` excludes cached
+# tokens, `cache_creation_input_tokens` is the sum of the TTL split).
 ANTHROPIC_USAGE = {
     "input_tokens": 12,
-    "cache_creation_input_tokens": 0,
+    "cache_creation_input_tokens": 248,
     "cache_read_input_tokens": 5120,
+    "cache_creation": {"ephemeral_5m_input_tokens": 148, "ephemeral_1h_input_tokens": 100},
     "output_tokens": 7,
+    "service_tier": "standard",
 }
+# Chat: `prompt_tokens` includes `cached_tokens`.
 OPENAI_USAGE = {
     "prompt_tokens": 2006,
     "completion_tokens": 7,
     "total_tokens": 2013,
     "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
     "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+}
+# Newer models also report the tokens written to the cache (included in `prompt_tokens`).
+OPENAI_USAGE_CACHE_WRITE = {
+    "prompt_tokens": 2006,
+    "completion_tokens": 7,
+    "total_tokens": 2013,
+    "prompt_tokens_details": {"cached_tokens": 1920, "cache_write_tokens": 64, "audio_tokens": 0},
+    "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+}
+# DeepSeek: hit + miss = prompt; no `prompt_tokens_details`.
+DEEPSEEK_USAGE = {
+    "prompt_tokens": 2006,
+    "completion_tokens": 7,
+    "total_tokens": 2013,
+    "prompt_cache_hit_tokens": 1792,
+    "prompt_cache_miss_tokens": 214,
+    "completion_tokens_details": {"reasoning_tokens": 0},
 }
 RESPONSES_USAGE = {
     "input_tokens": 2006,
@@ -66,18 +129,37 @@ RESPONSES_USAGE = {
     "output_tokens_details": {"reasoning_tokens": 0},
     "total_tokens": 2013,
 }
+RESPONSES_USAGE_CACHE_WRITE = {
+    "input_tokens": 2006,
+    "input_tokens_details": {"cached_tokens": 1920, "cache_write_tokens": 64},
+    "output_tokens": 7,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 2013,
+}
+# Gemini: `promptTokenCount` includes `cachedContentTokenCount`; the bill's output is
+# candidates + thoughts; total = prompt + candidates + thoughts.
 GEMINI_USAGE = {
     "promptTokenCount": 2006,
     "cachedContentTokenCount": 1920,
     "candidatesTokenCount": 7,
-    "totalTokenCount": 2013,
+    "thoughtsTokenCount": 5,
+    "totalTokenCount": 2018,
 }
+# With x-mock-reasoning: the reasoning share of the output (already inside the output count).
+REASONING_TOKENS = 4
+# How many reasoning carriers a response with x-mock-reasoning holds, per dialect.
+REASONING_CARRIERS = {"anthropic": 2, "openai": 1, "responses": 1, "gemini": 1}
+ANTHROPIC_SIGNATURE = "EqQBCgIYAhIMmockSignature0001GgxtaW5pbWFsIHRoaW5raW5n"
+ANTHROPIC_REDACTED = "EmwKAhgBEgy3va3pzixMockRedacted0001"
+RESPONSES_ENCRYPTED = "gAAAAABmockEncryptedReasoning0001"
+GEMINI_SIGNATURE = base64.b64encode(b"mock gemini thought signature 0001").decode()
+BIG_JSON_TEXT_BYTES = 50_000_000  # x-mock-garbage: big_json
 CREATED = 1_764_500_000  # fixed timestamp: responses are deterministic
 
 
 @dataclass
 class RecordedRequest:
-    """One request as the mock received it."""
+    """One request as the mock received it, and the response the mock wrote."""
 
     method: str
     path: str  # without the query
@@ -89,6 +171,11 @@ class RecordedRequest:
     events_sent: int = 0
     completed: bool = False  # the whole response was written
     client_gone: bool = False  # the connection broke while answering
+    response_status: int | None = None
+    response_headers: list[tuple[str, str]] = field(default_factory=list)
+    # the body bytes exactly as written (content-encoded, without the HTTP chunk framing)
+    response_body: bytearray = field(default_factory=bytearray)
+    reset: bool = False  # the mock reset the connection mid-response (x-mock-reset-after)
 
     def header(self, name: str) -> str | None:
         """Value of the first header called ``name`` (case-insensitive), or None."""
@@ -101,6 +188,13 @@ class RecordedRequest:
     def header_all(self, name: str) -> list[str]:
         lname = name.lower()
         return [v for k, v in self.headers if k.lower() == lname]
+
+    def response_header(self, name: str) -> str | None:
+        lname = name.lower()
+        for k, v in self.response_headers:
+            if k.lower() == lname:
+                return v
+        return None
 
     @property
     def decoded_body(self) -> bytes:
@@ -118,6 +212,22 @@ class RecordedRequest:
     @property
     def query_params(self) -> dict[str, list[str]]:
         return parse_qs(self.query, keep_blank_values=True)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # sockets to close with a reset (SO_LINGER 0, no shutdown first, which would send FIN)
+        self.abortive: set[Any] = set()
+
+    def shutdown_request(self, request: Any) -> None:
+        if request in self.abortive:
+            self.abortive.discard(request)
+            request.close()
+            return
+        super().shutdown_request(request)
 
 
 class MockUpstream:
@@ -145,8 +255,7 @@ class MockUpstream:
         class Handler(_Handler):
             upstream = mock
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), Handler)
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -213,7 +322,7 @@ class MockUpstream:
         """Wait until the mock has written the whole response to ``rec`` (the client may see the
         last event before the handler has written the final zero-length chunk)."""
         deadline = time.monotonic() + timeout
-        while not rec.completed and not rec.client_gone and time.monotonic() < deadline:
+        while not rec.completed and not rec.client_gone and not rec.reset and time.monotonic() < deadline:
             time.sleep(0.01)
         return rec.completed
 
@@ -236,6 +345,10 @@ class _ClientGone(Exception):
     pass
 
 
+class _Reset(Exception):
+    pass
+
+
 class _Handler(BaseHTTPRequestHandler):
     upstream: MockUpstream  # set by the subclass built in MockUpstream.__init__
     protocol_version = "HTTP/1.1"
@@ -250,6 +363,41 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch()
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_GET
+
+    # -- recording the response ----------------------------------------------------------------
+    def send_response(self, code: int, message: str | None = None) -> None:
+        rec = getattr(self, "rec", None)
+        if rec is not None:
+            rec.response_status = code
+        super().send_response(code, message)
+
+    def send_header(self, keyword: str, value: str) -> None:
+        rec = getattr(self, "rec", None)
+        if rec is not None:
+            rec.response_headers.append((keyword, value))
+        super().send_header(keyword, value)
+
+    # -- knobs ----------------------------------------------------------------------------------
+    def knob(self, name: str) -> str | None:
+        """The ``x-mock-NAME`` request header, stripped, or None."""
+        v = self.rec.header(f"x-mock-{name}")
+        return v.strip() if v is not None else None
+
+    def _flag(self, name: str) -> bool:
+        return (self.knob(name) or "").lower() in ("1", "true", "yes", "on")
+
+    def _usage_variant(self) -> str:
+        return (self.knob("usage") or "").lower()
+
+    def _reasoning(self) -> bool:
+        return self._flag("reasoning")
+
+    def _garbage(self) -> str:
+        return (self.knob("garbage") or "").lower()
+
+    def _gzip_wanted(self) -> bool:
+        accepted = (self.rec.header("accept-encoding") or "").lower()
+        return self._flag("gzip") and "gzip" in accepted
 
     # -- plumbing ----------------------------------------------------------------------------
     def _read_body(self) -> bytes:
@@ -276,13 +424,26 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_json(self, status: int, obj: Any, extra_headers: dict[str, str] | None = None) -> None:
         data = json.dumps(obj, separators=(",", ":")).encode()
+        garbage = self._garbage() if status == 200 else ""
+        if garbage in ("not_json", "not_sse"):
+            data = b"<html><head><title>502 Bad Gateway</title></head><body>upstream said no</body></html>\n"
+        elif garbage == "invalid_utf8":
+            data = _corrupt_utf8(data, self._reply_text().encode())
+        self._send_body(status, data, "application/json", extra_headers)
+
+    def _send_body(self, status: int, data: bytes, content_type: str, extra_headers: dict[str, str] | None = None) -> None:
+        headers = dict(extra_headers or {})
+        if self._gzip_wanted():
+            data = gzip.compress(data, mtime=0)
+            headers["content-encoding"] = "gzip"
         self.send_response(status)
-        self.send_header("content-type", "application/json")
+        self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(data)))
-        for k, v in (extra_headers or {}).items():
+        for k, v in headers.items():
             self.send_header(k, v)
         self.end_headers()
         if self.command != "HEAD":
+            self.rec.response_body += data  # before the write: the client may read it at once
             self.wfile.write(data)
         self.wfile.flush()
         self.rec.completed = True
@@ -292,12 +453,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")
         self.send_header("transfer-encoding", "chunked")
+        if self._gzip_wanted():
+            self.send_header("content-encoding", "gzip")
         for k, v in (extra_headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
         self.wfile.flush()
 
     def _chunk(self, data: bytes) -> None:
+        self.rec.response_body += data  # before the write: the client may read it at once
         try:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
@@ -305,19 +469,80 @@ class _Handler(BaseHTTPRequestHandler):
             self.rec.client_gone = True
             raise _ClientGone() from e
 
+    def _shape_events(self, events: list[bytes]) -> list[bytes]:
+        """Apply the stream knobs that change the plain event bytes."""
+        garbage = self._garbage()
+        if garbage in ("not_json", "not_sse"):
+            return [
+                b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR not an event stream",
+                b"\x00\x01\x02 binary noise without a line end " * 64,
+                b"\xff\xfe\xfd{\"usage\":{\"input_tokens\":1}",
+            ]
+        if garbage == "invalid_utf8" and events:
+            events = [_corrupt_utf8(events[0], b'"type"', b'"ty\xff\xfepe"')] + events[1:]
+        if self._flag("sse-extras"):
+            comment = b": OPENROUTER PROCESSING\n\n"
+            ping = b'event: ping\ndata: {"type": "ping"}\n\n'
+            anthropic = _dialect_of(self.rec.path, self.rec) == "anthropic"
+            shaped = [comment]
+            for i, ev in enumerate(events):
+                shaped.append(ev)
+                if i < len(events) - 1:
+                    shaped.append(ping if anthropic and i % 2 == 0 else comment)
+            events = shaped
+        if self._flag("crlf"):
+            events = [ev.replace(b"\n", b"\r\n") for ev in events]
+        return events
+
     def _send_events(self, events: list[bytes]) -> None:
-        """Write SSE events one chunk (and one flush) each, pausing between them."""
+        """Write SSE events one chunk (and one flush) each, pausing between them; then the
+        stream knobs: gzip, re-chunking, a reset mid-way."""
         up = self.upstream
+        events = self._shape_events(events)
+        if self._gzip_wanted():
+            co = zlib.compressobj(6, zlib.DEFLATED, 31)
+            events = [co.compress(ev) + co.flush(zlib.Z_SYNC_FLUSH) for ev in events]
+            events[-1] += co.flush()
+        reset_at: int | None = None
+        if self.knob("reset-after") is not None:
+            n = int(self.knob("reset-after") or 0)
+            reset_at = sum(len(ev) for ev in events[:n])
+            if self._flag("reset-cut") and n < len(events):
+                reset_at += len(events[n]) // 2
+        delay = up.sse_delay
+        split = int(self.knob("split") or 0)
+        if split > 0:
+            whole = b"".join(events)
+            events = [whole[i : i + split] for i in range(0, len(whole), split)]
+            delay = 0.0
         gate_name = self.rec.header("x-mock-gate")
+        sent = 0
         for i, ev in enumerate(events):
-            if i > 0 and up.sse_delay:
-                time.sleep(up.sse_delay)
+            if i > 0 and delay:
+                time.sleep(delay)
+            if reset_at is not None and sent + len(ev) >= reset_at:
+                if reset_at > sent:
+                    self._chunk(ev[: reset_at - sent])
+                self._reset()
             self._chunk(ev)
+            sent += len(ev)
             self.rec.events_sent += 1
             if i == 0 and gate_name:
                 self.rec.gate_released = up.gate(gate_name).wait(up.gate_timeout)
+        if reset_at is not None:
+            self._reset()
         self._chunk(b"")  # terminating zero-length chunk
         self.rec.completed = True
+
+    def _reset(self) -> None:
+        """Reset the connection: give the reader a moment to take what was sent, then close
+        with SO_LINGER 0 (an RST, not a FIN)."""
+        self.wfile.flush()
+        time.sleep(0.3)
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.server.abortive.add(self.connection)  # type: ignore[attr-defined]
+        self.rec.reset = True
+        raise _Reset()
 
     def _dispatch(self) -> None:
         split = urlsplit(self.path)
@@ -333,6 +558,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.upstream.record(self.rec)
         try:
             self._route(split.path)
+        except _Reset:
+            self.close_connection = True
         except _ClientGone:
             self.close_connection = True
         except (BrokenPipeError, ConnectionResetError):
@@ -376,6 +603,8 @@ class _Handler(BaseHTTPRequestHandler):
         return self._send_json(404, _error_body(dialect, 404, f"mock upstream: no handler for {m} {path}"))
 
     def _reply_text(self) -> str:
+        if self._garbage() == "big_json":
+            return "x" * BIG_JSON_TEXT_BYTES
         return self.rec.header("x-mock-reply") or self.upstream.reply_text
 
     # -- Anthropic Messages --------------------------------------------------------------------
@@ -385,42 +614,73 @@ class _Handler(BaseHTTPRequestHandler):
         text = self._reply_text()
         msg_id = f"msg_mock_{n:04d}"
         hdrs = {"request-id": f"req_mock_{n:04d}"}
+        usage: dict[str, Any] | None = None if self._usage_variant() == "none" else dict(ANTHROPIC_USAGE)
+        reasoning = self._reasoning()
+        thinking_text = "The user wants a greeting; answer briefly."
         if not req.get("stream"):
-            return self._send_json(
-                200,
-                {
-                    "id": msg_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "model": model,
-                    "content": [{"type": "text", "text": text}],
-                    "stop_reason": "end_turn",
-                    "stop_sequence": None,
-                    "usage": dict(ANTHROPIC_USAGE),
-                },
-                hdrs,
-            )
-        start_usage = dict(ANTHROPIC_USAGE, output_tokens=1)
-        events = [
-            _sse_named(
-                "message_start",
-                {
-                    "type": "message_start",
-                    "message": {
-                        "id": msg_id,
-                        "type": "message",
-                        "role": "assistant",
-                        "model": model,
-                        "content": [],
-                        "stop_reason": None,
-                        "stop_sequence": None,
-                        "usage": start_usage,
-                    },
-                },
-            ),
+            content: list[dict[str, Any]] = []
+            if reasoning:
+                content += [
+                    {"type": "thinking", "thinking": thinking_text, "signature": ANTHROPIC_SIGNATURE},
+                    {"type": "redacted_thinking", "data": ANTHROPIC_REDACTED},
+                ]
+            content.append({"type": "text", "text": text})
+            msg: dict[str, Any] = {
+                "id": msg_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+            }
+            if usage is not None:
+                msg["usage"] = usage
+            return self._send_json(200, msg, hdrs)
+        start_msg: dict[str, Any] = {
+            "id": msg_id,
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+        }
+        if usage is not None:
+            start_msg["usage"] = dict(usage, output_tokens=1)
+        events = [_sse_named("message_start", {"type": "message_start", "message": start_msg})]
+        index = 0
+        if reasoning:
+            events += [
+                _sse_named(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+                ),
+            ]
+            for piece in _pieces(thinking_text, 2):
+                events.append(
+                    _sse_named(
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": piece}},
+                    )
+                )
+            events += [
+                _sse_named(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": ANTHROPIC_SIGNATURE}},
+                ),
+                _sse_named("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                _sse_named(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": ANTHROPIC_REDACTED}},
+                ),
+                _sse_named("content_block_stop", {"type": "content_block_stop", "index": 1}),
+            ]
+            index = 2
+        events += [
             _sse_named(
                 "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
             ),
             _sse_named("ping", {"type": "ping"}),
         ]
@@ -428,52 +688,60 @@ class _Handler(BaseHTTPRequestHandler):
             events.append(
                 _sse_named(
                     "content_block_delta",
-                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+                    {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
                 )
             )
+        delta: dict[str, Any] = {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}}
+        if usage is not None:
+            # cumulative, as the real API sends it: the input-side figures again, the final output
+            delta["usage"] = {
+                "input_tokens": usage["input_tokens"],
+                "cache_creation_input_tokens": usage["cache_creation_input_tokens"],
+                "cache_read_input_tokens": usage["cache_read_input_tokens"],
+                "output_tokens": usage["output_tokens"],
+            }
         events += [
-            _sse_named("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            _sse_named(
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                    "usage": {"output_tokens": ANTHROPIC_USAGE["output_tokens"]},
-                },
-            ),
+            _sse_named("content_block_stop", {"type": "content_block_stop", "index": index}),
+            _sse_named("message_delta", delta),
             _sse_named("message_stop", {"type": "message_stop"}),
         ]
         self._start_sse(hdrs)
         self._send_events(events)
 
     # -- OpenAI Chat Completions ---------------------------------------------------------------
+    def _openai_usage(self) -> dict[str, Any] | None:
+        variant = self._usage_variant()
+        if variant == "none":
+            return None
+        base = {"deepseek": DEEPSEEK_USAGE, "cache-write": OPENAI_USAGE_CACHE_WRITE}.get(variant, OPENAI_USAGE)
+        usage = json.loads(json.dumps(base))
+        if self._reasoning():
+            usage["completion_tokens_details"]["reasoning_tokens"] = REASONING_TOKENS
+        return usage
+
     def _openai_chat(self, req: dict[str, Any]) -> None:
         n = self.upstream.next_id()
         model = req.get("model") or "gpt-mock"
         text = self._reply_text()
         cid = f"chatcmpl-mock-{n:04d}"
         hdrs = {"x-request-id": f"req_mock_{n:04d}"}
+        usage = self._openai_usage()
+        reasoning = "The user wants a greeting; answer briefly." if self._reasoning() else None
         if not req.get("stream"):
-            return self._send_json(
-                200,
-                {
-                    "id": cid,
-                    "object": "chat.completion",
-                    "created": CREATED,
-                    "model": model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": text, "refusal": None},
-                            "logprobs": None,
-                            "finish_reason": "stop",
-                        }
-                    ],
-                    "usage": OPENAI_USAGE,
-                    "system_fingerprint": "fp_mock",
-                },
-                hdrs,
-            )
+            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+            if reasoning is not None:
+                message["reasoning_content"] = reasoning
+            body: dict[str, Any] = {
+                "id": cid,
+                "object": "chat.completion",
+                "created": CREATED,
+                "model": model,
+                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+            }
+            if usage is not None:
+                body["usage"] = usage
+            body["system_fingerprint"] = "fp_mock"
+            return self._send_json(200, body, hdrs)
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
 
         def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
@@ -490,9 +758,11 @@ class _Handler(BaseHTTPRequestHandler):
             return _sse_data(obj)
 
         events = [chunk({"role": "assistant", "content": "", "refusal": None}, None)]
+        if reasoning is not None:
+            events += [chunk({"reasoning_content": p}, None) for p in _pieces(reasoning)]
         events += [chunk({"content": p}, None) for p in _pieces(text)]
         events.append(chunk({}, "stop"))
-        if include_usage:
+        if include_usage and usage is not None:
             events.append(
                 _sse_data(
                     {
@@ -502,7 +772,7 @@ class _Handler(BaseHTTPRequestHandler):
                         "model": model,
                         "system_fingerprint": "fp_mock",
                         "choices": [],
-                        "usage": OPENAI_USAGE,
+                        "usage": usage,
                     }
                 )
             )
@@ -517,7 +787,22 @@ class _Handler(BaseHTTPRequestHandler):
         text = self._reply_text()
         rid = f"resp_mock_{n:04d}"
         mid = f"msg_mock_{n:04d}"
+        rsid = f"rs_mock_{n:04d}"
         hdrs = {"x-request-id": f"req_mock_{n:04d}"}
+        variant = self._usage_variant()
+        usage: dict[str, Any] | None = None
+        if variant != "none":
+            usage = json.loads(json.dumps(RESPONSES_USAGE_CACHE_WRITE if variant == "cache-write" else RESPONSES_USAGE))
+            if self._reasoning():
+                usage["output_tokens_details"]["reasoning_tokens"] = REASONING_TOKENS
+        summary = "Greet the user briefly."
+        reasoning_done = {
+            "id": rsid,
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": summary}],
+            "encrypted_content": RESPONSES_ENCRYPTED,
+            "status": "completed",
+        }
         part_done = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
         item_done = {
             "id": mid,
@@ -526,6 +811,8 @@ class _Handler(BaseHTTPRequestHandler):
             "role": "assistant",
             "content": [part_done],
         }
+        final_output = [reasoning_done, item_done] if self._reasoning() else [item_done]
+        msg_index = len(final_output) - 1
 
         def response_obj(status: str, output: list[Any], usage: Any) -> dict[str, Any]:
             return {
@@ -555,7 +842,7 @@ class _Handler(BaseHTTPRequestHandler):
             }
 
         if not req.get("stream"):
-            return self._send_json(200, response_obj("completed", [item_done], RESPONSES_USAGE), hdrs)
+            return self._send_json(200, response_obj("completed", final_output, usage), hdrs)
 
         seq = iter(range(1_000_000))
 
@@ -565,10 +852,42 @@ class _Handler(BaseHTTPRequestHandler):
         events = [
             ev("response.created", {"response": response_obj("in_progress", [], None)}),
             ev("response.in_progress", {"response": response_obj("in_progress", [], None)}),
+        ]
+        if self._reasoning():
+            # the `added` copy is incomplete (no encrypted_content, empty summary), as the real API
+            events += [
+                ev(
+                    "response.output_item.added",
+                    {"output_index": 0, "item": {"id": rsid, "type": "reasoning", "summary": [], "status": "in_progress"}},
+                ),
+                ev(
+                    "response.reasoning_summary_part.added",
+                    {"item_id": rsid, "output_index": 0, "summary_index": 0, "part": {"type": "summary_text", "text": ""}},
+                ),
+            ]
+            for p in _pieces(summary, 2):
+                events.append(
+                    ev(
+                        "response.reasoning_summary_text.delta",
+                        {"item_id": rsid, "output_index": 0, "summary_index": 0, "delta": p},
+                    )
+                )
+            events += [
+                ev(
+                    "response.reasoning_summary_text.done",
+                    {"item_id": rsid, "output_index": 0, "summary_index": 0, "text": summary},
+                ),
+                ev(
+                    "response.reasoning_summary_part.done",
+                    {"item_id": rsid, "output_index": 0, "summary_index": 0, "part": {"type": "summary_text", "text": summary}},
+                ),
+                ev("response.output_item.done", {"output_index": 0, "item": reasoning_done}),
+            ]
+        events += [
             ev(
                 "response.output_item.added",
                 {
-                    "output_index": 0,
+                    "output_index": msg_index,
                     "item": {"id": mid, "type": "message", "status": "in_progress", "role": "assistant", "content": []},
                 },
             ),
@@ -576,7 +895,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "response.content_part.added",
                 {
                     "item_id": mid,
-                    "output_index": 0,
+                    "output_index": msg_index,
                     "content_index": 0,
                     "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []},
                 },
@@ -586,17 +905,20 @@ class _Handler(BaseHTTPRequestHandler):
             events.append(
                 ev(
                     "response.output_text.delta",
-                    {"item_id": mid, "output_index": 0, "content_index": 0, "delta": p, "logprobs": []},
+                    {"item_id": mid, "output_index": msg_index, "content_index": 0, "delta": p, "logprobs": []},
                 )
             )
         events += [
             ev(
                 "response.output_text.done",
-                {"item_id": mid, "output_index": 0, "content_index": 0, "text": text, "logprobs": []},
+                {"item_id": mid, "output_index": msg_index, "content_index": 0, "text": text, "logprobs": []},
             ),
-            ev("response.content_part.done", {"item_id": mid, "output_index": 0, "content_index": 0, "part": part_done}),
-            ev("response.output_item.done", {"output_index": 0, "item": item_done}),
-            ev("response.completed", {"response": response_obj("completed", [item_done], RESPONSES_USAGE)}),
+            ev(
+                "response.content_part.done",
+                {"item_id": mid, "output_index": msg_index, "content_index": 0, "part": part_done},
+            ),
+            ev("response.output_item.done", {"output_index": msg_index, "item": item_done}),
+            ev("response.completed", {"response": response_obj("completed", final_output, usage)}),
         ]
         self._start_sse(hdrs)
         self._send_events(events)
@@ -614,23 +936,42 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(value, dict) or not value:
                 value = {"reasoning": "mock upstream", "next_speaker": "user"}
             text = json.dumps(value)
+        report_usage = self._usage_variant() != "none"
 
-        def resp(parts_text: str, final: bool) -> dict[str, Any]:
-            cand: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": parts_text}]}, "index": 0}
+        def resp(parts: list[dict[str, Any]], final: bool, candidates_so_far: int) -> dict[str, Any]:
+            cand: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
             if final:
                 cand["finishReason"] = "STOP"
             out: dict[str, Any] = {"candidates": [cand], "modelVersion": model, "responseId": "mock-gemini"}
-            out["usageMetadata"] = (
-                dict(GEMINI_USAGE)
-                if final
-                else {"promptTokenCount": GEMINI_USAGE["promptTokenCount"], "totalTokenCount": GEMINI_USAGE["promptTokenCount"]}
-            )
+            if report_usage:
+                # every chunk has usageMetadata; only the last one has the final figures
+                out["usageMetadata"] = (
+                    dict(GEMINI_USAGE)
+                    if final
+                    else {
+                        "promptTokenCount": GEMINI_USAGE["promptTokenCount"],
+                        "cachedContentTokenCount": GEMINI_USAGE["cachedContentTokenCount"],
+                        "candidatesTokenCount": candidates_so_far,
+                        "totalTokenCount": GEMINI_USAGE["promptTokenCount"] + candidates_so_far,
+                    }
+                )
             return out
 
+        if self._reasoning():
+            # parallel function calls: only the first part carries the signature
+            first = {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}, "thoughtSignature": GEMINI_SIGNATURE}
+            second = {"functionCall": {"name": "get_weather", "args": {"city": "Lyon"}}}
+            if not stream:
+                return self._send_json(200, resp([first, second], True, 0))
+            events = [_sse_data(resp([first], False, 3)), _sse_data(resp([second], True, 0))]
+            self._start_sse()
+            return self._send_events(events)
         if not stream:
-            return self._send_json(200, resp(text, True))
+            return self._send_json(200, resp([{"text": text}], True, 0))
         pieces = _pieces(text)
-        events = [_sse_data(resp(p, i == len(pieces) - 1)) for i, p in enumerate(pieces)]
+        events = [
+            _sse_data(resp([{"text": p}], i == len(pieces) - 1, i + 1)) for i, p in enumerate(pieces)
+        ]
         self._start_sse()
         self._send_events(events)
 
@@ -646,6 +987,17 @@ def _sse_named(event: str, data: dict[str, Any]) -> bytes:
 
 def _sse_data(data: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _corrupt_utf8(data: bytes, needle: bytes, replacement: bytes | None = None) -> bytes:
+    """``data`` with its first ``needle`` replaced by bytes that are not UTF-8 (by default the
+    needle with 0xFF 0xFE after its first byte); prefixed with them when the needle is absent."""
+    if replacement is None:
+        replacement = needle[:1] + b"\xff\xfe" + needle[1:]
+    i = data.find(needle) if needle else -1
+    if i < 0:
+        return b"\xff\xfe" + data
+    return data[:i] + replacement + data[i + len(needle) :]
 
 
 def _pieces(text: str, n: int = 3) -> list[str]:
