@@ -6,14 +6,15 @@
 //! - [`body`]: the bounded request-body read and `content-encoding` decoding.
 //! - [`stream`]: the response body on its way back (idle timeout, observer hook).
 //! - [`tunnel`]: WebSocket / HTTP upgrades.
-//! - [`sse`] and [`tee`]: a copy of the response body, decoded and framed into events for an
-//!   observer.
+//! - [`tee`]: a copy of the response body for an observer, decoded by [`decode`] and framed
+//!   into events by [`sse`].
 
 pub(crate) mod body;
+pub(crate) mod decode;
 pub(crate) mod listener;
-pub(crate) mod sse;
-pub(crate) mod stream;
-pub(crate) mod tee;
+pub mod sse;
+pub mod stream;
+pub mod tee;
 pub(crate) mod tunnel;
 pub mod upstream;
 
