@@ -160,9 +160,9 @@ pub struct ImagesConfig {
 }
 
 /// Lower clamp of `embed_target_bytes` (64 KiB).
-pub const EMBED_TARGET_MIN: u64 = 64 * 1024;
+pub(crate) const EMBED_TARGET_MIN: u64 = 64 * 1024;
 /// Upper clamp of `embed_target_bytes` (4 MiB).
-pub const EMBED_TARGET_MAX: u64 = 4 * 1024 * 1024;
+pub(crate) const EMBED_TARGET_MAX: u64 = 4 * 1024 * 1024;
 
 impl Default for ImagesConfig {
     fn default() -> Self {
@@ -203,7 +203,7 @@ pub struct ImagesOverride {
 
 impl ImagesConfig {
     /// This config with a route's overrides applied.
-    pub fn with_overrides(&self, o: &ImagesOverride) -> ImagesConfig {
+    pub(crate) fn with_overrides(&self, o: &ImagesOverride) -> ImagesConfig {
         ImagesConfig {
             max_blocks: o.max_blocks.unwrap_or(self.max_blocks),
             max_blocks_small: o.max_blocks_small.unwrap_or(self.max_blocks_small),
@@ -474,7 +474,7 @@ impl Config {
 
     /// The effective `[images]` settings for a route (global values, route overrides,
     /// clamped).
-    pub fn route_images(&self, route: &RouteConfig) -> ImagesConfig {
+    pub(crate) fn route_images(&self, route: &RouteConfig) -> ImagesConfig {
         let mut eff = self.images.with_overrides(&route.images);
         eff.clamp("", &mut Vec::new());
         eff

@@ -8,13 +8,13 @@
 use sha2::{Digest, Sha256};
 
 /// The scope of a request without any credential.
-pub const NO_CREDENTIAL: &str = "";
+pub(crate) const NO_CREDENTIAL: &str = "";
 
 /// Hex of the first 16 bytes of SHA-256 over a domain tag, the header's name and its value,
 /// for the first present of `x-api-key`, `authorization`, `x-goog-api-key`, or the `key`
 /// query parameter (`query` is the URI's query string, without `?`). [`NO_CREDENTIAL`] when
 /// none is present.
-pub fn scope(headers: &http::HeaderMap, query: Option<&str>) -> String {
+pub(crate) fn scope(headers: &http::HeaderMap, query: Option<&str>) -> String {
     for name in ["x-api-key", "authorization", "x-goog-api-key"] {
         if let Some(v) = headers.get(name) {
             return digest(name, v.as_bytes());

@@ -42,13 +42,15 @@ pub enum Carrier {
 }
 
 impl Carrier {
-    /// Every carrier, in a fixed order.
-    pub const ALL: [Carrier; 5] = [
-        Carrier::ReasoningContent,
-        Carrier::Reasoning,
-        Carrier::ReasoningDetails,
-        Carrier::GeminiThoughtSignature,
-        Carrier::CopilotOpaque,
+    /// Every key a carrier occupies on an assistant message (or, for `extra_content`, on its
+    /// `tool_calls[i]`): each [`Carrier::field`] plus Copilot's second key `reasoning_text`.
+    pub(crate) const MESSAGE_KEYS: [&'static str; 6] = [
+        "reasoning_content",
+        "reasoning",
+        "reasoning_details",
+        "extra_content",
+        "reasoning_opaque",
+        "reasoning_text",
     ];
 
     /// The message key this carrier lives in; also its name in verdicts and `carriers = [...]`.
@@ -64,7 +66,7 @@ impl Carrier {
 
     /// Parse a name from a route's `carriers = [...]` (the field names; also
     /// `thought_signature` for the Gemini carrier and `reasoning_text` for Copilot's).
-    pub fn from_name(name: &str) -> Option<Carrier> {
+    pub(crate) fn from_name(name: &str) -> Option<Carrier> {
         match name.trim().to_ascii_lowercase().as_str() {
             "reasoning_content" => Some(Carrier::ReasoningContent),
             "reasoning" => Some(Carrier::Reasoning),
@@ -124,7 +126,7 @@ pub enum KeepThinking {
 impl KeepThinking {
     /// The name under which a rejection of this flag is learned and omitted (dotted for a
     /// nested key).
-    pub fn param(self) -> &'static str {
+    pub(crate) fn param(self) -> &'static str {
         match self {
             KeepThinking::GlmClearThinking => "thinking.clear_thinking",
             KeepThinking::DashscopePreserve => "preserve_thinking",
@@ -158,11 +160,11 @@ pub struct ImageLimits {
 
 /// Anthropic's largest image side, px (8000×8000; the 400 `At least one of the image
 /// dimensions exceed max allowed size: 8000 pixels`). Source: `docs/images.md#anthropic-limits`.
-pub const ANTHROPIC_MAX_SIDE: u32 = 8000;
+pub(crate) const ANTHROPIC_MAX_SIDE: u32 = 8000;
 /// Anthropic's many-image rule: above this many images in one request…
-pub const MANY_IMAGE_COUNT: usize = 20;
+pub(crate) const MANY_IMAGE_COUNT: usize = 20;
 /// …each image must be ≤ this many px per side. Source: `docs/images.md#anthropic-limits`.
-pub const MANY_IMAGE_SIDE: u32 = crate::images::probe::MANY_IMAGE_DIMENSION_LIMIT;
+pub(crate) const MANY_IMAGE_SIDE: u32 = crate::images::probe::MANY_IMAGE_DIMENSION_LIMIT;
 
 const COMMON_FORMATS: &[Format] = &[Format::Jpeg, Format::Png, Format::Gif, Format::Webp];
 const GEMINI_FORMATS: &[Format] = &[
@@ -175,21 +177,21 @@ const GEMINI_FORMATS: &[Format] = &[
 ];
 
 /// Anthropic's image rules (also for Claude models behind gateways).
-pub const ANTHROPIC_IMAGES: ImageLimits = ImageLimits {
+pub(crate) const ANTHROPIC_IMAGES: ImageLimits = ImageLimits {
     name: "anthropic",
     accepted: COMMON_FORMATS,
     max_side: Some(ANTHROPIC_MAX_SIDE),
     many_image: Some((MANY_IMAGE_COUNT, MANY_IMAGE_SIDE)),
 };
 /// OpenAI's image rules (also the fallback for OpenAI-wire bodies).
-pub const OPENAI_IMAGES: ImageLimits = ImageLimits {
+pub(crate) const OPENAI_IMAGES: ImageLimits = ImageLimits {
     name: "openai",
     accepted: COMMON_FORMATS,
     max_side: None,
     many_image: None,
 };
 /// Gemini's image rules.
-pub const GEMINI_IMAGES: ImageLimits = ImageLimits {
+pub(crate) const GEMINI_IMAGES: ImageLimits = ImageLimits {
     name: "gemini",
     accepted: GEMINI_FORMATS,
     max_side: None,
@@ -257,7 +259,7 @@ pub struct Provider {
 }
 
 /// Every dialect: a provider whose wires are not restricted.
-pub const ALL_DIALECTS: &[Dialect] = &[
+pub(crate) const ALL_DIALECTS: &[Dialect] = &[
     Dialect::Anthropic,
     Dialect::Openai,
     Dialect::OpenaiResponses,
@@ -311,7 +313,7 @@ const fn openai_cache(models: &'static str, read_milli: Option<u32>) -> CacheRul
 
 /// The table, first host match wins (no two rows share a domain). `local` and `default`
 /// are matched by address / as the fallback, never by host.
-pub const PROVIDERS: &[Provider] = &[
+pub(crate) const PROVIDERS: &[Provider] = &[
     Provider {
         images: Some(&ANTHROPIC_IMAGES),
         binding_controls: true,
@@ -462,12 +464,12 @@ const LOCAL: Provider = row("local", &[], &[RC, R], Native);
 const DEFAULT: Provider = row("default", &[], &[RC], Strip);
 
 /// The row called `name`, if any.
-pub fn by_name(name: &str) -> Option<&'static Provider> {
+pub(crate) fn by_name(name: &str) -> Option<&'static Provider> {
     PROVIDERS.iter().find(|p| p.name == name)
 }
 
 /// Every row's name, in table order (what a route's `provider` key may say).
-pub fn names() -> impl Iterator<Item = &'static str> {
+pub(crate) fn names() -> impl Iterator<Item = &'static str> {
     PROVIDERS.iter().map(|p| p.name)
 }
 
@@ -499,7 +501,9 @@ pub struct ResolvedProvider {
     /// The row.
     pub row: &'static Provider,
     pub matched_by: MatchedBy,
-    /// Lowercased upstream host (no port, no brackets, no trailing dot): the verdict key.
+    /// The verdict key: the lowercased upstream host (no brackets, no trailing dot), with
+    /// its port when the upstream URL names one that is not the scheme's default — two local
+    /// servers on one machine (`127.0.0.1:8001` and `:8002`) learn apart.
     pub host: String,
     /// Image rules of the route: the row's, else those of the row the host matches (a
     /// `provider` key without image rules keeps the host's); `None` = per request from the
@@ -517,7 +521,8 @@ impl ResolvedProvider {
     ///
     /// - `provider`: the route's `provider` key (a row name); an unknown name falls back to
     ///   host matching (config validation rejects unknown names first).
-    /// - `upstream_host`: the upstream's host (a port and IPv6 brackets are tolerated).
+    /// - `upstream_host`: the upstream's host, with the port that tells the verdicts of two
+    ///   servers on one host apart (IPv6 brackets tolerated; rows match on the host alone).
     /// - `carriers_override`: the route's `carriers = [...]`, replacing the row's set.
     pub fn resolve(
         provider: Option<&str>,
@@ -525,6 +530,11 @@ impl ResolvedProvider {
         carriers_override: Option<&[String]>,
     ) -> ResolvedProvider {
         let host = normalize_host(upstream_host);
+        let key = match port_of(upstream_host) {
+            Some(port) if host.contains(':') => format!("[{host}]:{port}"),
+            Some(port) => format!("{host}:{port}"),
+            None => host.clone(),
+        };
         let by_key = provider.and_then(by_name);
         let host_row = by_host(&host);
         let (row, matched_by) = if let Some(p) = by_key {
@@ -556,7 +566,7 @@ impl ResolvedProvider {
         ResolvedProvider {
             row,
             matched_by,
-            host,
+            host: key,
             images,
             carriers,
             unknown_carrier_names,
@@ -565,7 +575,8 @@ impl ResolvedProvider {
 
     /// The cache rule for `model` (first rule whose prefix the model's leaf name starts
     /// with), if the row has one.
-    pub fn cache_rule(&self, model: &str) -> Option<&'static CacheRule> {
+    #[cfg(test)]
+    pub(crate) fn cache_rule(&self, model: &str) -> Option<&'static CacheRule> {
         let leaf = model_leaf(model);
         self.row.cache.iter().find(|r| leaf.starts_with(r.models))
     }
@@ -585,6 +596,19 @@ pub fn normalize_host(host: &str) -> String {
         h
     };
     h.trim_end_matches('.').to_owned()
+}
+
+/// The port of `host:port` or `[v6]:port`, if any.
+fn port_of(host: &str) -> Option<u16> {
+    let h = host.trim();
+    let tail = if h.starts_with('[') {
+        h.rsplit_once("]:")?.1
+    } else if h.matches(':').count() == 1 {
+        h.rsplit_once(':')?.1
+    } else {
+        return None;
+    };
+    tail.parse().ok()
 }
 
 /// True when `host` (any form [`normalize_host`] accepts) is `domain` or a subdomain of it.
@@ -642,6 +666,7 @@ fn is_local_v6(ip: Ipv6Addr) -> bool {
 // ---- Model names: the one set of tests ---------------------------------------------------
 
 /// The model name lowercased, without a vendor prefix (`moonshotai/kimi-k2` → `kimi-k2`).
+#[cfg(test)]
 fn model_leaf(model: &str) -> String {
     let m = model.to_ascii_lowercase();
     m.rsplit('/').next().unwrap_or("").to_owned()
@@ -650,7 +675,7 @@ fn model_leaf(model: &str) -> String {
 /// What a model name says about its family. Substring tests on the lowercased name, except
 /// Kimi (a prefix of the name after any `vendor/`). Computed once per request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ModelFamily {
+pub(crate) struct ModelFamily {
     /// `claude`: Anthropic's image rules and signed thinking behind a gateway.
     pub claude: bool,
     /// `gemini`: Gemini's image rules; with `gemma`, the Gemini thought signature.
@@ -669,7 +694,7 @@ pub struct ModelFamily {
 
 impl ModelFamily {
     /// Sniff `model` (empty: nothing known).
-    pub fn of(model: &str) -> ModelFamily {
+    pub(crate) fn of(model: &str) -> ModelFamily {
         let m = model.to_ascii_lowercase();
         let leaf = m.rsplit('/').next().unwrap_or("");
         ModelFamily {
@@ -689,12 +714,12 @@ impl ModelFamily {
 
     /// Gemini thought signatures are replayed only for these models (`gemini` / `gemma`):
     /// every other host 400s on them.
-    pub fn reads_gemini_signature(self) -> bool {
+    pub(crate) fn reads_gemini_signature(self) -> bool {
         self.gemini || self.gemma
     }
 
     /// Must-echo by model name (`deepseek`, then `mimo`, then `stealth/missingno`).
-    pub fn echo(self) -> Option<EchoFamily> {
+    pub(crate) fn echo(self) -> Option<EchoFamily> {
         if self.deepseek {
             Some(EchoFamily::DeepSeek)
         } else if self.mimo {
@@ -729,6 +754,29 @@ mod tests {
             }
         }
         assert!(by_name("local").is_some() && by_name("default").is_some());
+    }
+
+    #[test]
+    fn the_verdict_key_keeps_a_port_and_rows_match_without_it() {
+        // The failing input: two local servers on one machine shared their verdicts.
+        let a = ResolvedProvider::resolve(None, "127.0.0.1:8001", None);
+        let b = ResolvedProvider::resolve(None, "127.0.0.1:8002", None);
+        assert_eq!(
+            (a.host.as_str(), b.host.as_str()),
+            ("127.0.0.1:8001", "127.0.0.1:8002")
+        );
+        assert_eq!(a.matched_by, MatchedBy::Local);
+        let v6 = ResolvedProvider::resolve(None, "[::1]:11434", None);
+        assert_eq!(v6.host, "[::1]:11434");
+        assert_eq!(v6.matched_by, MatchedBy::Local);
+        let m = ResolvedProvider::resolve(None, "API.Mistral.ai", None);
+        assert_eq!(m.host, "api.mistral.ai");
+        assert_eq!(
+            m.row.name,
+            ResolvedProvider::resolve(None, "api.mistral.ai:8443", None)
+                .row
+                .name
+        );
     }
 
     #[test]

@@ -27,10 +27,10 @@ use crate::json::{self, Edit};
 use crate::provider::ResolvedProvider;
 use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts, Shaped};
 use crate::state::FieldSet;
-pub use crate::state::VerdictLookup;
+pub(crate) use crate::state::VerdictLookup;
 
 mod report;
-pub use report::RewriteReport;
+pub(crate) use report::RewriteReport;
 
 /// Result of [`rewrite_request`].
 #[derive(Debug, Default, Clone)]

@@ -37,13 +37,27 @@ pub struct Route {
 
 /// What a generation path is, for the passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     /// Produces a model response (`/v1/messages`, `/chat/completions`, `/responses`,
     /// `:generateContent`, `:streamGenerateContent`).
     Generate,
     /// Counts tokens for a body (`/v1/messages/count_tokens`, `:countTokens`): gets the same
     /// rewrites so the count matches what would be sent.
     CountTokens,
+}
+
+/// The upstream's host with its port when that is not the scheme's default (never the
+/// authority's userinfo): what [`ResolvedProvider::resolve`] keys verdicts by.
+fn verdict_host(authority: &http::uri::Authority, scheme: &http::uri::Scheme) -> String {
+    let default = if *scheme == http::uri::Scheme::HTTPS {
+        443
+    } else {
+        80
+    };
+    match authority.port_u16() {
+        Some(port) if port != default => format!("{}:{port}", authority.host()),
+        _ => authority.host().to_owned(),
+    }
 }
 
 /// The route table. Built once from the config.
@@ -56,7 +70,7 @@ pub struct RouteTable {
 
 /// A request matched to a route.
 #[derive(Debug, Clone)]
-pub struct Matched {
+pub(crate) struct Matched {
     pub route: Arc<Route>,
     /// The upstream URI: base URL + rest of the path + query.
     pub upstream_uri: Uri,
@@ -83,6 +97,7 @@ impl RouteTable {
                     r.name, r.upstream
                 ));
             };
+            let host_key = verdict_host(&authority, &scheme);
             routes.push(Arc::new(Route {
                 name: r.name.clone(),
                 prefix: r.prefix.trim_end_matches('/').to_owned(),
@@ -93,7 +108,7 @@ impl RouteTable {
                 dry_run: r.dry_run.unwrap_or(config.server.dry_run),
                 provider: ResolvedProvider::resolve(
                     r.provider.as_deref(),
-                    authority.host(),
+                    &host_key,
                     r.carriers.as_deref(),
                 ),
                 authority,
@@ -104,7 +119,7 @@ impl RouteTable {
     }
 
     /// The configured prefixes, for the "no route" error.
-    pub fn prefixes(&self) -> Vec<String> {
+    pub(crate) fn prefixes(&self) -> Vec<String> {
         let mut p: Vec<String> = self
             .routes
             .iter()
@@ -126,7 +141,7 @@ impl RouteTable {
     }
 
     /// Match a request path (and query) to a route; `None` when no prefix matches.
-    pub fn find(&self, path: &str, query: Option<&str>) -> Option<Matched> {
+    pub(crate) fn find(&self, path: &str, query: Option<&str>) -> Option<Matched> {
         let route = self.routes.iter().find(|r| {
             path.strip_prefix(r.prefix.as_str())
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
@@ -164,7 +179,7 @@ impl RouteTable {
 /// A path ending in `/messages` is Anthropic Messages (gateways mount it under other bases
 /// too), except OpenAI's Assistants API `…/threads/{thread_id}/messages`, which is never
 /// Anthropic. `…/messages/count_tokens` and `:countTokens` are [`Endpoint::CountTokens`].
-pub fn classify_path(path: &str) -> Option<(Dialect, Endpoint)> {
+pub(crate) fn classify_path(path: &str) -> Option<(Dialect, Endpoint)> {
     let path = path.trim_end_matches('/');
     if path.ends_with("/messages/count_tokens") {
         return Some((Dialect::Anthropic, Endpoint::CountTokens));
@@ -199,7 +214,7 @@ impl Route {
     /// path's dialect must be one the route's provider row serves
     /// ([`crate::provider::Provider::dialects`]; an OpenAI route has no Anthropic Messages
     /// or Gemini paths). A pinned `dialect` replaces the path's for parsing.
-    pub fn classify(&self, rest: &str) -> Option<(Dialect, Endpoint)> {
+    pub(crate) fn classify(&self, rest: &str) -> Option<(Dialect, Endpoint)> {
         let (dialect, endpoint) = classify_path(rest)?;
         if !self.provider.row.dialects.contains(&dialect) {
             return None;
@@ -210,7 +225,7 @@ impl Route {
 
 /// The model named in a Gemini path (`/v1beta/models/gemini-2.5-pro:generateContent` →
 /// `gemini-2.5-pro`), if any.
-pub fn model_from_path(path: &str) -> Option<&str> {
+pub(crate) fn model_from_path(path: &str) -> Option<&str> {
     let (_, after) = path.split_once("/models/")?;
     let model = after.split([':', '/']).next()?;
     (!model.is_empty()).then_some(model)
@@ -218,7 +233,7 @@ pub fn model_from_path(path: &str) -> Option<&str> {
 
 /// The dialect to shape the proxy's own errors in, from the path alone (`None`: unknown, use
 /// OpenAI's shape).
-pub fn error_dialect_for_path(path: &str, pinned: Option<Dialect>) -> Option<Dialect> {
+pub(crate) fn error_dialect_for_path(path: &str, pinned: Option<Dialect>) -> Option<Dialect> {
     pinned
         .or_else(|| classify_path(path).map(|(d, _)| d))
         .or_else(|| {
@@ -269,6 +284,27 @@ upstream = "http://127.0.0.1:9000/base"
         assert_eq!(
             m.upstream_uri.to_string(),
             "https://api.openai.com/v1/models?limit=5"
+        );
+    }
+
+    #[test]
+    fn verdicts_key_by_host_and_a_non_default_port() {
+        let t = table();
+        let host = |path: &str| t.find(path, None).unwrap().route.provider.host.clone();
+        assert_eq!(
+            host("/openai/special/v1/chat/completions"),
+            "127.0.0.1:9000"
+        );
+        assert_eq!(host("/openai/v1/chat/completions"), "api.openai.com");
+        let (c, _) = Config::from_toml(
+            "[[routes]]\nname='x'\nprefix='/x'\nupstream='https://api.openai.com:443'\n",
+        )
+        .unwrap();
+        let t = RouteTable::new(&c).unwrap();
+        // The scheme's default port is not part of the key (userinfo is rejected by the config).
+        assert_eq!(
+            t.find("/x/v1", None).unwrap().route.provider.host,
+            "api.openai.com"
         );
     }
 

@@ -59,7 +59,7 @@ fn decode_name(name: &str) -> String {
 
 /// The query string with credential parameters' values replaced by `REDACTED`. Both `&` and
 /// `;` separate parameters; names are percent-decoded before comparing.
-pub fn redact_query(query: &str) -> String {
+pub(crate) fn redact_query(query: &str) -> String {
     let mut out = String::with_capacity(query.len());
     let mut rest = query;
     loop {
@@ -86,7 +86,7 @@ pub fn redact_query(query: &str) -> String {
 
 /// How a request ended, for its log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The response body was delivered whole.
     Complete,
     /// The client went away before the response body ended; the upstream request was
@@ -104,7 +104,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The name in the log line's `outcome` field.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Outcome::Complete => "complete",
             Outcome::ClientDisconnected => "client_disconnected",

@@ -4,13 +4,8 @@
 
 /// The sentence that replaces each retired image block / part (one text block per image).
 ///
-/// ASCII only, with no `"` or `\`, so it can be written into JSON verbatim
-/// (see [`RETIRED_IMAGE_JSON`]).
+/// ASCII only, with no `"` or `\`, so it can be written into JSON verbatim.
 pub const RETIRED_IMAGE: &str = "[image removed by cachekeeper to stay within provider limits]";
-
-/// [`RETIRED_IMAGE`] as a JSON string literal (with its quotes).
-pub const RETIRED_IMAGE_JSON: &str =
-    "\"[image removed by cachekeeper to stay within provider limits]\"";
 
 /// Replaces an image whose format the provider rejects and no decoder here can convert
 /// (SVG, HEIC/HEIF off Gemini, AVIF). One constant per format; see [`unsupported_format`].
@@ -20,14 +15,14 @@ pub const UNSUPPORTED_SVG: &str =
 pub const UNSUPPORTED_HEIC: &str =
     "[image omitted by cachekeeper: image/heic is not a supported image format]";
 /// See [`UNSUPPORTED_SVG`].
-pub const UNSUPPORTED_HEIF: &str =
+pub(crate) const UNSUPPORTED_HEIF: &str =
     "[image omitted by cachekeeper: image/heif is not a supported image format]";
 /// See [`UNSUPPORTED_SVG`].
 pub const UNSUPPORTED_AVIF: &str =
     "[image omitted by cachekeeper: image/avif is not a supported image format]";
 /// Replaces an image of a format that cannot be recognised, after the provider said the format
 /// is unsupported (reactive recovery, `docs/images.md#rejection-wordings`).
-pub const UNSUPPORTED_UNKNOWN: &str =
+pub(crate) const UNSUPPORTED_UNKNOWN: &str =
     "[image omitted by cachekeeper: the image format is not supported]";
 /// Replaces an image the provider could not decode (reactive recovery,
 /// `docs/images.md#rejection-wordings`).
@@ -41,15 +36,15 @@ pub const IMAGES_NOT_SUPPORTED: &str =
 /// Text of the block that replaces an assistant turn left empty by stripping its thinking
 /// (reasoning shaping on a third-party Anthropic-wire host; the Hermes agent uses the same
 /// placeholder, `docs/reasoning.md#thinking-routes`). Fixed: the prefix cache depends on it.
-pub const EMPTY_TURN_TEXT: &str = "(empty)";
+pub(crate) const EMPTY_TURN_TEXT: &str = "(empty)";
 
 /// The must-echo pad written as `reasoning_content` on a turn that must carry one: one space,
 /// never `""` (DeepSeek V4 rejects the empty string; docs/reasoning.md).
-pub const ECHO_PAD: &str = " ";
+pub(crate) const ECHO_PAD: &str = " ";
 
 /// The fixed text for an unsupported format, by its MIME type (`image/svg+xml`, `image/heic`,
 /// `image/heif`, `image/avif`); [`UNSUPPORTED_UNKNOWN`] for anything else.
-pub fn unsupported_format(mime: &str) -> &'static str {
+pub(crate) fn unsupported_format(mime: &str) -> &'static str {
     match mime {
         "image/svg+xml" => UNSUPPORTED_SVG,
         "image/heic" => UNSUPPORTED_HEIC,
@@ -98,7 +93,7 @@ mod tests {
     #[test]
     fn json_literal_matches_the_text() {
         let encoded = serde_json::to_string(RETIRED_IMAGE).unwrap();
-        assert_eq!(encoded, RETIRED_IMAGE_JSON);
+        assert_eq!(encoded, format!("\"{RETIRED_IMAGE}\""));
         assert!(RETIRED_IMAGE.is_ascii());
     }
 

@@ -312,10 +312,12 @@ async fn verdicts_cli_lists_and_clears_and_a_running_proxy_notices() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+    // The verdict key keeps the mock's port (two local servers learn apart).
+    let host = mock.url().trim_start_matches("http://").to_owned();
     assert!(
-        listed.starts_with(
-            "127.0.0.1\tMistral-Large\tmessage:reasoning,message:reasoning_content,message:reasoning_details\t20"
-        ),
+        listed.starts_with(&format!(
+            "{host}\tMistral-Large\tmessage:reasoning,message:reasoning_content,message:reasoning_details\t20"
+        )),
         "{listed}"
     );
     assert!(
@@ -324,7 +326,7 @@ async fn verdicts_cli_lists_and_clears_and_a_running_proxy_notices() {
     );
     assert!(!listed.contains("sk-test"));
 
-    let cleared = cli(&["--clear", "127.0.0.1", "Mistral-Large"]);
+    let cleared = cli(&["--clear", &host, "Mistral-Large"]);
     assert!(cleared.contains("removed 1 verdict"), "{cleared}");
     assert!(cli(&[]).contains("no verdicts"));
 
@@ -386,10 +388,11 @@ async fn multi_field_422_stores_the_wording_of_the_learned_entry() {
     assert_eq!(status, 200);
     assert_eq!(mock.count(), 2);
     let listed = listed_verdicts(&cfg_path, "mistral-medium-latest").await;
+    let host = mock.url().trim_start_matches("http://").to_owned();
     assert!(
-        listed.starts_with(
-            "127.0.0.1\tmistral-medium-latest\tmessage:reasoning,message:reasoning_content,message:reasoning_details\t20"
-        ),
+        listed.starts_with(&format!(
+            "{host}\tmistral-medium-latest\tmessage:reasoning,message:reasoning_content,message:reasoning_details\t20"
+        )),
         "{listed}"
     );
     assert!(

@@ -60,7 +60,7 @@ pub(crate) struct Block {
 
 /// How a replacement text block / part is written in a dialect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TextStyle {
+pub(crate) enum TextStyle {
     /// `{"type":"text","text":…}` (Anthropic Messages, OpenAI Chat).
     Text,
     /// `{"type":"input_text","text":…}` (OpenAI Responses).
@@ -72,7 +72,7 @@ pub enum TextStyle {
 impl TextStyle {
     /// A text block holding `text`, with `keep` (a `"key":raw value` member the image had, such
     /// as its `cache_control`) appended.
-    pub fn block(self, text: &str, keep: Option<(&str, &str)>) -> String {
+    pub(crate) fn block(self, text: &str, keep: Option<(&str, &str)>) -> String {
         let quoted = serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned());
         let mut out = String::with_capacity(quoted.len() + 48);
         match self {
@@ -94,7 +94,7 @@ impl TextStyle {
 
 /// An image carrier (an image-bearing tool result) as the walker found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CarrierInfo {
+pub(crate) struct CarrierInfo {
     /// Position for reports, e.g. `messages[3].content[1]`.
     pub path: String,
     /// What identifies it, e.g. `tool_use_id toolu_01`.
@@ -104,14 +104,14 @@ pub struct CarrierInfo {
 /// A JSON string inside the body: its text as sent (escapes kept) and the byte span of that
 /// text (between the quotes).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StrAt<'a> {
+pub(crate) struct StrAt<'a> {
     pub text: &'a str,
     pub span: Range<usize>,
 }
 
 /// What an image holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Payload<'a> {
+pub(crate) enum Payload<'a> {
     /// Base64 in its own string with a separate media-type field (Anthropic `source`, Gemini
     /// `inlineData`).
     Base64 {
@@ -127,7 +127,7 @@ pub enum Payload<'a> {
 
 impl Payload<'_> {
     /// Length as sent of the base64 / data-URL string (the unit of every byte limit).
-    pub fn sent_len(&self) -> u64 {
+    pub(crate) fn sent_len(&self) -> u64 {
         match self {
             Payload::Base64 { data, .. } => data.text.len() as u64,
             Payload::DataUrl(url) => url.text.len() as u64,
@@ -136,7 +136,7 @@ impl Payload<'_> {
     }
 
     /// The base64 text (raw JSON string text) and, for a data URL, the header length.
-    pub fn base64(&self) -> Option<(&str, Option<&str>)> {
+    pub(crate) fn base64(&self) -> Option<(&str, Option<&str>)> {
         match self {
             Payload::Base64 { data, media_type } => {
                 Some((data.text, media_type.as_ref().map(|m| m.text)))
@@ -152,7 +152,7 @@ impl Payload<'_> {
 
 /// `data:<mime>[;params];base64,<data>` → (`<mime>[;params]` without `;base64`, `<data>`).
 /// `None` for anything else (a remote URL, a non-base64 data URL).
-pub fn split_data_url(url: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_data_url(url: &str) -> Option<(&str, &str)> {
     let rest = url
         .get(..5)
         .filter(|p| p.eq_ignore_ascii_case("data:"))
@@ -171,7 +171,7 @@ pub fn split_data_url(url: &str) -> Option<(&str, &str)> {
 
 /// Where an image sits in its array, which decides how a text replacement is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// In a content list that accepts text: the block is replaced by a text block, and a note
     /// is inserted right after it.
     InList,
@@ -187,7 +187,7 @@ pub enum Placement {
 
 /// One image block / part.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Site<'a> {
+pub(crate) struct Site<'a> {
     /// Position for reports, e.g. `messages[3].content[1].content[0]`.
     pub path: String,
     /// Index into [`Walk::carriers`] for an agent image; `None` for an upload.
@@ -206,7 +206,7 @@ pub struct Site<'a> {
 
 /// Every image of one body.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Walk<'a> {
+pub(crate) struct Walk<'a> {
     /// The request's `model`.
     pub model: Option<String>,
     /// Images in document order.
@@ -221,7 +221,7 @@ pub struct Walk<'a> {
 
 impl Walk<'_> {
     /// An empty walk for `style`.
-    pub fn new(model: Option<String>, style: TextStyle) -> Self {
+    pub(crate) fn new(model: Option<String>, style: TextStyle) -> Self {
         Self {
             model,
             sites: Vec::new(),
@@ -232,7 +232,7 @@ impl Walk<'_> {
     }
 
     /// Record a carrier; returns its index.
-    pub fn push_carrier(&mut self, path: String, label: Option<String>) -> usize {
+    pub(crate) fn push_carrier(&mut self, path: String, label: Option<String>) -> usize {
         self.carriers.push(CarrierInfo { path, label });
         self.carriers.len() - 1
     }
@@ -240,7 +240,7 @@ impl Walk<'_> {
 
 impl<'a> Walk<'a> {
     /// Record one message's images, attached to `carrier` when they are agent images.
-    pub fn extend_sites(&mut self, mut images: Vec<Site<'a>>, carrier: Option<usize>) {
+    pub(crate) fn extend_sites(&mut self, mut images: Vec<Site<'a>>, carrier: Option<usize>) {
         if carrier.is_some() {
             for site in &mut images {
                 site.carrier = carrier;

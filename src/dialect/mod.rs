@@ -52,11 +52,11 @@ pub enum ParseError {
     },
 }
 
-pub mod anthropic;
-pub mod doc;
-pub mod gemini;
-pub mod openai;
-pub mod responses;
+pub(crate) mod anthropic;
+pub(crate) mod doc;
+pub(crate) mod gemini;
+pub(crate) mod openai;
+pub(crate) mod responses;
 
 /// Parse `body` as `dialect`: the one parse of a run of the passes.
 ///
@@ -160,7 +160,7 @@ pub(crate) fn str_at<'a>(text: &'a str, range: &Range<usize>) -> Option<StrAt<'a
 /// The most of a provider's 4xx body that is read to learn from it (unknown-field verdicts,
 /// image rejections), bytes: 1 MiB. Providers such as Mistral echo the offending input in a
 /// 422, which can be a long reasoning text; a longer body goes to the client unread.
-pub const MAX_ERROR_BODY_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_ERROR_BODY_BYTES: usize = 1024 * 1024;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

@@ -21,7 +21,7 @@ use crate::json::scan::{self, Object};
 /// hold and still count as the agent's image turn under `agent_images_in_user_turns`. 200 is
 /// enough for a caption like "Screenshot after clicking Save (1568x882)", and short enough that
 /// a real question from the user makes the message an upload.
-pub const SHORT_TEXT_CHARS: usize = 200;
+pub(crate) const SHORT_TEXT_CHARS: usize = 200;
 
 /// The image site of a content part (`image_url` / `input_image`, as OpenAI Chat and the
 /// Responses API share it) at `span`.

@@ -12,13 +12,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::images::codec::{Mode, Target, TranscodeError, Transcoded};
 
 /// A cache key: XXH3 digests of scope, target and input (see [`key`]).
-pub type Key = [u8; 32];
+pub(crate) type Key = [u8; 32];
 
 /// What is cached for one key.
-pub type Entry = Result<Transcoded, TranscodeError>;
+pub(crate) type Entry = Result<Transcoded, TranscodeError>;
 
 /// Bytes charged per entry on top of its base64 (map and bookkeeping, an estimate).
-pub const ENTRY_OVERHEAD: u64 = 128;
+pub(crate) const ENTRY_OVERHEAD: u64 = 128;
 
 /// Counters for logs and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl TranscodeCache {
 
     /// Store `entry` under `key`, evicting least recently used entries to stay in capacity.
     /// An entry larger than the whole capacity is not stored.
-    pub fn insert(&self, key: Key, entry: Arc<Entry>) {
+    pub(crate) fn insert(&self, key: Key, entry: Arc<Entry>) {
         let cost = ENTRY_OVERHEAD
             + match entry.as_ref() {
                 Ok(t) => t.b64.len() as u64,

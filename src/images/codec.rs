@@ -13,21 +13,21 @@ use crate::images::format::{decode_all, sniff, Format};
 
 /// The one resize filter (pinned: changing it changes every transcoded byte). Lanczos3 keeps
 /// small text in screenshots legible.
-pub const RESIZE_FILTER: image::imageops::FilterType = image::imageops::FilterType::Lanczos3;
+pub(crate) const RESIZE_FILTER: image::imageops::FilterType = image::imageops::FilterType::Lanczos3;
 /// JPEG quality ladder tried at each size (`docs/images.md#downscale`).
-pub const QUALITY_LADDER: [u8; 3] = [85, 70, 50];
+pub(crate) const QUALITY_LADDER: [u8; 3] = [85, 70, 50];
 /// Most halvings after the quality ladder fails at the fitted size (`docs/images.md#downscale`).
-pub const MAX_HALVINGS: u32 = 4;
+pub(crate) const MAX_HALVINGS: u32 = 4;
 /// A halving never takes the shorter side below this, px (`docs/images.md#downscale`).
-pub const MIN_SHORT_SIDE: u32 = 64;
+pub(crate) const MIN_SHORT_SIDE: u32 = 64;
 /// Most pixels (width × height) decoded from one image: a decompression-bomb guard
 /// (`docs/images.md#decode-bounds`, 100,000,000 aggregate pixels).
-pub const MAX_PIXELS: u64 = 100_000_000;
+pub(crate) const MAX_PIXELS: u64 = 100_000_000;
 /// Most frames an animated GIF / WebP may declare (`docs/images.md#decode-bounds`); only the
 /// first is decoded (providers use the first frame).
-pub const MAX_FRAMES: usize = 100;
+pub(crate) const MAX_FRAMES: usize = 100;
 /// Most bytes the decoder may allocate (the `image` crate's default, 512 MiB).
-pub const MAX_ALLOC: u64 = 512 * 1024 * 1024;
+pub(crate) const MAX_ALLOC: u64 = 512 * 1024 * 1024;
 
 /// What the transcode must achieve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,7 +70,7 @@ pub struct Transcoded {
 
 impl Transcoded {
     /// Length of the output string as sent (with the data-URL header when `data_url`).
-    pub fn sent_len(&self, data_url: bool) -> u64 {
+    pub(crate) fn sent_len(&self, data_url: bool) -> u64 {
         self.b64.len() as u64 + if data_url { header_len(self.format) } else { 0 }
     }
 }
@@ -93,7 +93,7 @@ pub enum TranscodeError {
 }
 
 /// Length of `data:<mime>;base64,`.
-pub fn header_len(format: Format) -> u64 {
+pub(crate) fn header_len(format: Format) -> u64 {
     ("data:".len() + format.mime().len() + ";base64,".len()) as u64
 }
 
@@ -108,7 +108,7 @@ pub fn transcode(raw_b64: &str, target: &Target) -> Result<Transcoded, Transcode
 }
 
 /// [`transcode`] on decoded bytes.
-pub fn transcode_bytes(bytes: &[u8], target: &Target) -> Result<Transcoded, TranscodeError> {
+pub(crate) fn transcode_bytes(bytes: &[u8], target: &Target) -> Result<Transcoded, TranscodeError> {
     let format = sniff(bytes).ok_or(TranscodeError::Format)?;
     let img = decode(bytes, format)?;
     let from = img.dimensions();
@@ -171,7 +171,7 @@ pub fn transcode_bytes(bytes: &[u8], target: &Target) -> Result<Transcoded, Tran
 
 /// Decode the first frame with the bomb guards: the header's pixel count and the frame count
 /// are checked before any pixel is decoded.
-pub fn decode(bytes: &[u8], format: Format) -> Result<DynamicImage, TranscodeError> {
+pub(crate) fn decode(bytes: &[u8], format: Format) -> Result<DynamicImage, TranscodeError> {
     let codec = format.codec().ok_or(TranscodeError::Format)?;
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(MAX_ALLOC);
@@ -200,7 +200,7 @@ pub fn decode(bytes: &[u8], format: Format) -> Result<DynamicImage, TranscodeErr
 }
 
 /// `(w, h)` scaled so the longest side is ≤ `max_side` (aspect kept, rounded, ≥ 1 px).
-pub fn fit((w, h): (u32, u32), max_side: u32) -> (u32, u32) {
+pub(crate) fn fit((w, h): (u32, u32), max_side: u32) -> (u32, u32) {
     let longest = w.max(h);
     if longest <= max_side || longest == 0 {
         return (w, h);
@@ -216,7 +216,7 @@ pub fn fit((w, h): (u32, u32), max_side: u32) -> (u32, u32) {
 
 /// Half the size, aspect kept, the shorter side floored at [`MIN_SHORT_SIDE`]; unchanged when
 /// it is already at or below the floor.
-pub fn halve((w, h): (u32, u32)) -> (u32, u32) {
+pub(crate) fn halve((w, h): (u32, u32)) -> (u32, u32) {
     let short = w.min(h);
     if short <= MIN_SHORT_SIDE {
         return (w, h);
@@ -280,7 +280,7 @@ fn encode_png(img: &DynamicImage) -> Result<Vec<u8>, TranscodeError> {
 /// Frames a GIF declares: image descriptors counted by walking the blocks (data sub-blocks are
 /// skipped, nothing is decompressed). Stops counting past [`MAX_FRAMES`]; a truncated file
 /// counts what it has.
-pub fn gif_frames(b: &[u8]) -> usize {
+pub(crate) fn gif_frames(b: &[u8]) -> usize {
     let Some(&flags) = b.get(10) else { return 0 };
     let mut i = 13usize;
     if flags & 0x80 != 0 {
@@ -323,7 +323,7 @@ pub fn gif_frames(b: &[u8]) -> usize {
 }
 
 /// Frames a WebP declares: `ANMF` chunks (1 for a still image).
-pub fn webp_frames(b: &[u8]) -> usize {
+pub(crate) fn webp_frames(b: &[u8]) -> usize {
     let mut i = 12usize;
     let mut frames = 0usize;
     while i + 8 <= b.len() && frames <= MAX_FRAMES {

@@ -22,7 +22,7 @@ pub enum Format {
 
 impl Format {
     /// The MIME type sent on the wire.
-    pub fn mime(self) -> &'static str {
+    pub(crate) fn mime(self) -> &'static str {
         match self {
             Format::Png => "image/png",
             Format::Jpeg => "image/jpeg",
@@ -38,12 +38,12 @@ impl Format {
     }
 
     /// True when the `image` crate built here decodes it (png, jpeg, gif, webp, bmp, tiff).
-    pub fn decodable(self) -> bool {
+    pub(crate) fn decodable(self) -> bool {
         self.codec().is_some()
     }
 
     /// The `image` crate's format, for the decodable ones.
-    pub fn codec(self) -> Option<image::ImageFormat> {
+    pub(crate) fn codec(self) -> Option<image::ImageFormat> {
         Some(match self {
             Format::Png => image::ImageFormat::Png,
             Format::Jpeg => image::ImageFormat::Jpeg,
@@ -57,7 +57,7 @@ impl Format {
 
     /// True when `declared` (a media type as sent, any case, parameters ignored) names this
     /// format. `image/jpg` and `image/pjpeg` count as JPEG.
-    pub fn matches_declared(self, declared: &str) -> bool {
+    pub(crate) fn matches_declared(self, declared: &str) -> bool {
         let d = declared
             .split(';')
             .next()
@@ -71,7 +71,7 @@ impl Format {
 
 /// Sniff the format from the first bytes (at least 32 are needed for HEIF/AVIF brands; SVG is
 /// looked for in the first 512). `None` when unknown.
-pub fn sniff(b: &[u8]) -> Option<Format> {
+pub(crate) fn sniff(b: &[u8]) -> Option<Format> {
     if b.starts_with(b"\x89PNG\r\n\x1a\n") {
         return Some(Format::Png);
     }
@@ -144,7 +144,7 @@ fn sniff_svg(b: &[u8]) -> Option<Format> {
 /// The payload of a raw JSON string holding base64 (bare or after a data-URL comma): the
 /// JSON escape `\/` is undone; any other escape, whitespace or invalid character gives `None`.
 /// Borrowed when there is nothing to undo.
-pub fn unescape_b64(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
+pub(crate) fn unescape_b64(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
     if !raw.contains('\\') {
         return Some(std::borrow::Cow::Borrowed(raw));
     }
@@ -166,7 +166,7 @@ pub fn unescape_b64(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
 /// Decode the first `max_chars` (rounded down to a multiple of 4) of a base64 string (either
 /// alphabet, [`crate::images::probe::decode_base64`]) given as raw JSON string text. `None` on
 /// invalid base64 or an escape other than `\/`.
-pub fn decode_prefix(raw: &str, max_chars: usize) -> Option<Vec<u8>> {
+pub(crate) fn decode_prefix(raw: &str, max_chars: usize) -> Option<Vec<u8>> {
     // Enough raw chars to yield max_chars after unescaping `\/` (2 raw chars → 1).
     let cut = floor_char_boundary(raw, max_chars.saturating_mul(2));
     let unescaped = unescape_b64(&raw[..cut]).or_else(|| {
@@ -191,7 +191,7 @@ pub fn decode_prefix(raw: &str, max_chars: usize) -> Option<Vec<u8>> {
 }
 
 /// Decode a whole base64 string (either alphabet) given as raw JSON string text.
-pub fn decode_all(raw: &str) -> Option<Vec<u8>> {
+pub(crate) fn decode_all(raw: &str) -> Option<Vec<u8>> {
     let s = unescape_b64(raw)?;
     crate::images::probe::decode_base64(s.as_bytes())
 }
@@ -210,10 +210,10 @@ fn floor_char_boundary(s: &str, i: usize) -> usize {
 
 /// Base64 characters decoded to sniff a format and read a header: enough for every header
 /// this crate reads except TIFF (whose IFD may sit at the end; TIFF is converted anyway).
-pub const SNIFF_CHARS: usize = crate::images::probe::PROBE_CHARS;
+pub(crate) const SNIFF_CHARS: usize = crate::images::probe::PROBE_CHARS;
 
 /// Format and header dimensions of a base64 image (raw JSON string text), from a prefix only.
-pub fn sniff_b64(raw: &str) -> (Option<Format>, Option<(u32, u32)>) {
+pub(crate) fn sniff_b64(raw: &str) -> (Option<Format>, Option<(u32, u32)>) {
     let Some(head) = decode_prefix(raw, SNIFF_CHARS) else {
         return (None, None);
     };
@@ -225,7 +225,7 @@ pub fn sniff_b64(raw: &str) -> (Option<Format>, Option<(u32, u32)>) {
 /// Dimensions from a header prefix: PNG IHDR and JPEG SOF read directly
 /// (`docs/images.md#header-probe`), the other formats the `image` crate decodes through its header
 /// readers.
-pub fn header_dimensions(format: Format, head: &[u8]) -> Option<(u32, u32)> {
+pub(crate) fn header_dimensions(format: Format, head: &[u8]) -> Option<(u32, u32)> {
     match format {
         Format::Png => return crate::images::probe::png_dimensions(head),
         Format::Jpeg => return crate::images::probe::jpeg_dimensions(head),

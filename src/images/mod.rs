@@ -8,11 +8,11 @@
 
 pub mod cache;
 pub mod codec;
-pub mod format;
-pub mod passes;
-pub mod policy;
-pub mod probe;
-pub mod profile;
+pub(crate) mod format;
+pub(crate) mod passes;
+pub(crate) mod policy;
+pub(crate) mod probe;
+pub(crate) mod profile;
 pub mod recovery;
 
 use crate::json::Edit;
@@ -36,7 +36,7 @@ pub struct Carrier {
 
 /// Every image of one request, as the eviction policy needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inventory {
+pub(crate) struct Inventory {
     /// Carriers in document order (OLDEST first; sibling tool results in message order).
     pub carriers: Vec<Carrier>,
     /// Image blocks outside carriers (uploads).
@@ -68,7 +68,8 @@ impl Inventory {
     /// Count one image of `bytes` bytes; `probe_text` is its base64 / data URL (raw JSON
     /// string text), `None` when it has none (URL, file id, missing source). Probing stops at
     /// the first image that is not known to be small.
-    pub fn observe(&mut self, bytes: u64, probe_text: Option<&str>) {
+    #[cfg(test)]
+    pub(crate) fn observe(&mut self, bytes: u64, probe_text: Option<&str>) {
         self.images_seen += 1;
         self.bytes_seen = self.bytes_seen.saturating_add(bytes);
         if self.many_image_safe {
@@ -78,14 +79,14 @@ impl Inventory {
     }
 
     /// Count one image of `bytes` bytes whose dimensions are known (`Some`) or not.
-    pub fn observe_dims(&mut self, bytes: u64, dims: Option<probe::Dimensions>) {
+    pub(crate) fn observe_dims(&mut self, bytes: u64, dims: Option<probe::Dimensions>) {
         self.images_seen += 1;
         self.bytes_seen = self.bytes_seen.saturating_add(bytes);
         self.many_image_safe &= probe::within_many_image_limit(dims);
     }
 
     /// Count an already observed image as reserved (never rewritten).
-    pub fn reserve(&mut self, bytes: u64) {
+    pub(crate) fn reserve(&mut self, bytes: u64) {
         self.reserved_blocks += 1;
         self.reserved_bytes = self.reserved_bytes.saturating_add(bytes);
     }
@@ -93,7 +94,7 @@ impl Inventory {
 
 /// What [`evict`] decided.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Eviction {
+pub(crate) struct Eviction {
     /// Edits retiring the chosen carriers' images.
     pub edits: Vec<Edit>,
     /// Image blocks retired.
@@ -105,7 +106,7 @@ pub struct Eviction {
 }
 
 /// Retire the oldest carriers of `inv` as [`policy::retire_count`] decides.
-pub fn evict(inv: Inventory, limits: &Limits) -> Eviction {
+pub(crate) fn evict(inv: Inventory, limits: &Limits) -> Eviction {
     let carrier_blocks: Vec<usize> = inv.carriers.iter().rev().map(|c| c.blocks).collect();
     let carrier_bytes: Vec<u64> = inv.carriers.iter().rev().map(|c| c.bytes).collect();
     let load = Load {

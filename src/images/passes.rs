@@ -35,11 +35,11 @@ use crate::texts;
 
 /// Hard per-image byte cap after a "too large" rejection without a stated pixel cap, bytes of
 /// base64 (Hermes `_RESIZE_TARGET_BYTES` = 5 MiB, `docs/images.md#downscale`).
-pub const RESIZE_TARGET_BYTES: u64 = 5 * 1024 * 1024;
+pub(crate) const RESIZE_TARGET_BYTES: u64 = 5 * 1024 * 1024;
 
 /// The inputs of the image passes besides the body.
 #[derive(Clone, Copy)]
-pub struct Settings<'a> {
+pub(crate) struct Settings<'a> {
     /// The route's `[images]` settings.
     pub cfg: &'a ImagesConfig,
     /// The provider profile (accepted formats, side caps).
@@ -126,7 +126,7 @@ fn images_only<'w, 'a>(walk: &'w Walk<'a>) -> std::borrow::Cow<'w, Walk<'a>> {
 }
 
 /// Run passes 1–4 on `walk` (spans into `text`); returns the edits and the report.
-pub fn run(walk: &Walk<'_>, s: &Settings<'_>) -> (Vec<Edit>, ImageReport) {
+pub(crate) fn run(walk: &Walk<'_>, s: &Settings<'_>) -> (Vec<Edit>, ImageReport) {
     let walk: &Walk<'_> = &images_only(walk);
     let mut report = ImageReport {
         seen: walk.sites.len(),

@@ -10,7 +10,7 @@ use crate::config::ImagesConfig;
 
 /// The ceilings and step sizes of one route (from [`ImagesConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Block ceiling when any image may be over 2000 px.
     pub max_blocks: usize,
     /// Block ceiling when every image is known to be ≤ 2000 px.
@@ -46,7 +46,7 @@ impl From<&ImagesConfig> for Limits {
 impl Limits {
     /// The block ceiling that applies: `max_blocks_small` when every image in the request is
     /// known to be ≤ 2000 px, else `max_blocks`.
-    pub fn block_limit(&self, many_image_safe: bool) -> usize {
+    pub(crate) fn block_limit(&self, many_image_safe: bool) -> usize {
         if many_image_safe {
             self.max_blocks_small
         } else {
@@ -57,7 +57,7 @@ impl Limits {
 
 /// What a request carries, as the policy sees it.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Load<'a> {
+pub(crate) struct Load<'a> {
     /// Image blocks per carrier, NEWEST first.
     pub carrier_blocks: &'a [usize],
     /// Bytes per carrier, newest first, same length as `carrier_blocks`; `None` = enforce the
@@ -78,7 +78,7 @@ pub struct Load<'a> {
 /// largest number of newest carriers that fits. The floor protects the newest `floor` carriers
 /// only when uploads alone break the block ceiling and keeping them still fits the byte budget:
 /// it is never applied under byte pressure.
-pub fn retire_count(load: &Load<'_>, limits: &Limits) -> usize {
+pub(crate) fn retire_count(load: &Load<'_>, limits: &Limits) -> usize {
     let total = load.carrier_blocks.len();
     let limit = limits.block_limit(load.many_image_safe);
     // Prefix sums over the k newest carriers, k = 0..=total.

@@ -8,14 +8,14 @@ use base64::Engine as _;
 
 /// Most base64 characters decoded to find a header (Hermes `_DIMENSION_PROBE_CHARS`,
 /// `docs/images.md#header-probe`).
-pub const PROBE_CHARS: usize = 32 * 1024;
+pub(crate) const PROBE_CHARS: usize = 32 * 1024;
 
 /// Side length in px above which an image keeps the strict block ceiling (Hermes
 /// `MANY_IMAGE_DIMENSION_LIMIT`, `docs/images.md#constants`; Anthropic's many-image rule).
-pub const MANY_IMAGE_DIMENSION_LIMIT: u32 = 2000;
+pub(crate) const MANY_IMAGE_DIMENSION_LIMIT: u32 = 2000;
 
 /// `(width, height)` in px.
-pub type Dimensions = (u32, u32);
+pub(crate) type Dimensions = (u32, u32);
 
 /// URL-safe base64 (RFC 4648 §5: `-` and `_` for 62 and 63), padded or not: the official
 /// `google-genai` Python SDK sends Gemini `inlineData.data` this way (docs/images.md).
@@ -40,7 +40,8 @@ pub(crate) fn decode_base64(chars: &[u8]) -> Option<Vec<u8>> {
 ///
 /// `text` may be the raw inner text of a JSON string: the only escape base64 can plausibly
 /// carry, `\/`, is undone; any other escape gives `None`.
-pub fn dimensions(text: &str) -> Option<Dimensions> {
+#[cfg(test)]
+pub(crate) fn dimensions(text: &str) -> Option<Dimensions> {
     let payload = if let Some(rest) = text.strip_prefix("data:") {
         let (meta, data) = rest.split_once(',')?;
         if !meta.to_ascii_lowercase().ends_with(";base64") {
@@ -59,12 +60,13 @@ pub fn dimensions(text: &str) -> Option<Dimensions> {
 }
 
 /// True when `dims` is known and both sides are ≤ [`MANY_IMAGE_DIMENSION_LIMIT`].
-pub fn within_many_image_limit(dims: Option<Dimensions>) -> bool {
+pub(crate) fn within_many_image_limit(dims: Option<Dimensions>) -> bool {
     matches!(dims, Some((w, h)) if w <= MANY_IMAGE_DIMENSION_LIMIT && h <= MANY_IMAGE_DIMENSION_LIMIT)
 }
 
 /// The first ≤ [`PROBE_CHARS`] base64 characters of `payload`, `\/` unescaped, cut to a
 /// multiple of 4. `None` on any other escape.
+#[cfg(test)]
 fn base64_prefix(payload: &str) -> Option<String> {
     let mut out = String::with_capacity(PROBE_CHARS.min(payload.len()));
     let mut chars = payload.chars();
@@ -140,7 +142,7 @@ pub(crate) fn jpeg_dimensions(b: &[u8]) -> Option<Dimensions> {
 #[cfg(test)]
 pub(crate) mod fake {
     /// PNG signature + IHDR for `w`×`h` followed by `pad` filler bytes.
-    pub fn png(w: u32, h: u32, pad: usize) -> Vec<u8> {
+    pub(crate) fn png(w: u32, h: u32, pad: usize) -> Vec<u8> {
         let mut v = super::PNG_SIGNATURE.to_vec();
         v.extend_from_slice(&13u32.to_be_bytes());
         v.extend_from_slice(b"IHDR");
@@ -152,7 +154,7 @@ pub(crate) mod fake {
     }
 
     /// SOI, an APP0 segment, fill bytes, SOF0 for `w`×`h`, then SOS.
-    pub fn jpeg(w: u16, h: u16, sof: u8) -> Vec<u8> {
+    pub(crate) fn jpeg(w: u16, h: u16, sof: u8) -> Vec<u8> {
         let mut v = vec![0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x06, b'J', b'F', b'I', b'F'];
         v.extend_from_slice(&[0xFF, 0xFF, 0xFF, sof, 0x00, 0x0B, 0x08]);
         v.extend_from_slice(&h.to_be_bytes());

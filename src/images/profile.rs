@@ -14,18 +14,18 @@ use crate::provider::{
 
 /// Which provider's image rules a request is held to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ImageProfile(&'static ImageLimits);
+pub(crate) struct ImageProfile(&'static ImageLimits);
 
 impl ImageProfile {
     /// Anthropic's rules.
-    pub const ANTHROPIC: ImageProfile = ImageProfile(&ANTHROPIC_IMAGES);
+    pub(crate) const ANTHROPIC: ImageProfile = ImageProfile(&ANTHROPIC_IMAGES);
     /// OpenAI's rules.
-    pub const OPENAI: ImageProfile = ImageProfile(&OPENAI_IMAGES);
+    pub(crate) const OPENAI: ImageProfile = ImageProfile(&OPENAI_IMAGES);
     /// Gemini's rules.
-    pub const GEMINI: ImageProfile = ImageProfile(&GEMINI_IMAGES);
+    pub(crate) const GEMINI: ImageProfile = ImageProfile(&GEMINI_IMAGES);
 
     /// The profile's limits.
-    pub fn limits(self) -> &'static ImageLimits {
+    pub(crate) fn limits(self) -> &'static ImageLimits {
         self.0
     }
 

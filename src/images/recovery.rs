@@ -38,7 +38,7 @@ pub enum ImageRejectionKind {
 
 impl ImageRejectionKind {
     /// A short, stable name for logs and `x-cachekeeper-rewrites` (`retried_without=image:…`).
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             ImageRejectionKind::TooLarge { .. } => "too_large",
             ImageRejectionKind::Dimensions => "dimensions",
@@ -58,7 +58,7 @@ pub struct ImageRejection {
 }
 
 /// "Model can't see images" phrases (`docs/images.md#rejection-wordings`).
-pub const CANNOT_SEE_IMAGES: &[&str] = &[
+pub(crate) const CANNOT_SEE_IMAGES: &[&str] = &[
     "only 'text' content type is supported",
     "only text content type is supported",
     "image_url is not supported",
@@ -82,7 +82,7 @@ pub const CANNOT_SEE_IMAGES: &[&str] = &[
 
 /// "Corrupt image payload" phrases, plus Anthropic's media-type mismatch wordings, repaired
 /// the same way (`docs/images.md#rejection-wordings`).
-pub const CORRUPT: &[&str] = &[
+pub(crate) const CORRUPT: &[&str] = &[
     "image data you provided does not represent a valid image",
     "failed to decode image",
     "invalid png image",
@@ -94,7 +94,7 @@ pub const CORRUPT: &[&str] = &[
 
 /// Dimension phrases (`docs/images.md#rejection-wordings`); the stated
 /// cap is read with [`stated_cap_px`].
-pub const DIMENSIONS: &[&str] = &[
+pub(crate) const DIMENSIONS: &[&str] = &[
     "image dimensions exceed",
     "dimensions exceed max allowed size",
     "max allowed size: 8000",
@@ -102,7 +102,7 @@ pub const DIMENSIONS: &[&str] = &[
 ];
 
 /// Size phrases (`docs/images.md#rejection-wordings`).
-pub const TOO_LARGE: &[&str] = &[
+pub(crate) const TOO_LARGE: &[&str] = &[
     "image exceeds",
     "image too large",
     "image_too_large",
@@ -115,7 +115,7 @@ pub const TOO_LARGE: &[&str] = &[
 
 /// Unsupported-format phrases: Anthropic's media-type enum error
 /// (`docs/images.md#rejection-wordings`) and generic wordings.
-pub const UNSUPPORTED: &[&str] = &[
+pub(crate) const UNSUPPORTED: &[&str] = &[
     "input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
     "unsupported image format",
     "image format is not supported",
@@ -123,7 +123,7 @@ pub const UNSUPPORTED: &[&str] = &[
 ];
 
 /// Smallest and largest stated pixel cap accepted (`docs/images.md#rejection-wordings`).
-pub const CAP_PX_RANGE: std::ops::RangeInclusive<u32> = 512..=8000;
+pub(crate) const CAP_PX_RANGE: std::ops::RangeInclusive<u32> = 512..=8000;
 
 /// Classify a provider error. `None` unless `status` is 4xx and the body names an image
 /// problem. Checked in this order: corrupt, dimensions, size, unsupported format, model
@@ -169,7 +169,7 @@ pub fn classify_image_rejection(status: u16, body: &[u8]) -> Option<ImageRejecti
 
 /// The cap in `max allowed size[ for …]: NNNN pixels` (lowercased text), when it lies in
 /// [`CAP_PX_RANGE`] (`docs/images.md#rejection-wordings`).
-pub fn stated_cap_px(lower: &str) -> Option<u32> {
+pub(crate) fn stated_cap_px(lower: &str) -> Option<u32> {
     let mut rest = lower;
     while let Some(at) = rest.find("max allowed size") {
         rest = &rest[at + "max allowed size".len()..];

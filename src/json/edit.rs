@@ -17,7 +17,7 @@ pub struct Edit {
 
 /// Why a set of edits could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EditError {
+pub(crate) enum EditError {
     /// An edit reaches past the end of the body or has `start > end`.
     #[error("edit {start}..{end} is outside the body of {len} bytes")]
     OutOfBounds {
@@ -32,14 +32,14 @@ pub enum EditError {
 
 /// Apply `edits` (in any order, non-overlapping) to `original` and return the new bytes.
 /// Bytes outside the edited ranges are copied unchanged.
-pub fn splice(original: &[u8], edits: Vec<Edit>) -> Result<Vec<u8>, EditError> {
+pub(crate) fn splice(original: &[u8], edits: Vec<Edit>) -> Result<Vec<u8>, EditError> {
     splice_all(original, &[&edits])
 }
 
 /// [`splice`] over several passes' edits at once (each group in any order; no edit of one
 /// group may overlap an edit of another). Two zero-width insertions at one offset keep the
 /// order of their groups.
-pub fn splice_all(original: &[u8], groups: &[&[Edit]]) -> Result<Vec<u8>, EditError> {
+pub(crate) fn splice_all(original: &[u8], groups: &[&[Edit]]) -> Result<Vec<u8>, EditError> {
     let mut edits: Vec<&Edit> = groups.iter().flat_map(|g| g.iter()).collect();
     edits.sort_by_key(|e| (e.range.start, e.range.end));
     let mut grow: usize = 0;
@@ -73,7 +73,7 @@ pub fn splice_all(original: &[u8], groups: &[&[Edit]]) -> Result<Vec<u8>, EditEr
 /// Byte ranges that remove the items (object members or array elements, each given by its
 /// span) at `indexes` together with their separating commas, leaving valid JSON. Consecutive
 /// removed items are merged into one range; the ranges never overlap.
-pub fn removal_ranges(items: &[Range<usize>], indexes: &[usize]) -> Vec<Range<usize>> {
+pub(crate) fn removal_ranges(items: &[Range<usize>], indexes: &[usize]) -> Vec<Range<usize>> {
     let mut idx: Vec<usize> = indexes
         .iter()
         .copied()
@@ -107,7 +107,7 @@ pub fn removal_ranges(items: &[Range<usize>], indexes: &[usize]) -> Vec<Range<us
 }
 
 /// Deletion edits removing the items at `indexes` (see [`removal_ranges`]).
-pub fn removal_edits(items: &[Range<usize>], indexes: &[usize]) -> Vec<Edit> {
+pub(crate) fn removal_edits(items: &[Range<usize>], indexes: &[usize]) -> Vec<Edit> {
     removal_ranges(items, indexes)
         .into_iter()
         .map(|range| Edit {

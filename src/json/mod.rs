@@ -5,12 +5,12 @@
 //! the scanner may assume valid JSON), then its top-level object is scanned. Every view the
 //! dialects build, and every edit the passes make, uses byte ranges of that one text.
 
-pub mod edit;
+pub(crate) mod edit;
 pub(crate) mod scan;
 
 use serde::de::IgnoredAny;
 
-pub use edit::{splice, Edit};
+pub(crate) use edit::{splice, Edit};
 
 /// Why [`parse`] refused a body.
 #[derive(Debug, Clone, PartialEq, Eq)]

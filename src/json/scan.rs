@@ -31,18 +31,18 @@ pub(crate) struct Object {
 
 impl Object {
     /// The last member named `key` (JSON's "last one wins", as `serde_json` reads it).
-    pub fn get(&self, key: &str) -> Option<&Member> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Member> {
         self.members.iter().rev().find(|m| m.key == key)
     }
 
     /// The first member named `key`.
-    pub fn first(&self, key: &str) -> Option<&Member> {
+    pub(crate) fn first(&self, key: &str) -> Option<&Member> {
         self.members.iter().find(|m| m.key == key)
     }
 
     /// The last member named any of `keys` (a field with an alias, e.g. Gemini's
     /// `inlineData` / `inline_data`).
-    pub fn get_any(&self, keys: &[&str]) -> Option<&Member> {
+    pub(crate) fn get_any(&self, keys: &[&str]) -> Option<&Member> {
         self.members
             .iter()
             .rev()
@@ -50,7 +50,7 @@ impl Object {
     }
 
     /// Indexes of every member named `key`.
-    pub fn indexes_of(&self, key: &str) -> Vec<usize> {
+    pub(crate) fn indexes_of(&self, key: &str) -> Vec<usize> {
         self.members
             .iter()
             .enumerate()
@@ -61,7 +61,7 @@ impl Object {
 
     /// Byte ranges that remove the members at `indexes` (any order, duplicates ignored) and
     /// leave valid JSON. Consecutive removed members are merged into one range.
-    pub fn removal_ranges(&self, indexes: &[usize]) -> Vec<Range<usize>> {
+    pub(crate) fn removal_ranges(&self, indexes: &[usize]) -> Vec<Range<usize>> {
         let spans: Vec<Range<usize>> = self
             .members
             .iter()
@@ -71,7 +71,7 @@ impl Object {
     }
 
     /// Where to insert a new member so it comes last, and whether it needs a leading comma.
-    pub fn append_point(&self) -> (usize, bool) {
+    pub(crate) fn append_point(&self) -> (usize, bool) {
         match self.members.last() {
             Some(m) => (m.value.end, true),
             None => (self.open + 1, false),

@@ -15,7 +15,7 @@ use crate::dialect::Dialect;
 
 /// Where an error came from (pingora's error source).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorSource {
+pub(crate) enum ErrorSource {
     /// The client's request (no route, missing token).
     Downstream,
     /// The upstream (refused, timed out, reset).
@@ -24,7 +24,7 @@ pub enum ErrorSource {
 
 impl ErrorSource {
     /// The name in logs (`downstream`, `upstream`, `internal`).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ErrorSource::Downstream => "downstream",
             ErrorSource::Upstream => "upstream",
@@ -34,7 +34,7 @@ impl ErrorSource {
 
 /// A failure the proxy answers itself.
 #[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
+pub(crate) enum ProxyError {
     /// No route prefix matches the request path. 404.
     #[error("cachekeeper: no route for path {path}; configured prefixes: {}", prefixes.join(", "))]
     NoRoute { path: String, prefixes: Vec<String> },
@@ -64,7 +64,7 @@ pub enum ProxyError {
 
 impl ProxyError {
     /// HTTP status of the error response.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             ProxyError::NoRoute { .. } => StatusCode::NOT_FOUND,
             ProxyError::BadClientToken => StatusCode::UNAUTHORIZED,
@@ -80,7 +80,7 @@ impl ProxyError {
     }
 
     /// Where the error came from.
-    pub fn source_kind(&self) -> ErrorSource {
+    pub(crate) fn source_kind(&self) -> ErrorSource {
         match self {
             ProxyError::NoRoute { .. }
             | ProxyError::BadClientToken
@@ -91,7 +91,7 @@ impl ProxyError {
     }
 
     /// Whether the client may usefully retry the same request.
-    pub fn retryable(&self) -> bool {
+    pub(crate) fn retryable(&self) -> bool {
         matches!(
             self,
             ProxyError::UpstreamConnect { .. }
@@ -102,7 +102,7 @@ impl ProxyError {
     }
 
     /// A short, low-cardinality label for logs.
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             ProxyError::NoRoute { .. } => "no_route",
             ProxyError::BadClientToken => "bad_client_token",
@@ -116,7 +116,7 @@ impl ProxyError {
     }
 
     /// The error body in the dialect's shape (OpenAI's when `dialect` is `None`).
-    pub fn body(&self, dialect: Option<Dialect>) -> Bytes {
+    pub(crate) fn body(&self, dialect: Option<Dialect>) -> Bytes {
         let message = self.to_string();
         let status = self.status();
         let v = match dialect {
@@ -135,7 +135,7 @@ impl ProxyError {
     }
 
     /// The full error response.
-    pub fn response<B: From<Bytes>>(&self, dialect: Option<Dialect>) -> Response<B> {
+    pub(crate) fn response<B: From<Bytes>>(&self, dialect: Option<Dialect>) -> Response<B> {
         let mut resp = Response::new(B::from(self.body(dialect)));
         *resp.status_mut() = self.status();
         resp.headers_mut().insert(
@@ -179,7 +179,7 @@ fn gemini_status(status: StatusCode) -> &'static str {
 /// Anthropic `event: error` with `api_error`, OpenAI Chat a `data: {"error":…}` event, OpenAI
 /// Responses an `event: error` with `type: "error"`. Gemini has
 /// no error event (`None`): its streams are aborted so the client sees the break.
-pub fn midstream_error_event(dialect: Option<Dialect>, detail: &str) -> Option<Bytes> {
+pub(crate) fn midstream_error_event(dialect: Option<Dialect>, detail: &str) -> Option<Bytes> {
     let message = format!("cachekeeper: upstream stream broke mid-way: {detail}");
     match dialect {
         Some(Dialect::Anthropic) => {

@@ -29,9 +29,9 @@ use crate::state::{Store, StoreOptions};
 use crate::wire::upstream::{self, HttpClient};
 
 /// Response header that tells the client what the passes did.
-pub const REWRITES_HEADER: &str = "x-cachekeeper-rewrites";
+pub(crate) const REWRITES_HEADER: &str = "x-cachekeeper-rewrites";
 /// Request header carrying the client token when `[server] client_token` is set.
-pub const TOKEN_HEADER: &str = "x-cachekeeper-token";
+pub(crate) const TOKEN_HEADER: &str = "x-cachekeeper-token";
 
 /// Shared, read-only state of a running proxy.
 pub(crate) struct AppState {

@@ -21,15 +21,13 @@
 //!    returns fields not already in `omit`: store them, add them to `omit`, shape the
 //!    pre-shaping body again, and send once more. Otherwise pass the error through.
 
-pub mod profiles;
+pub(crate) mod profiles;
 
-pub mod shape;
+pub(crate) mod shape;
 pub mod unknown_field;
 
-pub use profiles::{
-    for_request, host_matches, is_gemini_model, is_local_host, normalize_host, resolve, Carrier,
-    EchoFamily, KeepThinking, MatchedBy, ResolvedRoute, ThinkingRoute, BINDING_BETA,
-    KEEP_THINKING_PARAMS,
-};
+pub use crate::provider::Carrier;
+pub(crate) use profiles::for_request;
+pub use profiles::{resolve, ResolvedRoute, BINDING_BETA};
 pub use shape::{merge_beta, shape_request, ShapeContext, ShapeCounts, ShapeOutcome, Shaped};
 pub use unknown_field::{detect, Detected, WORDINGS};

@@ -10,9 +10,8 @@
 
 use std::collections::BTreeSet;
 
-pub use crate::provider::{
-    host_matches, is_local_host, normalize_host, Carrier, EchoFamily, KeepThinking, MatchedBy,
-    ThinkingRoute, KEEP_THINKING_PARAMS,
+pub(crate) use crate::provider::{
+    Carrier, EchoFamily, KeepThinking, MatchedBy, ThinkingRoute, KEEP_THINKING_PARAMS,
 };
 use crate::provider::{ModelFamily, ResolvedProvider};
 
@@ -49,11 +48,6 @@ impl ResolvedRoute {
             )
         })
     }
-}
-
-/// Gemini signatures are replayed only for these model names ([`ModelFamily`]).
-pub fn is_gemini_model(model: &str) -> bool {
-    ModelFamily::of(model).reads_gemini_signature()
 }
 
 /// The reasoning behaviour of one request on a route.
@@ -136,7 +130,7 @@ pub fn resolve(
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::provider::ResolvedProvider;
+    use crate::provider::{host_matches, is_local_host, ResolvedProvider};
     use Carrier::{CopilotOpaque as CO, ReasoningContent as RC, ReasoningDetails as RD};
     use ThinkingRoute::{Native, StripThirdParty as Strip};
     const R: Carrier = Carrier::Reasoning;

@@ -36,11 +36,12 @@
 
 use std::collections::BTreeSet;
 
-use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use super::profiles::{ResolvedRoute, KEEP_THINKING_PARAMS};
+use crate::dialect::{self, Dialect};
 use crate::json::scan;
+use crate::provider::Carrier;
 use crate::state::{Field, FieldSet, MAX_WORDING_CHARS};
 
 /// Unknown-field phrases (lowercase), with their sources in `docs/reasoning.md#wordings`.
@@ -63,7 +64,7 @@ pub const WORDINGS: &[&str] = &[
 /// nothing, whatever else it says. OpenAI: `"Unsupported value: 'reasoning.effort' does not
 /// support 'minimal' with this model. Supported values are: …"`, code `unsupported_value`;
 /// `"Invalid value: …"`, code `invalid_value`.
-pub const VALUE_WORDINGS: &[&str] = &[
+pub(crate) const VALUE_WORDINGS: &[&str] = &[
     "unsupported value",
     "unsupported_value",
     "invalid value",
@@ -349,12 +350,13 @@ struct Sent {
 }
 
 impl Sent {
+    /// Read through the one body view ([`dialect::parse`]; the `messages` list is the same
+    /// on both chat wires). `None` when the body is not a JSON object of that shape.
     fn read(body: &[u8]) -> Option<Sent> {
-        serde_json::from_slice::<IgnoredAny>(body).ok()?;
-        let text = std::str::from_utf8(body).ok()?;
-        let top = scan::object_at(text, 0)?;
+        let doc = dialect::parse(body, Dialect::Openai).ok()?;
+        let text = doc.text;
         let mut params = BTreeSet::new();
-        for m in &top.members {
+        for m in &doc.top.members {
             params.insert(m.key.clone());
             if let Some(obj) = scan::object_at(text, m.value.start) {
                 for c in &obj.members {
@@ -363,42 +365,25 @@ impl Sent {
             }
         }
         let mut carriers = BTreeSet::new();
-        let messages = top
-            .get("messages")
-            .and_then(|m| scan::array_at(text, m.value.start))
-            .unwrap_or_default();
-        for el in messages {
-            let Some(msg) = scan::object_at(text, el.start) else {
-                continue;
-            };
-            let role = msg
-                .get("role")
-                .and_then(|m| scan::string_at(text, &m.value));
-            if role.as_deref() != Some("assistant") {
-                continue;
-            }
-            for key in [
-                "reasoning_content",
-                "reasoning",
-                "reasoning_details",
-                "extra_content",
-                "reasoning_opaque",
-                "reasoning_text",
-            ] {
-                if msg.get(key).is_some() {
+        for turn in doc
+            .turns
+            .iter()
+            .filter(|t| t.role.as_deref() == Some("assistant"))
+        {
+            for key in Carrier::MESSAGE_KEYS {
+                if turn.obj.get(key).is_some() {
                     carriers.insert(key);
                 }
             }
-            let calls = msg
+            let calls = turn
+                .obj
                 .get("tool_calls")
                 .and_then(|m| scan::array_at(text, m.value.start))
                 .unwrap_or_default();
-            for call in calls {
-                if scan::object_at(text, call.start)
-                    .is_some_and(|c| c.get("extra_content").is_some())
-                {
-                    carriers.insert("extra_content");
-                }
+            if calls.iter().any(|call| {
+                scan::object_at(text, call.start).is_some_and(|c| c.get("extra_content").is_some())
+            }) {
+                carriers.insert("extra_content");
             }
         }
         Some(Sent { carriers, params })

@@ -19,13 +19,13 @@ pub struct RewriteReport {
 }
 
 /// Number of entries [`RewriteReport::counters`] returns.
-pub const COUNTERS: usize = 17;
+pub(crate) const COUNTERS: usize = 17;
 
 impl RewriteReport {
     /// Every counter as `(name, value)`, in the order of `x-cachekeeper-rewrites`; the same
     /// names are the log line's fields. `reasoning_edits` is the sum of the reasoning
     /// counters after it.
-    pub fn counters(&self) -> [(&'static str, usize); COUNTERS] {
+    pub(crate) fn counters(&self) -> [(&'static str, usize); COUNTERS] {
         let c = &self.shape;
         let i = &self.images;
         [
@@ -50,7 +50,7 @@ impl RewriteReport {
     }
 
     /// Every edit reasoning shaping made, summed.
-    pub fn reasoning_edits(&self) -> usize {
+    pub(crate) fn reasoning_edits(&self) -> usize {
         let c = &self.shape;
         c.carriers_dropped
             + c.carriers_filled

@@ -115,6 +115,7 @@ impl Cache {
     }
 
     /// Bytes held.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }

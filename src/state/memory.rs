@@ -8,13 +8,13 @@ use super::{Backend, Kind, Record, RecordKey, StateError};
 
 /// Records in a map. Never fails.
 #[derive(Debug, Default)]
-pub struct MemoryBackend {
+pub(crate) struct MemoryBackend {
     records: BTreeMap<RecordKey, Record>,
 }
 
 impl MemoryBackend {
     /// An empty backend.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 }

@@ -11,13 +11,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{params, params_from_iter, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
 use super::verdicts::{Field, FieldSet, Verdict, VerdictKey};
 use super::{Backend, Kind, Record, RecordKey, StateError};
 
 /// The file may grow to this many times `max_bytes` (see the module doc).
-pub const FILE_CAP_FACTOR: u64 = 2;
+pub(crate) const FILE_CAP_FACTOR: u64 = 2;
 
 /// Fewest pages the file is allowed, whatever `max_bytes` says (16 pages of 4 KiB).
 const MIN_PAGES: u64 = 16;
@@ -28,7 +28,7 @@ const BUSY_TIMEOUT_MS: u64 = 5000;
 type Migration = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Schema migrations; index + 1 is the `user_version` after applying it.
-pub const MIGRATIONS: &[Migration] = &[v1_verdicts, v2_records];
+pub(crate) const MIGRATIONS: &[Migration] = &[v1_verdicts, v2_records];
 
 /// v1: unknown-field verdicts, one row per (host, model), fields as a flat JSON list.
 fn v1_verdicts(conn: &Connection) -> rusqlite::Result<()> {
@@ -124,7 +124,7 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// Records in a SQLite file.
-pub struct SqliteBackend {
+pub(crate) struct SqliteBackend {
     conn: Connection,
     data_version: i64,
 }
@@ -132,7 +132,7 @@ pub struct SqliteBackend {
 impl SqliteBackend {
     /// Open (creating and migrating) the file at `path`, capped at [`FILE_CAP_FACTOR`] ×
     /// `max_bytes`. Errors are SQLite's.
-    pub fn open(path: &Path, max_bytes: u64) -> Result<Self, StateError> {
+    pub(crate) fn open(path: &Path, max_bytes: u64) -> Result<Self, StateError> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -150,15 +150,17 @@ impl SqliteBackend {
     }
 
     /// A private in-memory SQLite database (tests: the same SQL without a file).
-    pub fn open_in_memory() -> Result<Self, StateError> {
+    #[cfg(test)]
+    pub(crate) fn open_in_memory() -> Result<Self, StateError> {
         let conn = Connection::open_in_memory()?;
         migrate(&conn)?;
         Self::over(conn)
     }
 
     /// Open an existing, migrated file read-only (tests: a store whose writes fail).
-    pub fn open_read_only(path: &Path) -> Result<Self, StateError> {
-        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    #[cfg(test)]
+    pub(crate) fn open_read_only(path: &Path) -> Result<Self, StateError> {
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         Self::over(conn)
     }
 

@@ -60,7 +60,7 @@ impl Field {
 
     /// A flat name of a v1 verdict: a carrier name is a message field, v1's `image_input`
     /// marker is [`Field::NoImageInput`], any other name a top-level parameter.
-    pub fn from_flat(name: &str) -> Self {
+    pub(crate) fn from_flat(name: &str) -> Self {
         if V1_CARRIERS.contains(&name) {
             Field::message(name)
         } else if name == V1_NO_IMAGE_INPUT {
@@ -124,28 +124,29 @@ impl FieldSet {
     }
 
     /// From flat v1 names ([`Field::from_flat`]).
-    pub fn from_flat<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn from_flat<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
         names.into_iter().map(Field::from_flat).collect()
     }
 
-    pub fn contains(&self, f: &Field) -> bool {
+    pub(crate) fn contains(&self, f: &Field) -> bool {
         self.0.contains(f)
     }
 
     /// The top-level parameter `name` is in the set.
-    pub fn has_param(&self, name: &str) -> bool {
+    pub(crate) fn has_param(&self, name: &str) -> bool {
         self.params().any(|p| p == name)
     }
 
     /// The message field `name` is in the set.
-    pub fn has_message_field(&self, name: &str) -> bool {
+    pub(crate) fn has_message_field(&self, name: &str) -> bool {
         self.0
             .iter()
             .any(|f| matches!(f, Field::Message(n) if n == name))
     }
 
     /// The top-level parameter names, sorted.
-    pub fn params(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn params(&self) -> impl Iterator<Item = &str> {
         self.0.iter().filter_map(|f| match f {
             Field::Param(n) => Some(n.as_str()),
             _ => None,
@@ -153,7 +154,7 @@ impl FieldSet {
     }
 
     /// Add `f`; true if it was new.
-    pub fn insert(&mut self, f: Field) -> bool {
+    pub(crate) fn insert(&mut self, f: Field) -> bool {
         self.0.insert(f)
     }
 
@@ -170,7 +171,7 @@ impl FieldSet {
     }
 
     /// The fields of `self` not in `other`.
-    pub fn difference(&self, other: &FieldSet) -> FieldSet {
+    pub(crate) fn difference(&self, other: &FieldSet) -> FieldSet {
         self.0.difference(&other.0).cloned().collect()
     }
 
@@ -219,7 +220,7 @@ pub struct VerdictKey {
 
 impl VerdictKey {
     /// The key for `host` (lowercased) and `model` (as is).
-    pub fn new(host: &str, model: &str) -> Self {
+    pub(crate) fn new(host: &str, model: &str) -> Self {
         Self {
             host: host.to_ascii_lowercase(),
             model: model.to_owned(),
@@ -227,7 +228,7 @@ impl VerdictKey {
     }
 
     /// Where this verdict is stored.
-    pub fn record_key(&self) -> RecordKey {
+    pub(crate) fn record_key(&self) -> RecordKey {
         RecordKey {
             kind: Kind::Verdict,
             scope: String::new(),
@@ -260,7 +261,7 @@ struct Payload {
 
 impl Verdict {
     /// The record holding this verdict for `key`.
-    pub fn to_record(&self, key: &VerdictKey) -> Record {
+    pub(crate) fn to_record(&self, key: &VerdictKey) -> Record {
         let payload = Payload {
             fields: self.fields.clone(),
             wording: self.wording.clone(),
@@ -275,7 +276,7 @@ impl Verdict {
 
     /// The verdict in `rec`; `None` when it is not a verdict record of a version this build
     /// reads, or malformed.
-    pub fn from_record(rec: &Record) -> Option<(VerdictKey, Verdict)> {
+    pub(crate) fn from_record(rec: &Record) -> Option<(VerdictKey, Verdict)> {
         if rec.key.kind != Kind::Verdict || rec.version > Kind::Verdict.version() {
             return None;
         }
@@ -326,7 +327,7 @@ impl<'a> Verdicts<'a> {
     }
 
     /// The verdict for (host, model), if any. Memory only.
-    pub fn get(&self, host: &str, model: &str) -> Option<Verdict> {
+    pub(crate) fn get(&self, host: &str, model: &str) -> Option<Verdict> {
         let rec = self
             .store
             .get_cached(&VerdictKey::new(host, model).record_key())?;
@@ -349,7 +350,13 @@ impl<'a> Verdicts<'a> {
     /// (empty: nothing learned, nothing written). The wording (cut to [`MAX_WORDING_CHARS`]
     /// chars) replaces the stored one only when something was learned. Memory is updated at
     /// once; the backend by the writer thread.
-    pub fn learn(&self, host: &str, model: &str, fields: &FieldSet, wording: &str) -> FieldSet {
+    pub(crate) fn learn(
+        &self,
+        host: &str,
+        model: &str,
+        fields: &FieldSet,
+        wording: &str,
+    ) -> FieldSet {
         let key = VerdictKey::new(host, model);
         let mut new = FieldSet::new();
         self.store.update(&key.record_key(), |current| {

@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 use crate::wire::upstream::{BoxError, UpstreamBody};
 
 /// Result of [`read_bounded`].
-pub enum ReadBody {
+pub(crate) enum ReadBody {
     /// The whole body, at most `limit` bytes.
     Buffered(Bytes),
     /// The body is larger than `limit`: what was read so far and the rest, to be streamed
@@ -22,7 +22,7 @@ pub enum ReadBody {
 
 /// Why a client's body could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     /// The client's stream failed (it went away, or sent a malformed body).
     #[error(transparent)]
     Client(#[from] hyper::Error),
@@ -36,7 +36,7 @@ pub enum ReadError {
 ///
 /// Errors: [`ReadError::Client`] when the client's stream fails, [`ReadError::Stalled`] when
 /// it sends nothing for `idle`.
-pub async fn read_bounded(
+pub(crate) async fn read_bounded(
     mut body: Incoming,
     limit: u64,
     content_length: Option<u64>,
@@ -82,7 +82,7 @@ fn concat(mut chunks: Vec<Bytes>, total: u64) -> Bytes {
 }
 
 /// A buffered body for the upstream.
-pub fn full(bytes: Bytes) -> UpstreamBody {
+pub(crate) fn full(bytes: Bytes) -> UpstreamBody {
     Full::new(bytes)
         .map_err(|never| match never {})
         .boxed_unsync()
@@ -92,7 +92,7 @@ pub fn full(bytes: Bytes) -> UpstreamBody {
 ///
 /// `sent` fires once the client's body has ended (whole, or with an error), so the caller can
 /// start the first-byte timer only then: an upload may take longer than the timeout.
-pub fn streamed(
+pub(crate) fn streamed(
     head: Vec<Bytes>,
     rest: Incoming,
     sent: tokio::sync::oneshot::Sender<()>,
@@ -108,7 +108,7 @@ pub fn streamed(
 
 /// Read up to `limit` bytes of a response body. Returns what was read and, when the body
 /// is longer, the unread rest (`None` when the body ended within the limit).
-pub async fn read_prefix(
+pub(crate) async fn read_prefix(
     mut body: UpstreamBody,
     limit: u64,
 ) -> Result<(Bytes, Option<UpstreamBody>), BoxError> {
@@ -127,7 +127,7 @@ pub async fn read_prefix(
 }
 
 /// `head` followed by the rest of a body.
-pub fn prepend(head: Vec<Bytes>, rest: UpstreamBody) -> UpstreamBody {
+pub(crate) fn prepend(head: Vec<Bytes>, rest: UpstreamBody) -> UpstreamBody {
     let head = futures_util::stream::iter(head.into_iter().map(|b| Ok(Frame::data(b))));
     StreamBody::new(head.chain(BodyStream::new(rest))).boxed_unsync()
 }
@@ -137,7 +137,7 @@ pub fn prepend(head: Vec<Bytes>, rest: UpstreamBody) -> UpstreamBody {
 ///
 /// `None` when the coding is unknown, the data is corrupt, or the decoded body is larger than
 /// `limit` (a decompression bomb): the caller then forwards the original bytes.
-pub fn decode(encoding: Option<&str>, data: &[u8], limit: u64) -> Option<Vec<u8>> {
+pub(crate) fn decode(encoding: Option<&str>, data: &[u8], limit: u64) -> Option<Vec<u8>> {
     let enc = encoding.map(|e| e.trim().to_ascii_lowercase());
     let reader: Box<dyn Read + '_> = match enc.as_deref() {
         None | Some("") | Some("identity") => return Some(data.to_vec()),

@@ -16,11 +16,11 @@ use tokio::net::TcpListener;
 use crate::wire::ResponseBody;
 
 /// How long a client may take to send its request headers (slow-header clients), ms.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serve `listener` with `handler` until `shutdown` completes, then stop accepting and let
 /// in-flight requests (streams included) finish for up to `grace`.
-pub async fn serve<H, F>(
+pub(crate) async fn serve<H, F>(
     listener: TcpListener,
     handler: H,
     shutdown: impl Future<Output = ()>,

@@ -16,7 +16,7 @@ use crate::wire::upstream::{BoxError, UpstreamBody};
 
 /// Why a response body stopped before its natural end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Break {
+pub(crate) enum Break {
     /// The upstream's body failed (reset, truncated, protocol error).
     UpstreamBroken,
     /// No chunk arrived within the idle timeout.
@@ -25,7 +25,7 @@ pub enum Break {
 
 /// How a response body ended; told to [`BodyObserver::on_end`] exactly once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// Delivered whole.
     Complete,
     /// The upstream broke or went idle mid-way ([`Break`]).
@@ -37,7 +37,7 @@ pub enum End {
 /// Sees a response body as it passes. Runs synchronously inside the body's poll: it must not
 /// block, do I/O or wait on a lock held across an await, and it can never delay, alter or
 /// fail the client's bytes.
-pub trait BodyObserver: Send {
+pub(crate) trait BodyObserver: Send {
     /// A data chunk, just before it is handed to the client.
     fn on_data(&mut self, _chunk: &Bytes) {}
     /// The body broke mid-way (`detail` says how). Return a last chunk to end the stream with
@@ -51,7 +51,7 @@ pub trait BodyObserver: Send {
 }
 
 /// The upstream response body, observed.
-pub struct ObservedBody<O: BodyObserver> {
+pub(crate) struct ObservedBody<O: BodyObserver> {
     inner: UpstreamBody,
     idle_timeout: Duration,
     idle: Pin<Box<Sleep>>,
@@ -64,7 +64,12 @@ pub struct ObservedBody<O: BodyObserver> {
 impl<O: BodyObserver> ObservedBody<O> {
     /// Wrap `inner`, allowing at most `idle_timeout` between two frames. `may_append`: the
     /// observer may answer a break with a last chunk (then no `size_hint` is promised).
-    pub fn new(inner: UpstreamBody, idle_timeout: Duration, may_append: bool, observer: O) -> Self {
+    pub(crate) fn new(
+        inner: UpstreamBody,
+        idle_timeout: Duration,
+        may_append: bool,
+        observer: O,
+    ) -> Self {
         Self {
             inner,
             idle_timeout,

@@ -27,13 +27,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 
 /// Boxed error type for bodies and connectors.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The request body type sent upstream: buffered bytes or the client's stream.
-pub type UpstreamBody = UnsyncBoxBody<Bytes, BoxError>;
+pub(crate) type UpstreamBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// The pooled client.
-pub type HttpClient = Client<HttpsConnector<ProxyConnector>, UpstreamBody>;
+pub(crate) type HttpClient = Client<HttpsConnector<ProxyConnector>, UpstreamBody>;
 
 /// Why the client could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -180,11 +180,11 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 /// Prefix of headers addressed to the proxy itself; they never leave it.
-pub const PROXY_HEADER_PREFIX: &str = "x-cachekeeper-";
+pub(crate) const PROXY_HEADER_PREFIX: &str = "x-cachekeeper-";
 
 /// Remove hop-by-hop headers (and any header the `connection` header names) in place.
 /// With `keep_upgrade`, `connection` and `upgrade` stay (WebSocket tunnelling).
-pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -207,7 +207,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
 /// Prepare client request headers for the upstream: hop-by-hop and `x-cachekeeper-*`
 /// dropped, `host` removed (the client sets it from the upstream URI), every other header
 /// (credentials included) kept untouched.
-pub fn upstream_request_headers(headers: &mut HeaderMap, keep_upgrade: bool) {
+pub(crate) fn upstream_request_headers(headers: &mut HeaderMap, keep_upgrade: bool) {
     strip_hop_by_hop(headers, keep_upgrade);
     headers.remove(header::HOST);
     let ours: Vec<HeaderName> = headers
