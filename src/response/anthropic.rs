@@ -102,6 +102,11 @@ impl Stream {
         Ok(())
     }
 
+    /// Drop what the turn holds (past the size cap); usage is kept.
+    pub(super) fn shed(&mut self) {
+        self.blocks.clear();
+    }
+
     /// The turn seen (streamed blocks in index order, or the body's).
     pub(super) fn turn(&mut self) -> CapturedTurn {
         if let Some(t) = self.body_turn.take() {

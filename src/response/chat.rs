@@ -156,6 +156,11 @@ impl Stream {
         Ok(())
     }
 
+    /// Drop what the turn holds (past the size cap); usage is kept.
+    pub(super) fn shed(&mut self) {
+        *self = Self::default();
+    }
+
     /// The turn seen: the body's, or the streamed deltas assembled (carriers in the order
     /// `reasoning_content`, `reasoning`, `reasoning_details` entries, message signature, tool
     /// call signatures — the order [`message_turn`] reads them in).

@@ -65,6 +65,11 @@ impl Stream {
         }
     }
 
+    /// Drop what the turn holds (past the size cap); usage is kept.
+    pub(super) fn shed(&mut self) {
+        *self = Self::default();
+    }
+
     pub(super) fn turn(&mut self) -> CapturedTurn {
         std::mem::take(&mut self.turn)
     }

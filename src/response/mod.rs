@@ -6,7 +6,8 @@
 //! ([`crate::wire::tee`]) feeds it events ([`Sink::on_event`]) or the whole body
 //! ([`Sink::on_json`]), then [`Sink::on_end`]; after that [`ResponseSink::observed`] holds what
 //! was seen. The sinks do no I/O and hold no lock; memory grows with the turn's text, calls and
-//! carriers only (each event is parsed, used and dropped).
+//! carriers only (each event is parsed, used and dropped), from at most
+//! [`MAX_TURN_SOURCE_BYTES`] of event data.
 //!
 //! Rules, shared by every dialect:
 //! - An event whose data is empty (or only whitespace) is skipped; OpenAI's `data: [DONE]` is
@@ -45,7 +46,8 @@ pub(crate) struct Observed {
     /// The four usage numbers (each `None` when not reported).
     pub usage: Usage,
     /// How many reasoning carriers the response carried (the captured turn's carriers, also
-    /// counted when the turn itself is dropped as incomplete).
+    /// counted when the turn itself is dropped as incomplete; not counted past
+    /// [`MAX_TURN_SOURCE_BYTES`]).
     pub reasoning_seen: u32,
     /// The assistant turn (choice / candidate 0), when the response ended complete.
     pub turn: Option<CapturedTurn>,
@@ -65,6 +67,8 @@ pub(crate) struct ResponseSink {
     /// An event or body could not be read: the turn is incomplete.
     failed: bool,
     ended: bool,
+    /// Event data fed so far, bytes.
+    fed: usize,
 }
 
 enum State {
@@ -87,8 +91,15 @@ pub(crate) fn observer(dialect: Dialect) -> ResponseSink {
         observed: Observed::default(),
         failed: false,
         ended: false,
+        fed: 0,
     }
 }
+
+/// The most event data, bytes, a turn is captured from: the tee's cap on a non-streaming body
+/// ([`crate::wire::tee::MAX_JSON_BYTES`]), so a streamed turn is held within the same bound.
+/// Past it, usage is still read, but the turn is no longer kept (memory stays bounded by one
+/// event), and [`Observed::turn`] is `None`.
+pub(crate) const MAX_TURN_SOURCE_BYTES: usize = crate::wire::tee::MAX_JSON_BYTES;
 
 impl ResponseSink {
     /// What was seen; complete after [`Sink::on_end`] (before it, the usage so far and no
@@ -117,6 +128,15 @@ impl Sink for ResponseSink {
             State::Responses(s) => s.event(event, out),
             State::Gemini(s) => s.event(event, out),
         };
+        self.fed = self.fed.saturating_add(event.data.len());
+        if self.fed > MAX_TURN_SOURCE_BYTES {
+            match &mut self.state {
+                State::Anthropic(s) => s.shed(),
+                State::Chat(s) => s.shed(),
+                State::Responses(s) => s.shed(),
+                State::Gemini(s) => s.shed(),
+            }
+        }
         self.guard(r)
     }
 
@@ -147,7 +167,10 @@ impl Sink for ResponseSink {
         };
         let out = &mut self.observed;
         out.reasoning_seen = u32::try_from(turn.carriers.len()).unwrap_or(u32::MAX);
-        let complete = end == End::Complete && !self.failed && out.error.is_none();
+        let complete = end == End::Complete
+            && !self.failed
+            && out.error.is_none()
+            && self.fed <= MAX_TURN_SOURCE_BYTES;
         out.turn = (complete && !turn.is_empty()).then_some(turn);
     }
 }

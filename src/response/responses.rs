@@ -109,6 +109,11 @@ impl Stream {
         Ok(())
     }
 
+    /// Drop what the turn holds (past the size cap); usage is kept.
+    pub(super) fn shed(&mut self) {
+        *self = Self::default();
+    }
+
     /// The turn seen: the streamed items in `output_index` order, else the final `output`.
     pub(super) fn turn(&mut self) -> CapturedTurn {
         let items: Vec<String> = if self.items.is_empty() {

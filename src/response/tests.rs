@@ -638,3 +638,106 @@ fn a_broken_stream_keeps_usage_but_no_turn() {
     assert_eq!(o.reasoning_seen, 1);
     assert_eq!(o.turn, None);
 }
+
+// ---- Through the real tee: framer, chunking, gzip ----
+
+fn through_tee(
+    dialect: Dialect,
+    framing: crate::wire::tee::Framing,
+    encoding: Option<&str>,
+    bytes: &[u8],
+    chunk: usize,
+) -> Observed {
+    use crate::wire::stream::BodyObserver;
+    let mut tee = crate::wire::tee::Tee::new(framing, encoding, observer(dialect));
+    for c in bytes.chunks(chunk) {
+        tee.on_data(&bytes::Bytes::copy_from_slice(c));
+    }
+    tee.on_end(End::Complete);
+    assert_eq!(tee.stopped(), None);
+    tee.into_sink().observed().clone()
+}
+
+#[test]
+fn every_fixture_observes_the_same_through_the_tee() {
+    use crate::wire::tee::Framing;
+    use std::io::Write;
+    let gzip = |raw: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(raw).unwrap();
+        e.finish().unwrap()
+    };
+    let streams: &[(Dialect, &str)] = &[
+        (Anthropic, "anthropic_thinking_tool.sse"),
+        (Anthropic, "anthropic_unsigned_cumulative.sse"),
+        (Anthropic, "anthropic_overloaded.sse"),
+        (Openai, "chat_tool_usage.sse"),
+        (Openai, "chat_no_include_usage.sse"),
+        (Openai, "chat_usage_null.sse"),
+        (Openai, "deepseek_reasoning.sse"),
+        (Openai, "openrouter_reasoning.sse"),
+        (Openai, "gemini_openai_compat.sse"),
+        (OpenaiResponses, "responses_reasoning_tool.sse"),
+        (Gemini, "gemini_signature_later.sse"),
+    ];
+    for &(dialect, name) in streams {
+        let want = stream(dialect, name);
+        let raw = fixture(name);
+        for chunk in [1, 7, 4096] {
+            let got = through_tee(dialect, Framing::EventStream, None, &raw, chunk);
+            assert_eq!(got, want, "{name} in chunks of {chunk}");
+        }
+        let got = through_tee(dialect, Framing::EventStream, Some("gzip"), &gzip(&raw), 5);
+        assert_eq!(got, want, "{name} gzip-encoded");
+    }
+    let bodies: &[(Dialect, &str)] = &[
+        (Anthropic, "anthropic_redacted.json"),
+        (Openai, "chat_body.json"),
+        (Openai, "deepseek_body.json"),
+        (OpenaiResponses, "responses_body.json"),
+        (Gemini, "gemini_body.json"),
+        (Gemini, "gemini_parallel.json"),
+    ];
+    for &(dialect, name) in bodies {
+        let want = body(dialect, name);
+        let raw = fixture(name);
+        assert_eq!(
+            through_tee(dialect, Framing::Json, None, &raw, 13),
+            want,
+            "{name}"
+        );
+        let got = through_tee(dialect, Framing::Json, Some("gzip"), &gzip(&raw), 13);
+        assert_eq!(got, want, "{name} gzip-encoded");
+    }
+}
+
+#[test]
+fn a_turn_past_the_size_cap_is_dropped_usage_kept() {
+    let mut s = observer(Anthropic);
+    let feed = |s: &mut ResponseSink, data: &[u8]| {
+        s.on_event(&SseEvent { event: None, data }).unwrap();
+    };
+    let start = fixture("anthropic_thinking_tool.sse");
+    let events = super::testing::split_sse(&start);
+    feed(&mut s, &events[0].1); // message_start
+    feed(
+        &mut s,
+        br#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+    );
+    let big = format!(
+        r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"{}"}}}}"#,
+        "a".repeat(1024 * 1024)
+    );
+    for _ in 0..(MAX_TURN_SOURCE_BYTES / (1024 * 1024) + 1) {
+        feed(&mut s, big.as_bytes());
+    }
+    feed(
+        &mut s,
+        br#"{"type":"message_delta","delta":{},"usage":{"output_tokens":9000}}"#,
+    );
+    s.on_end(End::Complete);
+    let o = s.observed();
+    assert_eq!(o.turn, None);
+    assert_eq!(o.usage.output_tokens, Some(9000));
+    assert_eq!(o.usage.cache_read_tokens, Some(100_000));
+}
