@@ -37,8 +37,8 @@ pub trait Sink: Send {
     fn on_event(&mut self, _event: &SseEvent<'_>) -> Result<(), SinkError> {
         Ok(())
     }
-    /// The whole decoded body of a non-streaming response (only when it ended complete and
-    /// within the tee's size cap).
+    /// The whole decoded body of a non-streaming response (only when it ended complete, is
+    /// not empty, and is within the tee's size cap, [`MAX_JSON_BYTES`]).
     fn on_json(&mut self, _body: &[u8]) -> Result<(), SinkError> {
         Ok(())
     }
@@ -284,7 +284,7 @@ impl<S: Sink> Tee<S> {
             Body::Events(framer) => self.truncated = framer.finish(),
             Body::Json { buf, .. } => {
                 let whole = std::mem::take(buf);
-                if end == End::Complete {
+                if end == End::Complete && !whole.is_empty() {
                     sink.on_json(&whole)
                         .map_err(|e| Failure::Stop(Stop::Sink(e)))?;
                 }
@@ -547,6 +547,11 @@ mod tests {
         let tee = run(Framing::Json, None, body, 7, End::ClientGone);
         assert!(tee.sink().json.is_empty());
         assert_eq!(tee.sink().ends, vec![End::ClientGone]);
+        // An empty body (a 204, a HEAD) is not handed on.
+        let tee = run(Framing::Json, None, b"", 7, End::Complete);
+        assert!(tee.sink().json.is_empty());
+        assert_eq!(tee.stopped(), None);
+        assert_eq!(tee.sink().ends, vec![End::Complete]);
         // A JSON body at exactly the cap is observed.
         let limits = Limits {
             json_bytes: body.len(),
