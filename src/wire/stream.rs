@@ -16,7 +16,7 @@ use crate::wire::upstream::{BoxError, UpstreamBody};
 
 /// Why a response body stopped before its natural end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Break {
+pub enum Break {
     /// The upstream's body failed (reset, truncated, protocol error).
     UpstreamBroken,
     /// No chunk arrived within the idle timeout.
@@ -25,7 +25,7 @@ pub(crate) enum Break {
 
 /// How a response body ended; told to [`BodyObserver::on_end`] exactly once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum End {
+pub enum End {
     /// Delivered whole.
     Complete,
     /// The upstream broke or went idle mid-way ([`Break`]).
@@ -37,7 +37,7 @@ pub(crate) enum End {
 /// Sees a response body as it passes. Runs synchronously inside the body's poll: it must not
 /// block, do I/O or wait on a lock held across an await, and it can never delay, alter or
 /// fail the client's bytes.
-pub(crate) trait BodyObserver: Send {
+pub trait BodyObserver: Send {
     /// A data chunk, just before it is handed to the client.
     fn on_data(&mut self, _chunk: &Bytes) {}
     /// The body broke mid-way (`detail` says how). Return a last chunk to end the stream with
