@@ -287,6 +287,101 @@ pub(crate) fn echoed_turn(dialect: Dialect, assistant_json: &[u8]) -> Option<Cap
     })
 }
 
+/// One assistant turn of a request, as the client echoes it, with its fingerprint.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EchoedTurn {
+    /// Index of the turn's (first) entry in `messages` / `contents` / `input`.
+    pub index: usize,
+    /// How many entries the turn spans (1; Responses: its run of output items).
+    pub len: usize,
+    /// The digest of the entry before it.
+    pub prev: Digest,
+    /// [`turn_fingerprint`] of (`prev`, `turn`).
+    pub fingerprint: Fingerprint,
+    /// The turn as echoed (carriers the client kept included).
+    pub turn: CapturedTurn,
+}
+
+#[derive(Deserialize)]
+struct Role<'a> {
+    #[serde(borrow, default)]
+    role: Option<&'a str>,
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<&'a str>,
+}
+
+/// Whether an entry is (part of) an assistant turn: Anthropic / Chat role `assistant`, Gemini
+/// role `model`; Responses a `reasoning` or `function_call` item, or an assistant `message`.
+fn is_assistant(dialect: Dialect, raw: &RawValue) -> bool {
+    let Ok(r) = serde_json::from_str::<Role<'_>>(raw.get()) else {
+        return false;
+    };
+    match dialect {
+        Dialect::Anthropic | Dialect::Openai => r.role == Some("assistant"),
+        Dialect::Gemini => r.role == Some("model"),
+        Dialect::OpenaiResponses => match r.kind {
+            Some("reasoning" | "function_call") => true,
+            Some("message") | None => r.role == Some("assistant"),
+            Some(_) => false,
+        },
+    }
+}
+
+/// Every assistant turn a request echoes that follows another entry (the message it
+/// answered), in order, with its fingerprint: what the restore side matches captured turns
+/// against. Empty when the body is not JSON or has no list.
+pub(crate) fn echoed_turns(dialect: Dialect, request_body: &[u8]) -> Vec<EchoedTurn> {
+    let Ok(lists) = serde_json::from_slice::<RequestLists<'_>>(request_body) else {
+        return Vec::new();
+    };
+    let entries: Vec<&RawValue> = match dialect {
+        Dialect::Anthropic | Dialect::Openai => lists.messages.unwrap_or_default(),
+        Dialect::Gemini => lists.contents.unwrap_or_default(),
+        Dialect::OpenaiResponses => lists
+            .input
+            .and_then(|i| serde_json::from_str(i.get()).ok())
+            .unwrap_or_default(),
+    };
+    let mut out = Vec::new();
+    let mut i = 1;
+    while i < entries.len() {
+        if !is_assistant(dialect, entries[i]) {
+            i += 1;
+            continue;
+        }
+        let mut len = 1;
+        if dialect == Dialect::OpenaiResponses {
+            while entries
+                .get(i + len)
+                .is_some_and(|e| is_assistant(dialect, e))
+            {
+                len += 1;
+            }
+        }
+        let turn = if dialect == Dialect::OpenaiResponses {
+            let items: Vec<String> = entries[i..i + len]
+                .iter()
+                .map(|e| e.get().to_owned())
+                .collect();
+            Some(super::responses::items_turn(&items))
+        } else {
+            echoed_turn(dialect, entries[i].get().as_bytes())
+        };
+        if let Some(turn) = turn {
+            let prev = message_digest(dialect, entries[i - 1].get().as_bytes());
+            out.push(EchoedTurn {
+                index: i,
+                len,
+                prev,
+                fingerprint: turn_fingerprint(&prev, &turn),
+                turn,
+            });
+        }
+        i += len;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +446,14 @@ mod tests {
             None
         );
         assert_eq!(echoed_turn(Dialect::Openai, b"{"), None);
+        assert!(echoed_turns(Dialect::Openai, b"{").is_empty());
+        assert!(echoed_turns(Dialect::OpenaiResponses, br#"{"input":"hi"}"#).is_empty());
+        // An assistant turn first answers nothing: not echoed as a turn.
+        assert!(echoed_turns(
+            Dialect::Anthropic,
+            br#"{"messages":[{"role":"assistant","content":"x"},5]}"#
+        )
+        .is_empty());
         let t = echoed_turn(
             Dialect::Openai,
             br#"{"content":5,"tool_calls":[1,{"function":3}]}"#,

@@ -479,6 +479,17 @@ fn assert_same_fingerprint(
         "{first}: digest"
     );
     let echoed = echoed_turn(dialect, &bytes(echoed)).unwrap();
+    let next = fixture(&first.replace("request", "next_request"));
+    let turns = super::fingerprint::echoed_turns(dialect, &next);
+    assert_eq!(turns.len(), 1, "{first}");
+    assert_eq!(turns[0].prev, prev);
+    // (Item JSON text is kept as the request spells it, so compare what is hashed.)
+    assert_eq!(
+        (&turns[0].turn.calls, &turns[0].turn.text),
+        (&echoed.calls, &echoed.text)
+    );
+    assert_eq!(turns[0].turn.carriers.len(), echoed.carriers.len());
+    assert_eq!(turns[0].fingerprint, turn_fingerprint(&prev, captured));
     assert_eq!(echoed.calls, captured.calls);
     assert_eq!(echoed.text, captured.text);
     assert_eq!(
