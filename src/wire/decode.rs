@@ -774,6 +774,40 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn damaged_streams_and_noise_never_panic() {
+        // Every coding, its valid stream with one byte flipped at many offsets, and noise, in
+        // odd piece sizes: an error or some bytes, never a panic or a hang.
+        let plain = plain();
+        let plain = &plain[..8000];
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let noise: Vec<u8> = (0..5000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 32) as u8
+            })
+            .collect();
+        for (coding, enc) in [
+            (Coding::Gzip, gzip(plain)),
+            (Coding::Deflate, zlib(plain)),
+            (Coding::Deflate, raw_deflate(plain)),
+            (Coding::Brotli, brotli(plain)),
+            (Coding::Zstd, zstd(plain)),
+        ] {
+            for at in (0..enc.len()).step_by(13) {
+                let mut bad = enc.clone();
+                bad[at] ^= 0x5a;
+                if let Ok(out) = decode_in(coding, &bad, 7) {
+                    assert!(out.len() as u64 <= MAX_DECODED_BYTES);
+                }
+            }
+            let _ = decode_in(coding, &noise, 3);
+            let _ = decode_in(coding, &noise, 4096);
+        }
+    }
+
+    #[test]
     fn the_callbacks_error_is_returned() {
         let enc = gzip(&plain());
         let mut d = Decoder::new(Coding::Gzip, MAX_DECODED_BYTES);
