@@ -58,6 +58,7 @@ fn bench(c: &mut Criterion) {
         credential_scope: "bench",
         image_recovery: None,
         reasoning: None,
+        usage_in_streams: false,
     };
     let warm = rewrite_request(&ctx, &body).unwrap();
     assert_eq!(warm.report.images.downscaled, 20);

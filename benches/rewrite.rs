@@ -91,6 +91,7 @@ fn bench(c: &mut Criterion) {
         credential_scope: "",
         image_recovery: None,
         reasoning: None,
+        usage_in_streams: false,
     };
     let bodies = [
         ("24mb_21img", anthropic_body(21, 900_000), Some(8)),

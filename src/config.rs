@@ -314,11 +314,14 @@ pub struct RouteConfig {
     /// Override the profile's reasoning carrier set.
     #[serde(default)]
     pub carriers: Option<Vec<String>>,
+    /// OpenAI Chat streaming requests (`stream: true`) that lack
+    /// `stream_options.include_usage` get `"include_usage": true` added, so the stream ends
+    /// with a usage chunk (empty `choices`) the log can read. Default false. Only for routes
+    /// that carry OpenAI Chat: rejected on a route pinned to another dialect.
+    #[serde(default)]
+    pub usage_in_streams: bool,
     /// Not built yet: parsed only so that a config naming it is rejected with that message
     /// instead of silently ignored (a key that does nothing must not look as if it works).
-    #[serde(default)]
-    pub usage_in_streams: Option<toml::Value>,
-    /// Not built yet: rejected, as `usage_in_streams`.
     #[serde(default)]
     pub cache_breakpoints: Option<toml::Value>,
     /// Per-route dry run; default: `[server] dry_run`.
@@ -442,23 +445,18 @@ impl Config {
                     ));
                 }
             }
-            for (key, set, what) in [
-                (
-                    "usage_in_streams",
-                    r.usage_in_streams.is_some(),
-                    "usage in streams",
-                ),
-                (
-                    "cache_breakpoints",
-                    r.cache_breakpoints.is_some(),
-                    "cache breakpoint placement",
-                ),
-            ] {
-                if set {
-                    return invalid(format!(
-                        "{at}: {key}: {what} is not built yet; remove the key"
-                    ));
-                }
+            if r.cache_breakpoints.is_some() {
+                return invalid(format!(
+                    "{at}: cache_breakpoints: cache breakpoint placement is not built yet; \
+                     remove the key"
+                ));
+            }
+            if r.usage_in_streams && r.dialect.is_some_and(|d| d != Dialect::Openai) {
+                return invalid(format!(
+                    "{at}: usage_in_streams applies to OpenAI Chat streams only \
+                     (stream_options.include_usage); this route is pinned to {}",
+                    r.dialect.map_or("", Dialect::as_str)
+                ));
             }
             if r.images.transcode_cache_bytes.is_some() {
                 return invalid(format!(
@@ -571,14 +569,9 @@ upstream = "https://api.anthropic.com"
     fn keys_not_built_yet_are_rejected_saying_so() {
         for (extra, key, says) in [
             (
-                "usage_in_streams = true\n",
+                "usage_in_streams = true\ndialect = \"anthropic\"\n",
                 "usage_in_streams",
-                "not built yet",
-            ),
-            (
-                "usage_in_streams = false\n",
-                "usage_in_streams",
-                "not built yet",
+                "OpenAI Chat streams only",
             ),
             (
                 "cache_breakpoints = \"auto\"\n",
@@ -601,6 +594,14 @@ upstream = "https://api.anthropic.com"
                 .to_string();
             assert!(err.contains(key) && err.contains(says), "{extra}: {err}");
             assert!(err.contains("name = \"anthropic\""), "{err}");
+        }
+        // usage_in_streams is built: accepted where the route may carry OpenAI Chat.
+        for ok in [
+            "usage_in_streams = true\n",
+            "usage_in_streams = true\ndialect = \"openai\"\n",
+        ] {
+            let (c, _) = Config::from_toml(&format!("{MINIMAL}{ok}")).unwrap();
+            assert!(c.routes[0].usage_in_streams);
         }
         // The global key works and sizes the one cache.
         let (c, _) = Config::from_toml(&format!(

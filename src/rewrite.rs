@@ -30,6 +30,7 @@ use crate::state::FieldSet;
 pub(crate) use crate::state::VerdictLookup;
 
 mod report;
+mod stream_usage;
 pub(crate) use report::RewriteReport;
 
 /// Result of [`rewrite_request`].
@@ -84,6 +85,9 @@ pub struct RewriteContext<'a> {
     pub image_recovery: Option<ImageRejectionKind>,
     /// Reasoning shaping inputs; `None` skips pass 6.
     pub reasoning: Option<ReasoningInputs<'a>>,
+    /// The route's `usage_in_streams`: ask an OpenAI Chat stream for its usage chunk
+    /// ([`stream_usage`]).
+    pub usage_in_streams: bool,
 }
 
 /// Run every request pass for the dialect on `body`, over one parse.
@@ -102,7 +106,18 @@ pub fn rewrite_request(
     body: &[u8],
 ) -> Result<RewriteOutcome, ParseError> {
     let doc = dialect::parse(body, ctx.dialect)?;
-    let (image_edits, mut outcome) = image_passes(ctx, &doc);
+    let (mut image_edits, mut outcome) = image_passes(ctx, &doc);
+    // The usage request is a top-level edit that no image edit overlaps; it travels with the
+    // image edits (shaping, which may drop top-level parameters, then sees it like them).
+    if let Some(e) = ctx
+        .usage_in_streams
+        .then(|| stream_usage::edit(&doc))
+        .flatten()
+    {
+        image_edits.push(e);
+        outcome.report.usage_in_streams = true;
+        outcome.report.reasons.push(stream_usage::REASON.to_owned());
+    }
     let Some(inputs) = &ctx.reasoning else {
         outcome.body = splice_images(body, image_edits, &mut outcome.report);
         return Ok(outcome);
@@ -264,6 +279,7 @@ fn image_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> (Vec<Edit>, RewriteO
         images,
         reasons,
         shape: ShapeCounts::default(),
+        usage_in_streams: false,
     };
     (
         edits,
@@ -432,6 +448,7 @@ mod tests {
             credential_scope: "",
             image_recovery: None,
             reasoning: None,
+            usage_in_streams: false,
         };
         let first = rewrite_request(&ctx, body).unwrap();
         let again = rewrite_request(&ctx, body).unwrap();
@@ -494,6 +511,7 @@ mod tests {
                 credential_scope: "",
                 image_recovery: None,
                 reasoning: None,
+                usage_in_streams: false,
             };
             let out = rewrite_request(&ctx, br#"{"model":"m","input":[{"type":"input_image"}]}"#)
                 .unwrap();
@@ -516,6 +534,7 @@ mod tests {
             credential_scope: "",
             image_recovery: None,
             reasoning: None,
+            usage_in_streams: false,
         };
         let out = rewrite_request(
             &ctx,
@@ -546,6 +565,7 @@ mod tests {
                 path_model: None,
                 verdicts: &(),
             }),
+            usage_in_streams: false,
         }
     }
 

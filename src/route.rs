@@ -30,6 +30,8 @@ pub struct Route {
     pub images: ImagesConfig,
     /// Log what the passes would do but forward the original bytes.
     pub dry_run: bool,
+    /// Ask OpenAI Chat streams for their usage chunk (`usage_in_streams`).
+    pub usage_in_streams: bool,
     /// The route's provider row, resolved once from its `provider` key, else the upstream
     /// host, with the route's `carriers = [...]` applied ([`ResolvedProvider::resolve`]).
     pub provider: ResolvedProvider,
@@ -106,6 +108,7 @@ impl RouteTable {
                 dialect: r.dialect,
                 images: config.route_images(r),
                 dry_run: r.dry_run.unwrap_or(config.server.dry_run),
+                usage_in_streams: r.usage_in_streams,
                 provider: ResolvedProvider::resolve(
                     r.provider.as_deref(),
                     &host_key,

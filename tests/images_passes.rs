@@ -26,6 +26,7 @@ fn ctx<'a>(
         credential_scope: "test",
         image_recovery: None,
         reasoning: None,
+        usage_in_streams: false,
     }
 }
 

@@ -28,6 +28,7 @@ fn twenty_turns_of_screenshots() {
         credential_scope: "session",
         image_recovery: None,
         reasoning: None,
+        usage_in_streams: false,
     };
     let shots: Vec<String> = (0..TURNS as u64)
         .map(|t| {

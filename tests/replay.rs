@@ -40,6 +40,7 @@ fn run(dialect: Dialect, images: &ImagesConfig, body: &[u8]) -> RewriteOutcome {
             credential_scope: "",
             image_recovery: None,
             reasoning: None,
+            usage_in_streams: false,
         },
         body,
     )
@@ -432,6 +433,7 @@ fn bad_input_truncated_json() {
                     credential_scope: "",
                     image_recovery: None,
                     reasoning: None,
+                    usage_in_streams: false,
                 },
                 &body[..cut],
             );
@@ -446,6 +448,7 @@ fn bad_input_truncated_json() {
             credential_scope: "",
             image_recovery: None,
             reasoning: None,
+            usage_in_streams: false,
         },
         b"not json",
     );
@@ -471,6 +474,7 @@ fn bad_input_messages_of_the_wrong_type() {
                     credential_scope: "",
                     image_recovery: None,
                     reasoning: None,
+                    usage_in_streams: false,
                 },
                 body.as_bytes(),
             );
@@ -486,6 +490,7 @@ fn bad_input_messages_of_the_wrong_type() {
                     credential_scope: "",
                     image_recovery: None,
                     reasoning: None,
+                    usage_in_streams: false,
                 },
                 body.as_bytes(),
             )

@@ -236,6 +236,7 @@ impl RequestCtx {
             params_dropped = c.params_dropped,
             flags_added = c.flags_added,
             binding_set = usize::from(c.binding_set),
+            usage_in_streams = usize::from(r.usage_in_streams),
             body = self.body.as_str(),
             dry_run = self.dry_run(),
             ttfb_ms = self.ttfb_ms,

@@ -167,6 +167,7 @@ fn run_blocking(
             path_model: plan.path_model.as_deref(),
             verdicts: &plan.store,
         }),
+        usage_in_streams: route.usage_in_streams,
     };
     let first = rewrite_request(&ctx, decoded)?;
     let sees_no_images = first

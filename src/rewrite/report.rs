@@ -16,10 +16,12 @@ pub struct RewriteReport {
     pub reasons: Vec<String>,
     /// What reasoning shaping (pass 6) did.
     pub shape: ShapeCounts,
+    /// `stream_options.include_usage` was added (`usage_in_streams`).
+    pub usage_in_streams: bool,
 }
 
 /// Number of entries [`RewriteReport::counters`] returns.
-pub(crate) const COUNTERS: usize = 17;
+pub(crate) const COUNTERS: usize = 18;
 
 impl RewriteReport {
     /// Every counter as `(name, value)`, in the order of `x-cachekeeper-rewrites`; the same
@@ -46,6 +48,7 @@ impl RewriteReport {
             ("params_dropped", c.params_dropped),
             ("flags_added", c.flags_added),
             ("binding_set", usize::from(c.binding_set)),
+            ("usage_in_streams", usize::from(self.usage_in_streams)),
         ]
     }
 
