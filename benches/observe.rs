@@ -1,6 +1,7 @@
 //! The response tee's cost: decoding (when compressed) plus event-stream framing of a copy of
-//! the response, per MB of event stream, with a sink that does nothing with the events (so
-//! this is the wire layer alone, before any dialect's observer).
+//! the response, per MB of event stream — first with a sink that does nothing with the events
+//! (`tee_sse_1mb`: the wire layer alone), then with the Anthropic response observer that reads
+//! usage and the turn from every event (`observer_sse_1mb`: what a proxied response costs).
 //!
 //! Body: a ~1 MB Anthropic Messages stream (`message_start`, then text `content_block_delta`
 //! events, a `ping` and a comment line now and then, `message_delta`, `message_stop`), fed in
@@ -19,6 +20,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use bytes::Bytes;
+use cachekeeper::dialect::Dialect;
+use cachekeeper::response;
 use cachekeeper::wire::sse::SseEvent;
 use cachekeeper::wire::stream::{BodyObserver, End};
 use cachekeeper::wire::tee::{Framing, Sink, SinkError, Tee};
@@ -81,6 +84,20 @@ fn observe(encoding: Option<&str>, chunks: &[Bytes]) -> Count {
     tee.into_sink()
 }
 
+/// The same through the Anthropic response observer (usage, text, carriers).
+fn observe_dialect(encoding: Option<&str>, chunks: &[Bytes]) -> Option<&'static str> {
+    let mut tee = Tee::new(
+        Framing::EventStream,
+        encoding,
+        response::observer(Dialect::Anthropic),
+    );
+    for c in chunks {
+        tee.on_data(c);
+    }
+    tee.on_end(End::Complete);
+    tee.stopped()
+}
+
 fn bench(c: &mut Criterion) {
     let (plain, events) = anthropic_stream(1_000_000);
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -104,6 +121,12 @@ fn bench(c: &mut Criterion) {
             BenchmarkId::new("tee_sse_1mb", name),
             chunks,
             |b, chunks| b.iter(|| observe(*encoding, black_box(chunks))),
+        );
+        assert_eq!(observe_dialect(*encoding, chunks), None, "{name}");
+        group.bench_with_input(
+            BenchmarkId::new("observer_sse_1mb", name),
+            chunks,
+            |b, chunks| b.iter(|| observe_dialect(*encoding, black_box(chunks))),
         );
     }
     group.finish();

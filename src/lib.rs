@@ -21,9 +21,7 @@ pub(crate) mod json;
 pub mod provider;
 pub mod proxy;
 pub mod reasoning;
-// Used by the proxy integration (issue 8); the allow goes when src/proxy/ calls it.
-#[cfg_attr(not(test), allow(dead_code, unused_imports))]
-pub(crate) mod response;
+pub mod response;
 pub mod rewrite;
 pub mod route;
 pub mod state;

@@ -48,6 +48,9 @@ pub struct RewriteOutcome {
     pub reasoning_route: Option<ResolvedRoute>,
     /// The learned unknown fields that shaping omitted.
     pub omitted: FieldSet,
+    /// Byte range, in the body as given, of the message the response will answer
+    /// ([`dialect::last_message`]): the response's turn is fingerprinted by it.
+    pub answers: Option<std::ops::Range<usize>>,
 }
 
 /// Inputs of reasoning shaping (pass 6) that come from the route and the request headers.
@@ -107,6 +110,7 @@ pub fn rewrite_request(
 ) -> Result<RewriteOutcome, ParseError> {
     let doc = dialect::parse(body, ctx.dialect)?;
     let (mut image_edits, mut outcome) = image_passes(ctx, &doc);
+    outcome.answers = dialect::last_message(&doc);
     // The usage request is a top-level edit that no image edit overlaps; it travels with the
     // image edits (shaping, which may drop top-level parameters, then sees it like them).
     if let Some(e) = ctx

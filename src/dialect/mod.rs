@@ -124,6 +124,26 @@ fn turns(text: &str, top: &scan::Object) -> Result<Vec<Turn>, String> {
 }
 
 /// One element of a content list.
+/// Byte range of the message a response to this request answers: the last element of
+/// `messages` (Anthropic, OpenAI Chat), of `contents` (Gemini) or of `input` (Responses; a
+/// string `input` is itself that message). `None` when the list is absent or empty.
+pub(crate) fn last_message(doc: &Doc<'_>) -> Option<Range<usize>> {
+    match doc.dialect {
+        Dialect::Anthropic | Dialect::Openai => {
+            let t = doc.turns.last()?;
+            Some(t.obj.open..t.obj.end)
+        }
+        Dialect::Gemini => scan::array_at(doc.text, doc.top.get("contents")?.value.start)?.pop(),
+        Dialect::OpenaiResponses => {
+            let input = &doc.top.get("input")?.value;
+            if doc.text.as_bytes().get(input.start) == Some(&b'"') {
+                return Some(input.clone());
+            }
+            scan::array_at(doc.text, input.start)?.pop()
+        }
+    }
+}
+
 pub(crate) fn block(text: &str, span: Range<usize>) -> Block {
     let obj = scan::object_at(text, span.start);
     let kind = obj.as_ref().and_then(|o| kind(text, o));
@@ -190,6 +210,40 @@ mod tests {
             ));
             assert!(parse(body, Dialect::Gemini).is_ok());
         }
+    }
+
+    #[test]
+    fn the_message_a_response_answers_is_the_last_one() {
+        let last = |body: &str, d: Dialect| {
+            let doc = parse(body.as_bytes(), d).unwrap();
+            last_message(&doc).map(|r| body[r].to_owned())
+        };
+        let chat = r#"{"messages":[{"role":"user","content":"a"},{"role":"tool","content":"b"}]}"#;
+        assert_eq!(
+            last(chat, Dialect::Openai).unwrap(),
+            r#"{"role":"tool","content":"b"}"#
+        );
+        assert_eq!(
+            last(chat, Dialect::Anthropic).unwrap(),
+            r#"{"role":"tool","content":"b"}"#
+        );
+        let g =
+            r#"{"contents":[{"role":"user","parts":[{"text":"a"}]}, {"role":"user","parts":[]} ]}"#;
+        assert_eq!(
+            last(g, Dialect::Gemini).unwrap(),
+            r#"{"role":"user","parts":[]}"#
+        );
+        let r = r#"{"input":[{"role":"user","content":"a"},{"type":"function_call_output","call_id":"c","output":"x"}]}"#;
+        assert_eq!(
+            last(r, Dialect::OpenaiResponses).unwrap(),
+            r#"{"type":"function_call_output","call_id":"c","output":"x"}"#
+        );
+        assert_eq!(
+            last(r#"{"input":"hi"}"#, Dialect::OpenaiResponses).unwrap(),
+            r#""hi""#
+        );
+        assert_eq!(last(r#"{"messages":[]}"#, Dialect::Openai), None);
+        assert_eq!(last(r#"{"model":"m"}"#, Dialect::Gemini), None);
     }
 
     #[test]

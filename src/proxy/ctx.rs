@@ -10,6 +10,8 @@ use http::{Method, Uri};
 use crate::dialect::Dialect;
 use crate::images::recovery::ImageRejectionKind;
 use crate::proxy::errors::ProxyError;
+use crate::response::fingerprint::Digest;
+use crate::response::Usage;
 use crate::rewrite::RewriteReport;
 use crate::route::{Endpoint, Route};
 use crate::telemetry::{redact_query, Outcome};
@@ -69,6 +71,19 @@ impl Retried {
     }
 }
 
+/// What the response observer read, for the log line.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ResponseSeen {
+    /// The four usage numbers (each absent when the provider did not report it).
+    pub usage: Usage,
+    /// Reasoning carriers the response carried.
+    pub reasoning_seen: u32,
+    /// The response's turn was captured with its carriers (in the store's memory).
+    pub turn_captured: bool,
+    /// Why observing stopped early ([`crate::wire::tee::Tee::stopped`]), if it did.
+    pub observe_error: Option<&'static str>,
+}
+
 /// The request's context.
 pub(crate) struct RequestCtx {
     /// When the request arrived.
@@ -112,6 +127,14 @@ pub(crate) struct RequestCtx {
     pub error: Option<&'static str>,
     /// Where [`RequestCtx::error`] came from (`downstream`, `upstream`).
     pub error_source: Option<&'static str>,
+    /// [`crate::credential::scope`] of the request (phase "plan"; `""` without a
+    /// credential): what the captured carriers are scoped to.
+    pub credential_scope: String,
+    /// The digest of the message the response answers (the request's last message, as the
+    /// client sent it; phase "rewrite"), which fingerprints the response's turn.
+    pub answers: Option<Digest>,
+    /// What the response observer read ([`crate::response`]); default until the body ends.
+    pub seen: ResponseSeen,
     /// The log line has been written (exactly one per request: a context dropped without
     /// one, because the client went away before the response, writes it on drop).
     emitted: bool,
@@ -142,6 +165,9 @@ impl RequestCtx {
             retried: None,
             error: None,
             error_source: None,
+            credential_scope: String::new(),
+            answers: None,
+            seen: ResponseSeen::default(),
             emitted: false,
         }
     }
@@ -207,6 +233,7 @@ impl RequestCtx {
         let r = &self.report;
         let c = &r.shape;
         let retried = self.retried.as_ref().map(Retried::label);
+        let u = &self.seen.usage;
         tracing::info!(
             target: "cachekeeper::request",
             route = self.route_name(),
@@ -245,6 +272,15 @@ impl RequestCtx {
             error = self.error.unwrap_or(""),
             error_source = self.error_source.unwrap_or(""),
             retried_without = retried.as_deref().unwrap_or(""),
+            uncached_input_tokens = u.uncached_input_tokens,
+            cache_read_tokens = u.cache_read_tokens,
+            cache_write_tokens = u.cache_write_tokens,
+            cache_write_5m_tokens = u.cache_write_5m_tokens,
+            cache_write_1h_tokens = u.cache_write_1h_tokens,
+            output_tokens = u.output_tokens,
+            reasoning_seen = self.seen.reasoning_seen,
+            turn_captured = self.seen.turn_captured,
+            observe_error = self.seen.observe_error,
             "request"
         );
     }

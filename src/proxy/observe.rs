@@ -1,13 +1,51 @@
 //! The response observer every proxied response passes through: counts the bytes, turns a
-//! mid-stream break into the dialect's error event, lets the taps see the body, and writes
-//! the request's log line from its context once the body has ended and every tap is done.
+//! mid-stream break into the dialect's error event, feeds a copy of the body through the tee
+//! ([`crate::wire::tee`]) to the dialect's response observer ([`crate::response`]), and once
+//! the body has ended writes what that observer read into the context — usage, carriers seen,
+//! the captured turn into the store's memory — and then the request's log line.
+//!
+//! Everything here runs synchronously in the body's poll: memory writes only, no I/O, no
+//! lock held across an await. Nothing here can change or delay the client's bytes.
 
 use bytes::Bytes;
 
+use crate::dialect::Dialect;
 use crate::proxy::ctx::RequestCtx;
 use crate::proxy::errors::midstream_error_event;
+use crate::response::{self, fingerprint, ResponseSink};
+use crate::state::{Kind, Record, Store};
 use crate::telemetry::Outcome;
 use crate::wire::stream::{BodyObserver, Break, End};
+use crate::wire::tee::{Framing, Tee};
+
+/// The copy of a generation response being observed, and where its turn goes.
+pub(crate) struct Observing {
+    tee: Tee<ResponseSink>,
+    /// The store whose memory receives the captured turn.
+    store: Store,
+}
+
+impl Observing {
+    /// Observe a response of `dialect` (`event_stream`: its content type is
+    /// `text/event-stream`; else its body is read as JSON) with the given
+    /// `content-encoding`.
+    pub(crate) fn new(
+        dialect: Dialect,
+        event_stream: bool,
+        content_encoding: Option<&str>,
+        store: Store,
+    ) -> Self {
+        let framing = if event_stream {
+            Framing::EventStream
+        } else {
+            Framing::Json
+        };
+        Self {
+            tee: Tee::new(framing, content_encoding, response::observer(dialect)),
+            store,
+        }
+    }
+}
 
 /// Observes one response on behalf of its request.
 pub(crate) struct ResponseObserver {
@@ -18,31 +56,87 @@ pub(crate) struct ResponseObserver {
     /// The last bytes sent to the client (at most 4), to tell whether an event was cut
     /// mid-way.
     tail: Vec<u8>,
-    /// Further observers of the body (the response side plugs in here); each sees every
-    /// chunk, a break, and the end, before the log line is written.
+    /// The copy fed to the dialect's response observer (generation responses only).
+    observing: Option<Observing>,
+    /// Further observers of the body (tests); each sees every chunk, a break, and the end,
+    /// before the log line is written.
     taps: Vec<Box<dyn BodyObserver>>,
 }
 
 impl ResponseObserver {
     /// Observe a response for `ctx`; `event_stream` when its content type is
     /// `text/event-stream`.
-    pub(crate) fn new(ctx: RequestCtx, event_stream: bool) -> Self {
+    pub(crate) fn new(ctx: RequestCtx, event_stream: bool, observing: Option<Observing>) -> Self {
         Self {
             ctx,
             event_stream,
             tail: Vec::with_capacity(8),
+            observing,
             taps: Vec::new(),
         }
     }
 
-    /// Add a tap: it sees the body after the observer's own counting, and its `on_end` runs
-    /// before the log line is written. (The response side's per-dialect observers plug in
-    /// here.)
+    /// The body ended: what the dialect's observer read goes into the context, and the turn
+    /// with its carriers into the store's memory, keyed by (credential scope, upstream host,
+    /// model as the request named it, turn fingerprint).
+    fn finish_observing(&mut self, end: End) {
+        let Some(mut o) = self.observing.take() else {
+            return;
+        };
+        o.tee.on_end(end);
+        let seen = &mut self.ctx.seen;
+        seen.observe_error = o.tee.stopped();
+        let observed = o.tee.sink().observed();
+        seen.usage = observed.usage;
+        seen.reasoning_seen = observed.reasoning_seen;
+        let (Some(turn), Some(answers), Some(model), Some(route)) = (
+            observed.turn.as_ref(),
+            self.ctx.answers.as_ref(),
+            self.ctx.model.as_deref(),
+            self.ctx.route.as_deref(),
+        ) else {
+            return;
+        };
+        if turn.carriers.is_empty() {
+            return;
+        }
+        let fp = fingerprint::turn_fingerprint(answers, turn);
+        let Ok(value) = serde_json::to_vec(turn) else {
+            return;
+        };
+        let key = carrier_key(&route.provider.host, model, &fp);
+        // Memory only: carriers reach the disk only encrypted (the restore issue).
+        o.store.remember(Record::new(
+            Kind::Carrier,
+            &self.ctx.credential_scope,
+            &key,
+            value,
+        ));
+        seen.turn_captured = true;
+    }
+
+    /// Add a tap (tests): it sees the body after the observer's own counting, and its
+    /// `on_end` runs before the log line is written.
     #[cfg(test)]
     pub(crate) fn tap(mut self, tap: Box<dyn BodyObserver>) -> Self {
         self.taps.push(tap);
         self
     }
+}
+
+/// The record key of a captured turn within its credential scope: upstream host, model and
+/// the turn's fingerprint (hex), one per line.
+pub(crate) fn carrier_key(host: &str, model: &str, fp: &fingerprint::Fingerprint) -> String {
+    use std::fmt::Write;
+    let mut key = String::with_capacity(host.len() + model.len() + 66);
+    key.push_str(host);
+    key.push('\n');
+    key.push_str(model);
+    key.push('\n');
+    for b in fp.0 {
+        let _ = write!(key, "{b:02x}");
+    }
+    key
 }
 
 impl BodyObserver for ResponseObserver {
@@ -52,6 +146,9 @@ impl BodyObserver for ResponseObserver {
             .extend_from_slice(&chunk[chunk.len().saturating_sub(4)..]);
         let excess = self.tail.len().saturating_sub(4);
         self.tail.drain(..excess);
+        if let Some(o) = &mut self.observing {
+            o.tee.on_data(chunk);
+        }
         for t in &mut self.taps {
             t.on_data(chunk);
         }
@@ -64,6 +161,10 @@ impl BodyObserver for ResponseObserver {
             detail = %detail,
             "upstream response broke mid-way"
         );
+        if let Some(o) = &mut self.observing {
+            // The tee never decides what the client sees.
+            let _ = o.tee.on_break(why, detail);
+        }
         for t in &mut self.taps {
             // A tap never decides what the client sees.
             let _ = t.on_break(why, detail);
@@ -100,6 +201,7 @@ impl BodyObserver for ResponseObserver {
     }
 
     fn on_end(&mut self, end: End) {
+        self.finish_observing(end);
         for t in &mut self.taps {
             t.on_end(end);
         }
@@ -151,7 +253,7 @@ mod tests {
     fn taps_finish_before_the_log_line_which_counts_every_byte() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let lines = capture(|| {
-            let mut o = ResponseObserver::new(ctx(Dialect::Anthropic), true)
+            let mut o = ResponseObserver::new(ctx(Dialect::Anthropic), true, None)
                 .tap(Box::new(Tap(seen.clone())));
             o.on_data(&Bytes::from_static(b"event: ping\n\n"));
             let last = o.on_break(Break::UpstreamBroken, "reset").unwrap();
@@ -204,7 +306,7 @@ mod tests {
             (b"event: ping\r\ndata: {}\r\n\r\n", ""),
             (b"", ""),
         ] {
-            let mut o = ResponseObserver::new(ctx(Dialect::Anthropic), true);
+            let mut o = ResponseObserver::new(ctx(Dialect::Anthropic), true, None);
             // Split anywhere: the tail is tracked across chunks.
             for piece in sent.chunks(3) {
                 o.on_data(&Bytes::copy_from_slice(piece));
@@ -221,9 +323,131 @@ mod tests {
 
     #[test]
     fn gemini_and_plain_bodies_are_aborted_not_ended_cleanly() {
-        let mut o = ResponseObserver::new(ctx(Dialect::Gemini), true);
+        let mut o = ResponseObserver::new(ctx(Dialect::Gemini), true, None);
         assert!(o.on_break(Break::UpstreamBroken, "reset").is_none());
-        let mut o = ResponseObserver::new(ctx(Dialect::Anthropic), false);
+        let mut o = ResponseObserver::new(ctx(Dialect::Anthropic), false, None);
         assert!(o.on_break(Break::IdleTimeout, "idle").is_none());
+    }
+
+    fn memory_store() -> Store {
+        Store::with_backend(
+            Box::new(crate::state::MemoryBackend::new()),
+            0,
+            u64::MAX,
+            1 << 20,
+        )
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/responses")
+                .join(name),
+        )
+        .unwrap()
+    }
+
+    /// Request → response → the next request echoing the turn: the record the observer put
+    /// in memory is found under the key the echoed turn gives (what the restore side reads),
+    /// and the log line carries the usage the stream reported.
+    #[test]
+    fn a_streamed_turn_is_captured_under_the_key_its_echo_gives() {
+        let route = {
+            let (c, _) = crate::config::Config::from_toml(
+                "[[routes]]\nname='a'\nprefix='/anthropic'\nupstream='https://api.anthropic.com'\n",
+            )
+            .unwrap();
+            crate::route::RouteTable::new(&c)
+                .unwrap()
+                .find("/anthropic/v1/messages", None)
+                .unwrap()
+                .route
+        };
+        let request = fixture("anthropic_request.json");
+        let doc = crate::dialect::parse(&request, Dialect::Anthropic).unwrap();
+        let answers = crate::dialect::last_message(&doc).unwrap();
+        let store = memory_store();
+        let mut c = ctx(Dialect::Anthropic);
+        c.route = Some(route);
+        c.endpoint = Some(crate::route::Endpoint::Generate);
+        c.model = doc.model.clone();
+        c.credential_scope = "scope-a".into();
+        c.answers = Some(fingerprint::message_digest(
+            Dialect::Anthropic,
+            &request[answers],
+        ));
+        let sse = fixture("anthropic_thinking_tool.sse");
+        let lines = capture(|| {
+            let observing = Observing::new(Dialect::Anthropic, true, None, store.clone());
+            let mut o = ResponseObserver::new(c, true, Some(observing));
+            for piece in sse.chunks(37) {
+                o.on_data(&Bytes::copy_from_slice(piece));
+            }
+            o.on_end(End::Complete);
+        });
+        let line = lines
+            .iter()
+            .find(|l| l["target"] == "cachekeeper::request")
+            .unwrap();
+        assert!(line["reasoning_seen"].as_u64().unwrap() >= 1, "{line}");
+        assert_eq!(line["turn_captured"], true);
+        assert!(line["output_tokens"].as_u64().is_some(), "{line}");
+        assert!(line.get("observe_error").is_none(), "{line}");
+
+        // The next request echoes the turn (here with its carriers; without them the
+        // fingerprint is the same, which the response module's tests show).
+        let next: serde_json::Value =
+            serde_json::from_slice(&fixture("anthropic_next_request.json")).unwrap();
+        let m = &next["messages"];
+        let prev = fingerprint::message_digest(Dialect::Anthropic, m[0].to_string().as_bytes());
+        let echoed =
+            fingerprint::echoed_turn(Dialect::Anthropic, m[1].to_string().as_bytes()).unwrap();
+        let key = crate::state::RecordKey {
+            kind: Kind::Carrier,
+            scope: "scope-a".into(),
+            key: carrier_key(
+                "api.anthropic.com",
+                doc.model.as_deref().unwrap(),
+                &fingerprint::turn_fingerprint(&prev, &echoed),
+            ),
+        };
+        let rec = store
+            .get_cached(&key)
+            .expect("the captured turn is in memory");
+        let stored: serde_json::Value = serde_json::from_slice(&rec.value).unwrap();
+        assert!(!stored["carriers"].as_array().unwrap().is_empty());
+        // Another credential scope does not see it.
+        let other = crate::state::RecordKey {
+            scope: "scope-b".into(),
+            ..key
+        };
+        assert!(store.get_cached(&other).is_none());
+    }
+
+    /// Garbage instead of JSON: the client's bytes are untouched (the observer only reads),
+    /// observing stops with a reason, usage is absent, no panic.
+    #[test]
+    fn garbage_is_not_usage() {
+        let lines = capture(|| {
+            let observing = Observing::new(Dialect::Openai, false, None, memory_store());
+            let mut c = ctx(Dialect::Openai);
+            c.endpoint = Some(crate::route::Endpoint::Generate);
+            let mut o = ResponseObserver::new(c, false, Some(observing));
+            o.on_data(&Bytes::from_static(b"<html>\xff\xfe not json"));
+            o.on_end(End::Complete);
+        });
+        let line = lines
+            .iter()
+            .find(|l| l["target"] == "cachekeeper::request")
+            .unwrap();
+        for f in [
+            "uncached_input_tokens",
+            "cache_read_tokens",
+            "output_tokens",
+        ] {
+            assert!(line.get(f).is_none(), "{f}: {line}");
+        }
+        assert_eq!(line["reasoning_seen"], 0);
+        assert!(line["observe_error"].is_string(), "{line}");
     }
 }

@@ -12,6 +12,7 @@ use crate::images::cache::TranscodeCache;
 use crate::images::recovery::ImageRejectionKind;
 use crate::proxy::ctx::BodyFate;
 use crate::reasoning::ResolvedRoute;
+use crate::response::fingerprint::{self, Digest};
 use crate::rewrite::{
     rewrite_request, ReasoningInputs, RewriteContext, RewriteOutcome, RewriteReport, VerdictLookup,
 };
@@ -55,6 +56,9 @@ pub(crate) struct Passed {
     pub set_headers: Vec<(String, String)>,
     /// The reasoning route shaping used, for reading a 4xx.
     pub reasoning_route: Option<ResolvedRoute>,
+    /// The digest of the message the response answers, as the client sent it
+    /// ([`crate::response::fingerprint::message_digest`]); `None` when the body was not read.
+    pub answers: Option<Digest>,
 }
 
 impl Passed {
@@ -65,6 +69,7 @@ impl Passed {
             report: RewriteReport::default(),
             set_headers: Vec::new(),
             reasoning_route: None,
+            answers: None,
         }
     }
 
@@ -108,12 +113,19 @@ pub(crate) async fn run(
     let input = original.clone();
     let joined = tokio::task::spawn_blocking(move || {
         let decoded = crate::wire::body::decode(job.encoding.as_deref(), &input, job.limit)?;
-        Some(run_blocking(&job, &decoded, recovery))
+        Some(run_blocking(&job, &decoded, recovery).map(|outcome| {
+            let answers = outcome
+                .answers
+                .clone()
+                .and_then(|r| decoded.get(r))
+                .map(|m| fingerprint::message_digest(job.dialect, m));
+            (outcome, answers)
+        }))
     })
     .await;
     let route = &plan.route.name;
-    let outcome = match joined {
-        Ok(Some(Ok(outcome))) => outcome,
+    let (outcome, answers) = match joined {
+        Ok(Some(Ok(done))) => done,
         Ok(Some(Err(e))) => {
             tracing::info!(target: "cachekeeper::rewrite", route = %route, reason = %e, "body left unchanged");
             return Passed::unchanged(original, BodyFate::Unparsed);
@@ -142,6 +154,7 @@ pub(crate) async fn run(
         report: outcome.report,
         set_headers: outcome.set_headers,
         reasoning_route: outcome.reasoning_route,
+        answers,
     }
 }
 

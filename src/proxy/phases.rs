@@ -31,12 +31,12 @@ use hyper::body::Incoming;
 use crate::dialect::Dialect;
 use crate::proxy::ctx::{ms_since, BodyFate, RequestCtx};
 use crate::proxy::errors::ProxyError;
-use crate::proxy::observe::ResponseObserver;
+use crate::proxy::observe::{Observing, ResponseObserver};
 use crate::proxy::passes::{self, Plan};
 use crate::proxy::retry::{self, Replay};
 use crate::proxy::send::{classify_client_error, send, upstream_label};
 use crate::proxy::{AppState, REWRITES_HEADER, TOKEN_HEADER};
-use crate::route::{error_dialect_for_path, model_from_path, Route};
+use crate::route::{error_dialect_for_path, model_from_path, Endpoint, Route};
 use crate::telemetry::Outcome;
 use crate::wire::body::{self, ReadBody};
 use crate::wire::stream::ObservedBody;
@@ -87,12 +87,14 @@ async fn proxy(
         Read::Streamed(body, done) => (body, Some(done), None),
         Read::Buffered(original) => {
             let plan = Arc::new(plan(state, ctx, route, &headers, uri.clone()));
+            ctx.credential_scope = plan.credential_scope.clone();
             let client_headers = headers.clone();
             let passed = passes::run(&plan, &state.passes, original.clone(), None).await;
             passed.apply_headers(&mut headers);
             ctx.body = passed.fate;
             ctx.bytes_out = passed.sent.len() as u64;
             ctx.report = passed.report.clone();
+            ctx.answers = passed.answers;
             if let Some(m) = &ctx.report.model {
                 ctx.model = Some(m.clone());
             }
@@ -258,11 +260,23 @@ fn respond(
         parts.headers.insert(REWRITES_HEADER, v);
     }
     let idle = Duration::from_millis(state.server.idle_timeout_ms);
+    // A generation's successful response is observed (usage, carriers); anything else only
+    // counted.
+    let observing = (ctx.endpoint == Some(Endpoint::Generate) && parts.status.is_success())
+        .then_some(ctx.dialect)
+        .flatten()
+        .map(|dialect| {
+            let encoding = parts
+                .headers
+                .get(header::CONTENT_ENCODING)
+                .and_then(|v| v.to_str().ok());
+            Observing::new(dialect, event_stream, encoding, state.store.clone())
+        });
     let observed = ObservedBody::new(
         body,
         idle,
         may_append,
-        ResponseObserver::new(ctx, may_append),
+        ResponseObserver::new(ctx, may_append, observing),
     );
     Response::from_parts(parts, observed.boxed_unsync())
 }

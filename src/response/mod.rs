@@ -30,7 +30,7 @@ pub(crate) mod responses;
 pub(crate) mod turn;
 pub(crate) mod usage;
 
-pub(crate) use turn::{CapturedTurn, Carrier};
+pub(crate) use turn::CapturedTurn;
 pub(crate) use usage::Usage;
 
 use serde_json::Value;
@@ -61,7 +61,7 @@ pub(crate) struct Observed {
 }
 
 /// The observer of one response, per dialect.
-pub(crate) struct ResponseSink {
+pub struct ResponseSink {
     state: State,
     observed: Observed,
     /// An event or body could not be read: the turn is incomplete.
@@ -79,7 +79,7 @@ enum State {
 }
 
 /// The observer for a response of `dialect`.
-pub(crate) fn observer(dialect: Dialect) -> ResponseSink {
+pub fn observer(dialect: Dialect) -> ResponseSink {
     let state = match dialect {
         Dialect::Anthropic => State::Anthropic(anthropic::Stream::default()),
         Dialect::Openai => State::Chat(chat::Stream::default()),
@@ -178,6 +178,7 @@ impl Sink for ResponseSink {
 /// Observe a whole recorded event stream at once (replays, benchmarks): every event in order,
 /// stopping at the first observing error, then the end. The result is what a sink fed by the
 /// tee would hold.
+#[cfg(test)]
 pub(crate) fn observe_events<'a>(
     dialect: Dialect,
     events: impl IntoIterator<Item = SseEvent<'a>>,
@@ -194,6 +195,7 @@ pub(crate) fn observe_events<'a>(
 }
 
 /// Observe a whole non-streaming body at once (replays, benchmarks).
+#[cfg(test)]
 pub(crate) fn observe_body(dialect: Dialect, body: &[u8], end: End) -> Observed {
     let mut sink = observer(dialect);
     let _ = sink.on_json(body);

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::fingerprint::{echoed_turn, message_digest, request_digest, turn_fingerprint};
 use super::testing::{body, fixture, run_stream, stream};
-use super::turn::{Call, PartRef};
+use super::turn::{Call, Carrier, PartRef};
 use super::*;
 use crate::dialect::Dialect::{self, Anthropic, Gemini, Openai, OpenaiResponses};
 use crate::wire::stream::Break;

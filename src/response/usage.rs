@@ -30,6 +30,7 @@ pub(crate) struct Usage {
 
 impl Usage {
     /// Whether any number was reported.
+    #[cfg(test)]
     pub(crate) fn is_reported(&self) -> bool {
         *self != Usage::default()
     }

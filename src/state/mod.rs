@@ -229,9 +229,6 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    // The record API (read-through `get`, `put`, sizes): the backend suite uses it today;
-    // carriers and sessions (issues 9, 10) write through it.
-    #[cfg_attr(not(test), allow(dead_code))]
     /// A record of the kind's current version, written now.
     pub(crate) fn new(kind: Kind, scope: &str, key: &str, value: Vec<u8>) -> Self {
         Self {
@@ -485,6 +482,16 @@ impl Store {
             c.insert(rec.clone());
         }
         self.send(Op::Put(rec));
+    }
+
+    /// Hold `rec` in memory only: never written to the backend, gone on restart, evicted like
+    /// any cached record when the cache is full (`[state]` cache bound). For user content
+    /// that may not reach the disk as it is (captured carriers, until they are encrypted at
+    /// rest). A store whose cache lock is poisoned drops it (fail open).
+    pub(crate) fn remember(&self, rec: Record) {
+        if let Some(mut c) = self.cache() {
+            c.insert(rec);
+        }
     }
 
     /// Read, change and write one record atomically with respect to other updates of the
