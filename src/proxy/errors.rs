@@ -177,9 +177,14 @@ fn gemini_status(status: StatusCode) -> &'static str {
 
 /// The event that ends a stream the upstream broke mid-way, in the dialect's SSE shape:
 /// Anthropic `event: error` with `api_error`, OpenAI Chat a `data: {"error":…}` event, OpenAI
-/// Responses an `event: error` with `type: "error"`. Gemini has
-/// no error event (`None`): its streams are aborted so the client sees the break.
-pub(crate) fn midstream_error_event(dialect: Option<Dialect>, detail: &str) -> Option<Bytes> {
+/// Responses an `event: error` with `type: "error"` and the `sequence_number` after
+/// `last_sequence` (the last one the stream carried; 0 when none). Gemini has no error event
+/// (`None`): its streams are aborted so the client sees the break.
+pub(crate) fn midstream_error_event(
+    dialect: Option<Dialect>,
+    detail: &str,
+    last_sequence: Option<u64>,
+) -> Option<Bytes> {
     let message = format!("cachekeeper: upstream stream broke mid-way: {detail}");
     match dialect {
         Some(Dialect::Anthropic) => {
@@ -190,7 +195,8 @@ pub(crate) fn midstream_error_event(dialect: Option<Dialect>, detail: &str) -> O
         Some(Dialect::Gemini) => None,
         Some(Dialect::OpenaiResponses) => {
             // The Responses API's own stream error event (`type: "error"`).
-            let v = serde_json::json!({"type":"error","code":"upstream_broken","message":message,"param":null});
+            let sequence_number = last_sequence.map_or(0, |n| n.saturating_add(1));
+            let v = serde_json::json!({"type":"error","code":"upstream_broken","message":message,"param":null,"sequence_number":sequence_number});
             Some(Bytes::from(format!("event: error\ndata: {v}\n\n")))
         }
         Some(Dialect::Openai) | None => {
@@ -227,19 +233,28 @@ mod tests {
 
     #[test]
     fn midstream_events() {
-        let a = midstream_error_event(Some(Dialect::Anthropic), "reset").unwrap();
+        let a = midstream_error_event(Some(Dialect::Anthropic), "reset", None).unwrap();
         let s = std::str::from_utf8(&a).unwrap();
         assert!(s.starts_with("event: error\ndata: {"));
         assert!(s.contains("\"api_error\""));
         assert!(s.ends_with("\n\n"));
-        let o = midstream_error_event(Some(Dialect::Openai), "reset").unwrap();
+        let o = midstream_error_event(Some(Dialect::Openai), "reset", None).unwrap();
         assert!(std::str::from_utf8(&o)
             .unwrap()
             .starts_with("data: {\"error\""));
-        assert!(midstream_error_event(Some(Dialect::Gemini), "reset").is_none());
-        let r = midstream_error_event(Some(Dialect::OpenaiResponses), "reset").unwrap();
+        assert!(midstream_error_event(Some(Dialect::Gemini), "reset", None).is_none());
+        let r = midstream_error_event(Some(Dialect::OpenaiResponses), "reset", Some(41)).unwrap();
         let r = std::str::from_utf8(&r).unwrap();
         assert!(r.starts_with("event: error\ndata: {"), "{r}");
-        assert!(r.contains("\"type\":\"error\""), "{r}");
+        let v: serde_json::Value =
+            serde_json::from_str(r.trim_start_matches("event: error\ndata: ").trim()).unwrap();
+        assert_eq!(v["type"], "error");
+        // The failing input: the event had no sequence_number, which every Responses stream
+        // event carries; it now continues the stream's numbering.
+        assert_eq!(v["sequence_number"], 42);
+        let r = midstream_error_event(Some(Dialect::OpenaiResponses), "reset", None).unwrap();
+        assert!(std::str::from_utf8(&r)
+            .unwrap()
+            .contains("\"sequence_number\":0"));
     }
 }

@@ -176,7 +176,11 @@ impl BodyObserver for ResponseObserver {
         if !self.event_stream {
             return None;
         }
-        let event = midstream_error_event(self.ctx.dialect, detail)?;
+        let last_sequence = self
+            .observing
+            .as_ref()
+            .and_then(|o| o.tee.sink().observed().sequence_number);
+        let event = midstream_error_event(self.ctx.dialect, detail, last_sequence)?;
         // The upstream may have broken inside an event: end that event first (a blank line
         // ends an event), so the error event is read as an event of its own.
         let t = self.tail.as_slice();

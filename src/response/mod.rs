@@ -58,6 +58,9 @@ pub(crate) struct Observed {
     /// `event: error`, an OpenAI `{"error":…}` chunk, a Responses `error` / `response.failed`
     /// event, a Gemini `{"error":…}` body): its `type` / `code` / `status`, or `"error"`.
     pub error: Option<String>,
+    /// The last `sequence_number` a Responses stream carried, so an error event the proxy
+    /// appends when the stream breaks continues the numbering.
+    pub sequence_number: Option<u64>,
 }
 
 /// The observer of one response, per dialect.

@@ -57,6 +57,9 @@ fn raw_output(w: WithOutput<'_>) -> Option<Vec<String>> {
 impl Stream {
     pub(super) fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
         let v = parse_json(ev.data, "responses event")?;
+        if let Some(n) = v.get("sequence_number").and_then(Value::as_u64) {
+            out.sequence_number = Some(n);
+        }
         let kind = str_field(&v, "type").or(ev.event).unwrap_or("");
         let response = v.get("response").unwrap_or(&Value::Null);
         match kind {
