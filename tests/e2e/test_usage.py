@@ -582,19 +582,26 @@ def test_usage_in_streams_adds_include_usage(
 
 
 @needs_usage
+@pytest.mark.parametrize("include_usage", [True, False], ids=["include_usage_true", "include_usage_false"])
 def test_usage_in_streams_leaves_include_usage_requests_byte_identical(
-    usage_proxy: Proxy, usage_openai: openai.OpenAI, mock_upstream: MockUpstream, sent: Capture
+    usage_proxy: Proxy, usage_openai: openai.OpenAI, mock_upstream: MockUpstream, sent: Capture, include_usage: bool
 ) -> None:
+    """A request that says include_usage (true, or false: the client's choice) goes upstream
+    byte-identical."""
     mock_upstream.clear()
     log = usage_proxy.request_log()
     stream = usage_openai.chat.completions.create(
-        model=GPT, messages=HELLO, stream=True, stream_options={"include_usage": True}
+        model=GPT, messages=HELLO, stream=True, stream_options={"include_usage": include_usage}
     )
     chunks = list(stream)
-    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert (chunks[-1].choices == [] and chunks[-1].usage is not None) == include_usage
     assert not _names_usage_in_streams(stream.response.headers.get(REWRITES_HEADER))
     assert mock_upstream.last("POST", "/chat/completions").body == sent.last().body
-    assert_logged(log.one("/openai/v1/chat/completions"), OPENAI)
+    line = log.one("/openai/v1/chat/completions")
+    if include_usage:
+        assert_logged(line, OPENAI)
+    else:
+        assert_no_usage(line)
 
 
 @needs_usage
