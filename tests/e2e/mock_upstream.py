@@ -58,7 +58,7 @@ Per-request knobs, as request headers (they pass through cachekeeper like any ot
 - ``x-mock-garbage: KIND`` -- answer 200 with a body the dialect's parser cannot use:
   ``not_json`` / ``not_sse`` (an HTML page, or binary noise under ``text/event-stream``),
   ``invalid_utf8`` (the normal body with invalid UTF-8 bytes: in the reply text of a JSON body,
-  in the first event of a stream), ``big_json`` (the normal JSON body whose reply text is
+  in the first key of the first event's JSON in a stream), ``big_json`` (the normal JSON body whose reply text is
   ``BIG_JSON_TEXT_BYTES`` long, usage after it).
 
 Run standalone for the agent trials::
@@ -479,7 +479,9 @@ class _Handler(BaseHTTPRequestHandler):
                 b"\xff\xfe\xfd{\"usage\":{\"input_tokens\":1}",
             ]
         if garbage == "invalid_utf8" and events:
-            events = [_corrupt_utf8(events[0], b'"type"', b'"ty\xff\xfepe"')] + events[1:]
+            # inside the first event's JSON (its first key), so that event's data cannot be
+            # read; bytes before `data:` would only make an unknown field name, which SSE ignores
+            events = [_corrupt_utf8(events[0], b'{"', b'{"\xff\xfe')] + events[1:]
         if self._flag("sse-extras"):
             comment = b": OPENROUTER PROCESSING\n\n"
             ping = b'event: ping\ndata: {"type": "ping"}\n\n'
