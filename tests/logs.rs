@@ -81,14 +81,33 @@ async fn one_line_per_request_with_outcome_and_no_credentials_at_any_level() {
     )
     .await;
     proxy.stop().await;
+    // The failing input: a request refused for a missing client token logged route "-".
+    let guarded = start_proxy(&config_for(
+        &mock.url(),
+        "[server]\nclient_token = \"t0k\"\n",
+    ))
+    .await;
+    let (status, _, _) = send(
+        &c,
+        &guarded.url("/anthropic/v1/messages"),
+        &[("x-api-key", "sk-ant-SECRET-1")],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 401);
+    guarded.stop().await;
 
     let all = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
     for secret in ["SECRET-1", "SECRET-2", "SECRET3", "SECRET4"] {
         assert!(!all.contains(secret), "{secret} leaked into the logs");
     }
     let lines = request_lines(&buf);
-    assert_eq!(lines.len(), 3, "{all}");
-    for l in &lines {
+    assert_eq!(lines.len(), 4, "{all}");
+    let refused = &lines[3];
+    assert_eq!(refused["status"], 401);
+    assert_eq!(refused["route"], "anthropic", "{refused}");
+    assert_eq!(refused["outcome"], "proxy_error");
+    for l in &lines[..3] {
         assert_eq!(l["outcome"], "complete", "{l}");
         assert_eq!(l["status"], 200);
         assert!(l["total_ms"].is_u64());

@@ -130,6 +130,12 @@ fn route(
     if let Some(expected) = &state.server.client_token {
         let given = req.headers().get(TOKEN_HEADER).map(HeaderValue::as_bytes);
         if !given.is_some_and(|g| constant_time_eq(g, expected.as_bytes())) {
+            // The log line names the route the request would have taken (the client is
+            // told nothing about the routes).
+            ctx.route = state
+                .routes
+                .find(&ctx.path, req.uri().query())
+                .map(|m| m.route);
             return Err(ProxyError::BadClientToken);
         }
     }
