@@ -9,7 +9,7 @@
 #      tests/e2e/requirements.txt installed into it when it changed since the last install;
 #   3. `cargo test --all-targets` (Rust unit, integration and property tests);
 #   4. the end-to-end suite (`pytest tests/e2e`): the real binary driven by the official
-#      anthropic / openai Python SDKs against a mock provider.
+#      anthropic / openai / google-genai Python SDKs against a mock provider.
 #
 # Environment: CARGO_TARGET_DIR (as cargo), CACHEKEEPER_BIN (the binary the e2e suite runs;
 # default <target dir>/debug/cachekeeper), PYTHON (the interpreter that makes the venv;

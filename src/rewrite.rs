@@ -113,11 +113,18 @@ pub fn rewrite_request(
     outcome.answers = dialect::last_message(&doc);
     // The usage request is a top-level edit that no image edit overlaps; it travels with the
     // image edits (shaping, which may drop top-level parameters, then sees it like them).
-    if let Some(e) = ctx
-        .usage_in_streams
-        .then(|| stream_usage::edit(&doc))
-        .flatten()
-    {
+    // A host learned to reject `stream_options` for the model never gets it added.
+    let rejected = |i: &ReasoningInputs<'_>| {
+        let model = doc.model.as_deref().or(i.path_model)?;
+        Some(
+            i.verdicts
+                .omit(&i.provider.host, model)
+                .has_param("stream_options"),
+        )
+    };
+    let wanted =
+        ctx.usage_in_streams && !ctx.reasoning.as_ref().and_then(rejected).unwrap_or(false);
+    if let Some(e) = wanted.then(|| stream_usage::edit(&doc)).flatten() {
         image_edits.push(e);
         outcome.report.usage_in_streams = true;
         outcome.report.reasons.push(stream_usage::REASON.to_owned());
@@ -571,6 +578,38 @@ mod tests {
             }),
             usage_in_streams: false,
         }
+    }
+
+    /// The failing input: with `usage_in_streams`, a host that rejects `stream_options`
+    /// (Mistral's 422 `extra_forbidden`) had the verdict learned, yet every request and the
+    /// retry got the field added again, so every stream failed.
+    #[test]
+    fn usage_in_streams_yields_to_a_stream_options_verdict() {
+        struct RejectsStreamOptions;
+        impl VerdictLookup for RejectsStreamOptions {
+            fn omit(&self, _host: &str, _model: &str) -> FieldSet {
+                FieldSet::from([crate::state::Field::param("stream_options")])
+            }
+        }
+        let images = ImagesConfig::default();
+        let provider = ResolvedProvider::resolve(None, "api.mistral.ai", None);
+        let body = br#"{"model":"mistral-large","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let base = RewriteContext {
+            usage_in_streams: true,
+            ..with_reasoning(Dialect::Openai, &images, &provider, "/v1/chat/completions")
+        };
+        let added = rewrite_request(&base, body).unwrap();
+        assert!(added.report.usage_in_streams);
+        let learned = RewriteContext {
+            reasoning: base.reasoning.map(|r| ReasoningInputs {
+                verdicts: &RejectsStreamOptions,
+                ..r
+            }),
+            ..base
+        };
+        let out = rewrite_request(&learned, body).unwrap();
+        assert!(!out.report.usage_in_streams);
+        assert_eq!(out.body, None, "the client's body goes as sent");
     }
 
     fn parses() -> usize {

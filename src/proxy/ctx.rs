@@ -80,6 +80,9 @@ pub(crate) struct ResponseSeen {
     pub reasoning_seen: u32,
     /// The response's turn was captured with its carriers (in the store's memory).
     pub turn_captured: bool,
+    /// The provider's error inside a successful response (an Anthropic `event: error`, an
+    /// OpenAI `{"error":…}` chunk, a Responses `response.failed`): its type / code.
+    pub upstream_error: Option<String>,
     /// Why observing stopped early ([`crate::wire::tee::Tee::stopped`]), if it did.
     pub observe_error: Option<&'static str>,
 }
@@ -281,6 +284,7 @@ impl RequestCtx {
             reasoning_seen = self.seen.reasoning_seen,
             turn_captured = self.seen.turn_captured,
             observe_error = self.seen.observe_error,
+            upstream_error = self.seen.upstream_error.as_deref(),
             "request"
         );
     }

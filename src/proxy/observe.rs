@@ -89,6 +89,7 @@ impl ResponseObserver {
         let observed = o.tee.sink().observed();
         seen.usage = observed.usage;
         seen.reasoning_seen = observed.reasoning_seen;
+        seen.upstream_error.clone_from(&observed.error);
         let (Some(turn), Some(answers), Some(model), Some(route)) = (
             observed.turn.as_ref(),
             self.ctx.answers.as_ref(),
@@ -190,8 +191,11 @@ impl BodyObserver for ResponseObserver {
             || t.ends_with(b"\r\r")
         {
             b""
-        } else if t.ends_with(b"\n") || t.ends_with(b"\r") {
+        } else if t.ends_with(b"\n") {
             b"\n"
+        } else if t.ends_with(b"\r") {
+            // A `\n` here would pair with the `\r` into one line end: two make the blank line.
+            b"\n\n"
         } else {
             b"\n\n"
         };
@@ -205,6 +209,19 @@ impl BodyObserver for ResponseObserver {
     }
 
     fn on_end(&mut self, end: End) {
+        // The client left after the stream's own end marker: it had the whole response (the
+        // official OpenAI SDK stops reading at `[DONE]`).
+        let end = match end {
+            End::ClientGone
+                if self
+                    .observing
+                    .as_ref()
+                    .is_some_and(|o| o.tee.sink().saw_end_marker()) =>
+            {
+                End::Complete
+            }
+            other => other,
+        };
         self.finish_observing(end);
         for t in &mut self.taps {
             t.on_end(end);
@@ -306,6 +323,8 @@ mod tests {
             ),
             (b"event: ping\ndata: {}\n", "\n"),
             (b"event: ping\r\ndata: {}\r\n", "\n"),
+            // The failing input: cut between CR and LF; one `\n` joined the two events.
+            (b"event: ping\r\ndata: {}\r", "\n\n"),
             (b"event: ping\ndata: {}\n\n", ""),
             (b"event: ping\r\ndata: {}\r\n\r\n", ""),
             (b"", ""),
@@ -453,5 +472,41 @@ mod tests {
         }
         assert_eq!(line["reasoning_seen"], 0);
         assert!(line["observe_error"].is_string(), "{line}");
+    }
+
+    /// The failing input: the official OpenAI SDK stops reading at `data: [DONE]`, so the
+    /// body was dropped before its end and the line said `client_disconnected`, and the turn
+    /// (with its `reasoning_content`) was never captured.
+    #[test]
+    fn a_client_that_leaves_after_done_had_the_whole_response() {
+        let sse = fixture("deepseek_reasoning.sse");
+        let mut c = ctx(Dialect::Openai);
+        c.endpoint = Some(crate::route::Endpoint::Generate);
+        let lines = capture(|| {
+            let observing = Observing::new(Dialect::Openai, true, None, memory_store());
+            let mut o = ResponseObserver::new(c, true, Some(observing));
+            o.on_data(&Bytes::from(sse));
+            o.on_end(End::ClientGone);
+        });
+        let line = lines
+            .iter()
+            .find(|l| l["target"] == "cachekeeper::request")
+            .unwrap();
+        assert_eq!(line["outcome"], "complete", "{line}");
+        assert!(line["reasoning_seen"].as_u64().unwrap() >= 1, "{line}");
+        // Before the marker, leaving is leaving.
+        let mut c = ctx(Dialect::Openai);
+        c.endpoint = Some(crate::route::Endpoint::Generate);
+        let lines = capture(|| {
+            let observing = Observing::new(Dialect::Openai, true, None, memory_store());
+            let mut o = ResponseObserver::new(c, true, Some(observing));
+            o.on_data(&Bytes::from_static(b"data: {\"choices\":[]}\n\n"));
+            o.on_end(End::ClientGone);
+        });
+        let line = lines
+            .iter()
+            .find(|l| l["target"] == "cachekeeper::request")
+            .unwrap();
+        assert_eq!(line["outcome"], "client_disconnected");
     }
 }

@@ -81,13 +81,8 @@ impl Stream {
             return Ok(());
         }
         let v = parse_json(ev.data, "openai chunk")?;
-        if let Some(code) = error_of(&v) {
-            note_error(out, code);
+        if !common(&v, out) {
             return Ok(());
-        }
-        note_model(out, str_field(&v, "model"));
-        if let Some(u) = usage_of(&v) {
-            out.usage = u;
         }
         if let Some(delta) = choice0(&v).and_then(|c| c.get("delta")) {
             self.delta(delta);
@@ -142,13 +137,8 @@ impl Stream {
 
     pub(super) fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
         let v = parse_json(body, "openai response body")?;
-        if let Some(code) = error_of(&v) {
-            note_error(out, code);
+        if !common(&v, out) {
             return Ok(());
-        }
-        note_model(out, str_field(&v, "model"));
-        if let Some(u) = usage_of(&v) {
-            out.usage = u;
         }
         if let Some(m) = choice0(&v).and_then(|c| c.get("message")) {
             self.body_turn = Some(message_turn(m));
@@ -201,6 +191,20 @@ impl Stream {
         turn.carriers.extend(signatures);
         turn
     }
+}
+
+/// What a chunk and a whole body share: an error (then `false`: nothing else to read), the
+/// model, the usage.
+fn common(v: &Value, out: &mut Observed) -> bool {
+    if let Some(code) = error_of(v) {
+        note_error(out, code);
+        return false;
+    }
+    note_model(out, str_field(v, "model"));
+    if let Some(u) = usage_of(v) {
+        out.usage = u;
+    }
+    true
 }
 
 /// Merge one streamed `reasoning_details` entry: into the entry with the same `index` (its

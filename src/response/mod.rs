@@ -69,6 +69,8 @@ pub struct ResponseSink {
     observed: Observed,
     /// An event or body could not be read: the turn is incomplete.
     failed: bool,
+    /// The stream's own end marker went by (see [`ResponseSink::saw_end_marker`]).
+    end_marker: bool,
     ended: bool,
     /// Event data fed so far, bytes.
     fed: usize,
@@ -93,6 +95,7 @@ pub fn observer(dialect: Dialect) -> ResponseSink {
         state,
         observed: Observed::default(),
         failed: false,
+        end_marker: false,
         ended: false,
         fed: 0,
     }
@@ -111,6 +114,15 @@ impl ResponseSink {
         &self.observed
     }
 
+    /// The stream's own end marker went by: OpenAI Chat `data: [DONE]`, Anthropic
+    /// `message_stop`, Responses `response.completed` / `response.incomplete` /
+    /// `response.failed`. A client that leaves right after it (the official OpenAI SDK stops
+    /// reading at `[DONE]`, before the body's last empty chunk) still had the whole
+    /// response. Gemini streams have no marker.
+    pub(crate) fn saw_end_marker(&self) -> bool {
+        self.end_marker
+    }
+
     fn guard(&mut self, r: Result<(), SinkError>) -> Result<(), SinkError> {
         if r.is_err() {
             self.failed = true;
@@ -124,6 +136,15 @@ impl Sink for ResponseSink {
         if self.ended || self.failed || event.data.trim_ascii().is_empty() {
             return Ok(());
         }
+        self.end_marker |= match &self.state {
+            State::Chat(_) => event.data.trim_ascii() == b"[DONE]",
+            State::Anthropic(_) => event.event == Some("message_stop"),
+            State::Responses(_) => matches!(
+                event.event,
+                Some("response.completed" | "response.incomplete" | "response.failed")
+            ),
+            State::Gemini(_) => false,
+        };
         let out = &mut self.observed;
         let r = match &mut self.state {
             State::Anthropic(s) => s.event(event, out),

@@ -132,16 +132,25 @@ pub(crate) fn openai_chat(usage: &Value) -> Option<Usage> {
             ..Usage::default()
         });
     }
-    let details = usage.get("prompt_tokens_details");
+    Some(openai_shape(
+        total,
+        usage.get("prompt_tokens_details"),
+        output,
+    ))
+}
+
+/// The OpenAI shape shared by Chat and Responses: a total that includes the cache, and a
+/// details object with `cached_tokens` (read) and `cache_write_tokens` (write).
+fn openai_shape(total: Option<u64>, details: Option<&Value>, output: Option<u64>) -> Usage {
     let read = details.and_then(|d| num(d, "cached_tokens"));
     let write = details.and_then(|d| num(d, "cache_write_tokens"));
-    Some(Usage {
+    Usage {
         uncached_input_tokens: uncached(total, read, write),
         cache_read_tokens: read,
         cache_write_tokens: write,
         output_tokens: output,
         ..Usage::default()
-    })
+    }
 }
 
 /// OpenAI Responses `usage` (a response object's, e.g. `response.completed`'s
@@ -152,17 +161,11 @@ pub(crate) fn responses(usage: &Value) -> Option<Usage> {
     if !usage.is_object() {
         return None;
     }
-    let total = num(usage, "input_tokens");
-    let details = usage.get("input_tokens_details");
-    let read = details.and_then(|d| num(d, "cached_tokens"));
-    let write = details.and_then(|d| num(d, "cache_write_tokens"));
-    Some(Usage {
-        uncached_input_tokens: uncached(total, read, write),
-        cache_read_tokens: read,
-        cache_write_tokens: write,
-        output_tokens: num(usage, "output_tokens"),
-        ..Usage::default()
-    })
+    Some(openai_shape(
+        num(usage, "input_tokens"),
+        usage.get("input_tokens_details"),
+        num(usage, "output_tokens"),
+    ))
 }
 
 /// Gemini `usageMetadata`: total = `promptTokenCount` (cached content included), read =

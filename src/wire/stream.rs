@@ -124,8 +124,9 @@ impl<O: BodyObserver + Unpin> Body for ObservedBody<O> {
                 }
                 let deadline = tokio::time::Instant::now() + this.idle_timeout;
                 this.idle.as_mut().reset(deadline);
-                if this.inner.is_end_stream() {
-                    // A sized body ends with its last frame: hyper will not poll again.
+                if this.inner.is_end_stream() || frame.is_trailers() {
+                    // A sized body ends with its last frame, and trailers are always the last frame:
+                    // hyper will not poll again (the upstream sent trailers: not a client gone).
                     this.finish(End::Complete);
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -225,6 +226,34 @@ mod tests {
         let s = seen.lock().unwrap();
         assert_eq!(s.data, b"abcd");
         assert_eq!(s.ends, vec![End::Complete]);
+    }
+
+    /// The failing input: a chunked response with trailers. Hyper stops polling after the
+    /// trailers frame and drops the body, which was told `ClientGone`.
+    #[tokio::test]
+    async fn trailers_end_the_body_complete() {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-t", http::HeaderValue::from_static("1"));
+        let frames = vec![
+            Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"data: 1\n\n"))),
+            Ok(Frame::trailers(trailers)),
+        ];
+        let inner = StreamBody::new(futures_util::stream::iter(frames)).boxed_unsync();
+        let mut b = ObservedBody::new(
+            inner,
+            Duration::from_secs(5),
+            false,
+            Recorder(seen.clone(), None),
+        );
+        // Poll as hyper does: up to the trailers frame, then drop.
+        while let Some(f) = b.frame().await {
+            if f.unwrap().is_trailers() {
+                break;
+            }
+        }
+        drop(b);
+        assert_eq!(seen.lock().unwrap().ends, vec![End::Complete]);
     }
 
     #[tokio::test]

@@ -387,28 +387,6 @@ def request_log(proxy: Proxy) -> "RequestLog":
 
 
 # ---------------------------------------------------------------------------------------------
-# Markers
-# ---------------------------------------------------------------------------------------------
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "needs_usage: needs the response side's usage fields in the request log (issue 8); "
-        "skipped only when CK_SKIP_USAGE=1",
-    )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get("CK_SKIP_USAGE") != "1":
-        return
-    skip = pytest.mark.skip(reason="CK_SKIP_USAGE=1: the proxy's usage fields are not integrated yet")
-    for item in items:
-        if "needs_usage" in item.keywords:
-            item.add_marker(skip)
-
-
-# ---------------------------------------------------------------------------------------------
 # Failure reports carry the proxy's logs
 # ---------------------------------------------------------------------------------------------
 

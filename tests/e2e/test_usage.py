@@ -14,7 +14,6 @@ The log fields (absent = the provider did not report it, never 0):
 
 The mock upstream (mock_upstream.py) issues the figures in its ``*_USAGE`` constants; the
 expected log values below are written out by hand and checked against those constants first.
-Tests that need the proxy to log usage carry ``@pytest.mark.needs_usage``.
 """
 
 from __future__ import annotations
@@ -59,7 +58,6 @@ GEMINI = "gemini-2.5-flash"
 REWRITES_HEADER = "x-cachekeeper-rewrites"
 HELLO = [{"role": "user", "content": "Say hello."}]
 
-needs_usage = pytest.mark.needs_usage
 
 
 # =============================================================================================
@@ -215,7 +213,6 @@ REASONING = pytest.mark.parametrize("reasoning", [False, True], ids=["plain", "r
 # =============================================================================================
 
 
-@needs_usage
 @STREAM
 @REASONING
 def test_anthropic_usage_is_logged(
@@ -236,7 +233,6 @@ def test_anthropic_usage_is_logged(
     assert_logged(line, ANTHROPIC, REASONING_CARRIERS["anthropic"] if reasoning else 0)
 
 
-@needs_usage
 @STREAM
 @REASONING
 def test_openai_chat_usage_is_logged(
@@ -253,7 +249,6 @@ def test_openai_chat_usage_is_logged(
     assert_logged(line, OPENAI, REASONING_CARRIERS["openai"] if reasoning else 0)
 
 
-@needs_usage
 @STREAM
 @REASONING
 def test_openai_responses_usage_is_logged(
@@ -269,7 +264,6 @@ def test_openai_responses_usage_is_logged(
     assert_logged(line, OPENAI, REASONING_CARRIERS["responses"] if reasoning else 0)
 
 
-@needs_usage
 @STREAM
 @REASONING
 def test_gemini_usage_is_logged(
@@ -290,7 +284,6 @@ def test_gemini_usage_is_logged(
     assert_logged(line, GEMINI_EXPECTED, REASONING_CARRIERS["gemini"] if reasoning else 0)
 
 
-@needs_usage
 @STREAM
 @pytest.mark.parametrize("variant", ["deepseek", "cache-write"])
 def test_openai_chat_usage_variants_are_logged(
@@ -307,7 +300,6 @@ def test_openai_chat_usage_variants_are_logged(
     assert_logged(line, DEEPSEEK if variant == "deepseek" else OPENAI_CACHE_WRITE)
 
 
-@needs_usage
 @STREAM
 def test_openai_responses_cache_write_is_logged(
     openai_client: openai.OpenAI, upstream: MockUpstream, request_log: RequestLog, stream: bool
@@ -404,7 +396,6 @@ def test_count_tokens_is_not_usage(
 # =============================================================================================
 
 
-@needs_usage
 @STREAM
 @DIALECTS
 def test_gzip_encoded_response_still_gives_the_usage(
@@ -448,7 +439,6 @@ SHAPES = {
 }
 
 
-@needs_usage
 @pytest.mark.parametrize("shape", list(SHAPES))
 @DIALECTS
 def test_stream_shapes_still_give_the_usage(
@@ -547,7 +537,6 @@ def _without_stream_options(body: bytes) -> dict[str, Any]:
     return obj
 
 
-@needs_usage
 @pytest.mark.parametrize(
     "stream_options",
     [None, {"include_obfuscation": False}],
@@ -581,7 +570,6 @@ def test_usage_in_streams_adds_include_usage(
     assert_logged(log.one("/openai/v1/chat/completions"), OPENAI)
 
 
-@needs_usage
 @pytest.mark.parametrize("include_usage", [True, False], ids=["include_usage_true", "include_usage_false"])
 def test_usage_in_streams_leaves_include_usage_requests_byte_identical(
     usage_proxy: Proxy, usage_openai: openai.OpenAI, mock_upstream: MockUpstream, sent: Capture, include_usage: bool
@@ -604,7 +592,6 @@ def test_usage_in_streams_leaves_include_usage_requests_byte_identical(
         assert_no_usage(line)
 
 
-@needs_usage
 def test_usage_in_streams_leaves_non_streaming_and_responses_untouched(
     usage_proxy: Proxy, usage_openai: openai.OpenAI, mock_upstream: MockUpstream, sent: Capture
 ) -> None:
