@@ -56,8 +56,11 @@ pub(crate) struct ResponseObserver {
     /// The last bytes sent to the client (at most 4), to tell whether an event was cut
     /// mid-way.
     tail: Vec<u8>,
-    /// The copy fed to the dialect's response observer (generation responses only).
+    /// The copy fed to the dialect's response observer (generation responses only); taken
+    /// when observing finishes.
     observing: Option<Observing>,
+    /// The stream's own end marker went by ([`ResponseSink::saw_end_marker`]).
+    end_marker: bool,
     /// Further observers of the body (tests); each sees every chunk, a break, and the end,
     /// before the log line is written.
     taps: Vec<Box<dyn BodyObserver>>,
@@ -72,6 +75,7 @@ impl ResponseObserver {
             event_stream,
             tail: Vec::with_capacity(8),
             observing,
+            end_marker: false,
             taps: Vec::new(),
         }
     }
@@ -149,6 +153,12 @@ impl BodyObserver for ResponseObserver {
         self.tail.drain(..excess);
         if let Some(o) = &mut self.observing {
             o.tee.on_data(chunk);
+            self.end_marker = o.tee.sink().saw_end_marker();
+        }
+        if self.end_marker {
+            // The turn is complete: record it now, before this chunk reaches the client, so
+            // the agent's next turn (which may follow at once) finds it.
+            self.finish_observing(End::Complete);
         }
         for t in &mut self.taps {
             t.on_data(chunk);
@@ -212,14 +222,7 @@ impl BodyObserver for ResponseObserver {
         // The client left after the stream's own end marker: it had the whole response (the
         // official OpenAI SDK stops reading at `[DONE]`).
         let end = match end {
-            End::ClientGone
-                if self
-                    .observing
-                    .as_ref()
-                    .is_some_and(|o| o.tee.sink().saw_end_marker()) =>
-            {
-                End::Complete
-            }
+            End::ClientGone if self.end_marker => End::Complete,
             other => other,
         };
         self.finish_observing(end);
@@ -406,6 +409,11 @@ mod tests {
             for piece in sse.chunks(37) {
                 o.on_data(&Bytes::copy_from_slice(piece));
             }
+            // Recorded when `message_stop` went by, before the body's end.
+            assert!(
+                store.cached_bytes() > 0,
+                "the turn is in memory before the end"
+            );
             o.on_end(End::Complete);
         });
         let line = lines
