@@ -96,7 +96,13 @@ impl AnthropicUsage {
         Usage {
             uncached_input_tokens: self.input,
             cache_read_tokens: self.cache_read,
-            cache_write_tokens: self.cache_creation,
+            // A host that sends only the TTL split still reported the writes: their sum.
+            cache_write_tokens: self.cache_creation.or(
+                match (self.ephemeral_5m, self.ephemeral_1h) {
+                    (None, None) => None,
+                    (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+                },
+            ),
             cache_write_5m_tokens: self.ephemeral_5m,
             cache_write_1h_tokens: self.ephemeral_1h,
             output_tokens: self.output,
@@ -224,6 +230,22 @@ mod tests {
         a.merge(&json!({"input_tokens": {}, "cache_creation": "x"}));
         a.merge(&json!(null));
         assert_eq!(a.usage(), Usage::default());
+    }
+
+    #[test]
+    fn anthropic_split_alone_gives_the_write_total() {
+        // The failing input: `cache_creation` split without `cache_creation_input_tokens`.
+        let mut a = AnthropicUsage::default();
+        a.merge(&json!({"input_tokens": 3, "cache_creation": {"ephemeral_5m_input_tokens": 40, "ephemeral_1h_input_tokens": 2}}));
+        let u = a.usage();
+        assert_eq!(u.cache_write_tokens, Some(42));
+        assert_eq!(
+            (u.cache_write_5m_tokens, u.cache_write_1h_tokens),
+            (Some(40), Some(2))
+        );
+        let mut none = AnthropicUsage::default();
+        none.merge(&json!({"input_tokens": 3}));
+        assert_eq!(none.usage().cache_write_tokens, None);
     }
 
     #[test]
