@@ -80,7 +80,8 @@ impl ResponseObserver {
         }
     }
 
-    /// The body ended: what the dialect's observer read goes into the context, and the turn
+    /// Observing is done (the stream's end marker went by, or the body ended): what the
+    /// dialect's observer read goes into the context, and the turn
     /// with its carriers into the store's memory, keyed by (credential scope, upstream host,
     /// model as the request named it, turn fingerprint).
     fn finish_observing(&mut self, end: End) {
@@ -132,16 +133,7 @@ impl ResponseObserver {
 /// The record key of a captured turn within its credential scope: upstream host, model and
 /// the turn's fingerprint (hex), one per line.
 pub(crate) fn carrier_key(host: &str, model: &str, fp: &fingerprint::Fingerprint) -> String {
-    use std::fmt::Write;
-    let mut key = String::with_capacity(host.len() + model.len() + 66);
-    key.push_str(host);
-    key.push('\n');
-    key.push_str(model);
-    key.push('\n');
-    for b in fp.0 {
-        let _ = write!(key, "{b:02x}");
-    }
-    key
+    format!("{host}\n{model}\n{fp}")
 }
 
 impl BodyObserver for ResponseObserver {
