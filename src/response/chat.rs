@@ -8,7 +8,7 @@
 //! `reasoning_details`, `extra_content`, `tool_calls` (merged by their `index`).
 //! Non-streaming: `choices[0].message` and `usage`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value};
 
@@ -38,6 +38,9 @@ pub(crate) struct Stream {
     reasoning_content: String,
     reasoning: String,
     details: Vec<Map<String, Value>>,
+    /// Where the entry with each `index` sits in `details` (a linear search per fragment was
+    /// quadratic in the number of distinct indexes).
+    detail_at: HashMap<u64, usize>,
     message_signature: Option<String>,
     calls: BTreeMap<u64, CallAcc>,
     body_turn: Option<CapturedTurn>,
@@ -102,7 +105,7 @@ impl Stream {
         }
         if let Some(entries) = delta.get("reasoning_details").and_then(Value::as_array) {
             for e in entries.iter().filter_map(Value::as_object) {
-                merge_detail(&mut self.details, e);
+                merge_detail(&mut self.details, &mut self.detail_at, e);
             }
         }
         if let Some(s) = google_signature(delta) {
@@ -170,6 +173,7 @@ impl Stream {
             let r = std::mem::take(&mut self.reasoning);
             turn.carriers.push(Carrier::Reasoning(r));
         }
+        self.detail_at.clear();
         for d in self.details.drain(..) {
             turn.carriers
                 .push(Carrier::ReasoningDetail(Value::Object(d)));
@@ -209,14 +213,19 @@ fn common(v: &Value, out: &mut Observed) -> bool {
 
 /// Merge one streamed `reasoning_details` entry: into the entry with the same `index` (its
 /// `text` and `summary` concatenated, every other non-null field replacing), else appended.
-fn merge_detail(details: &mut Vec<Map<String, Value>>, entry: &Map<String, Value>) {
+fn merge_detail(
+    details: &mut Vec<Map<String, Value>>,
+    at: &mut HashMap<u64, usize>,
+    entry: &Map<String, Value>,
+) {
     let index = entry.get("index").and_then(Value::as_u64);
-    let existing = index.and_then(|i| {
-        details
-            .iter_mut()
-            .find(|d| d.get("index").and_then(Value::as_u64) == Some(i))
-    });
+    let existing = index
+        .and_then(|i| at.get(&i).copied())
+        .and_then(|pos| details.get_mut(pos));
     let Some(existing) = existing else {
+        if let Some(i) = index {
+            at.insert(i, details.len());
+        }
         details.push(entry.clone());
         return;
     };
