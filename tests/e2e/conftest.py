@@ -158,59 +158,15 @@ def mock_upstream() -> Iterator[MockUpstream]:
 
 @pytest.fixture(scope="session")
 def proxy(mock_upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
-    binary = _binary()
     tmp = tmp_path_factory.mktemp("cachekeeper")
-    port = _free_port()
-    listen = f"127.0.0.1:{port}"
-    config = tmp / "proxy.toml"
-    config.write_text(
-        f"""# written by tests/e2e/conftest.py
-[server]
-listen = "{listen}"
-
-[state]
-path = "{tmp / 'cachekeeper.db'}"
-
-[[routes]]
-name = "anthropic"
-prefix = "/anthropic"
-upstream = "{mock_upstream.url}"
-
-[[routes]]
-name = "openai"
-prefix = "/openai"
-upstream = "{mock_upstream.url}"
-
-[[routes]]
-name = "gemini"
-prefix = "/gemini"
-upstream = "{mock_upstream.url}"
-""",
-        encoding="utf-8",
+    routes = "\n".join(
+        f'[[routes]]\nname = "{name}"\nprefix = "/{name}"\nupstream = "{mock_upstream.url}"\n'
+        for name in ("anthropic", "openai", "gemini")
     )
-    stdout_path, stderr_path = tmp / "stdout.log", tmp / "stderr.log"
-    env = dict(os.environ)
-    env.setdefault("RUST_LOG", "info")
-    env.setdefault("RUST_BACKTRACE", "1")
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        env.pop(var, None)
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(
-            [str(binary), "serve", "--config", str(config), "--listen", listen],
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            cwd=tmp,
-            env=env,
-        )
-    p = Proxy(proc, f"http://{listen}", config, stdout_path, stderr_path)
-    try:
-        _wait_healthy(p)
+    with launch_proxy(tmp, routes) as p:
         yield p
-    finally:
-        _stop(proc)
-        # keep the logs where a developer can find them after a failed run
-        print(f"\n[e2e] cachekeeper logs kept in {tmp}", file=sys.stderr)
+    # keep the logs where a developer can find them after a failed run
+    print(f"\n[e2e] cachekeeper logs kept in {tmp}", file=sys.stderr)
 
 
 def _wait_healthy(p: Proxy) -> None:
