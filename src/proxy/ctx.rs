@@ -339,7 +339,15 @@ pub(crate) mod tests {
             .flatten_event(true)
             .with_writer(lines.clone())
             .finish();
-        tracing::subscriber::with_default(sub, f);
+        // Tests run in parallel and tracing caches each callsite's interest: one first hit
+        // while no capturing subscriber existed could stay "never" (a flaky empty capture on
+        // CI). Captures take turns and recompute the interest once their subscriber is set.
+        static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        tracing::subscriber::with_default(sub, || {
+            tracing::callsite::rebuild_interest_cache();
+            f()
+        });
         let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap())
