@@ -343,7 +343,9 @@ pub(crate) mod tests {
         // while no capturing subscriber existed could stay "never" (a flaky empty capture on
         // CI). Captures take turns and recompute the interest once their subscriber is set.
         static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _turn = TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _turn = TURN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         tracing::subscriber::with_default(sub, || {
             tracing::callsite::rebuild_interest_cache();
             f()
