@@ -21,6 +21,7 @@
 //!    returns fields not already in `omit`: store them, add them to `omit`, shape the
 //!    pre-shaping body again, and send once more. Otherwise pass the error through.
 
+pub(crate) mod carriers;
 pub(crate) mod profiles;
 
 pub(crate) mod shape;

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 /// One assistant turn: its text, its tool calls, and the reasoning carriers that must come
 /// back with it.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct CapturedTurn {
     /// The turn's visible text: text blocks / content / output_text parts / non-thought text
     /// parts, concatenated in order with no separator (thinking text is a carrier, not text).
@@ -29,7 +29,7 @@ impl CapturedTurn {
 }
 
 /// One tool call of a turn.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Call {
     /// The call's id: Anthropic `tool_use.id`, Chat `tool_calls[i].id`, Responses
     /// `function_call.call_id` (not the item's `id`), Gemini `functionCall.id` (`None` when
@@ -44,7 +44,7 @@ pub(crate) struct Call {
 }
 
 /// Where a Gemini `thoughtSignature` goes back in the model content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum PartRef {
     /// On the `functionCall` part of `calls[i]` of the turn.
     Call(usize),
@@ -56,7 +56,7 @@ pub(crate) enum PartRef {
 
 /// A reasoning carrier, in a shape the restore side can put back into an echoed assistant turn.
 /// Every opaque value (signature, `data`, `encrypted_content`) is kept exactly as received.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Carrier {
     /// Anthropic `thinking` block. Goes back as block `position` (its index in the response's
     /// `content`) of the assistant message: `{"type":"thinking","thinking":…,"signature":…}`,
