@@ -26,6 +26,7 @@ use crate::images::recovery::ImageRejectionKind;
 use crate::json::{self, Edit};
 use crate::provider::ResolvedProvider;
 use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts, Shaped};
+use crate::state::rejected::SignatureLookup;
 use crate::state::FieldSet;
 pub(crate) use crate::state::VerdictLookup;
 
@@ -68,6 +69,8 @@ pub struct ReasoningInputs<'a> {
     pub path_model: Option<&'a str>,
     /// Learned verdicts.
     pub verdicts: &'a dyn VerdictLookup,
+    /// Thinking signatures rejected for the request's credential scope.
+    pub rejected: &'a dyn SignatureLookup,
 }
 
 /// Per-request inputs of the passes besides the body.
@@ -236,6 +239,7 @@ fn shape_pass(
             droppable_params: inputs.droppable_params,
             first_changed_byte,
             anthropic_beta: inputs.anthropic_beta,
+            rejected: inputs.rejected,
         },
         doc,
     );
@@ -575,6 +579,7 @@ mod tests {
                 anthropic_beta: None,
                 path_model: None,
                 verdicts: &(),
+                rejected: &(),
             }),
             usage_in_streams: false,
         }

@@ -41,6 +41,7 @@ fn shape(
         droppable_params: &d,
         first_changed_byte: fcb,
         anthropic_beta: beta,
+        rejected: &(),
     };
     let out = shape_request(&ctx, body).expect("shapes");
     assert_eq!(

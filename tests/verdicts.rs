@@ -590,3 +590,95 @@ async fn a_gzipped_4xx_and_a_gzipped_request_still_teach_and_retry() {
     assert_eq!(mock.count(), 4);
     proxy.stop().await;
 }
+
+const INVALID_SIGNATURE_400: &str = r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.1.content.0: Invalid `signature` in `thinking` block"}}"#;
+
+const OK_MESSAGE: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-opus-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":1}}"#;
+
+/// An Anthropic turn with a thinking block signed `sig`, then a tool call and its result.
+fn signed_body(sig: &str) -> String {
+    json!({
+        "model": "claude-opus-4-5",
+        "max_tokens": 100,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [
+            {"role": "user", "content": "weather in Paris?"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Call the tool.", "signature": sig},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}
+        ]
+    })
+    .to_string()
+}
+
+fn thinking_blocks(body: &[u8]) -> usize {
+    let v: Value = serde_json::from_slice(body).unwrap();
+    v["messages"][1]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "thinking")
+        .count()
+}
+
+/// The failing input: a conversation carrying a thinking block whose signature the provider
+/// no longer accepts (re-encoded by an agent, or from another account) failed on every turn.
+/// Now the signature is remembered as rejected for the credential, the request is retried
+/// once without it, and later requests strip it up front — after a restart too — while another
+/// credential's requests are left alone.
+#[tokio::test]
+async fn a_rejected_thinking_signature_is_stripped_retried_once_and_remembered() {
+    let mock = start_mock(Arc::new(|r: &Recorded| {
+        if String::from_utf8_lossy(&r.body).contains("\"signature\":\"BAD\"") {
+            json_response(400, INVALID_SIGNATURE_400)
+        } else {
+            json_response(200, OK_MESSAGE)
+        }
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let cfg = config(&mock, &state, "anthropic");
+    let proxy = start_proxy(&cfg).await;
+    let post_as = |proxy: &Proxy, key: &'static str, body: String| {
+        let url = proxy.url("/v/v1/messages");
+        async move { send(&client(), &url, &[("x-api-key", key)], body).await }
+    };
+
+    let (status, headers, body) = post_as(&proxy, "sk-a", signed_body("BAD")).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(mock.count(), 2, "one retry");
+    let reqs = mock.requests.lock().unwrap().clone();
+    assert_eq!(thinking_blocks(&reqs[0].body), 1);
+    assert_eq!(thinking_blocks(&reqs[1].body), 0);
+    let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(h.contains("thinking_rejected=1"), "{h}");
+    assert!(h.contains("retried_without=thinking_signatures:1"), "{h}");
+
+    // Same credential: stripped up front. A good signature is kept.
+    let (status, _, _) = post_as(&proxy, "sk-a", signed_body("BAD")).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 3);
+    assert_eq!(thinking_blocks(&mock.last().body), 0);
+    let (status, _, _) = post_as(&proxy, "sk-a", signed_body("GOOD")).await;
+    assert_eq!(status, 200);
+    assert_eq!(thinking_blocks(&mock.last().body), 1);
+    assert_eq!(mock.count(), 4);
+
+    // Another credential is not affected by the first one's rejection: its block is sent.
+    let (status, _, _) = post_as(&proxy, "sk-b", signed_body("BAD")).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 6, "sk-b learns on its own");
+    proxy.stop().await;
+
+    // After a restart the rejection is still known.
+    let proxy = start_proxy(&cfg).await;
+    let (status, _, _) = post_as(&proxy, "sk-a", signed_body("BAD")).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 7);
+    assert_eq!(thinking_blocks(&mock.last().body), 0);
+    // A request whose rejected block is already gone teaches nothing: the 400 passes through.
+    proxy.stop().await;
+}

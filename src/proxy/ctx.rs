@@ -59,6 +59,9 @@ pub(crate) enum Retried {
     /// The upstream rejected an image; the request was rebuilt with it repaired / shrunk /
     /// replaced.
     Image(ImageRejectionKind),
+    /// The upstream rejected a thinking signature; this many signed blocks were remembered
+    /// as rejected and stripped.
+    Signatures(usize),
 }
 
 impl Retried {
@@ -67,6 +70,7 @@ impl Retried {
         match self {
             Retried::Without(fields) => fields.clone(),
             Retried::Image(kind) => format!("image:{}", kind.label()),
+            Retried::Signatures(n) => format!("thinking_signatures:{n}"),
         }
     }
 }
@@ -262,6 +266,7 @@ impl RequestCtx {
             carriers_filled = c.carriers_filled,
             echo_pads = c.pads,
             thinking_stripped = c.thinking_stripped,
+            thinking_rejected = c.thinking_rejected,
             cache_control_moved = c.cache_control_moved,
             params_dropped = c.params_dropped,
             flags_added = c.flags_added,
@@ -380,6 +385,7 @@ pub(crate) mod tests {
                 carriers_filled: 12,
                 pads: 13,
                 thinking_stripped: 14,
+                thinking_rejected: 18,
                 cache_control_moved: 15,
                 params_dropped: 16,
                 flags_added: 17,
@@ -409,7 +415,7 @@ pub(crate) mod tests {
         }
         assert_eq!(
             line["reasoning_edits"],
-            11 + 12 + 13 + 14 + 15 + 16 + 17 + 1
+            11 + 12 + 13 + 14 + 18 + 15 + 16 + 17 + 1
         );
         assert_eq!(line["body"], "rewritten");
         assert_eq!(parts[counters.len()], "body=rewritten");

@@ -17,6 +17,7 @@ use crate::rewrite::{
     rewrite_request, ReasoningInputs, RewriteContext, RewriteOutcome, RewriteReport, VerdictLookup,
 };
 use crate::route::Route;
+use crate::state::rejected::ScopedRejections;
 use crate::state::{Field, Store};
 
 /// What the passes read besides the body, for one request (phase "plan"). Owned, so a run
@@ -166,6 +167,7 @@ fn run_blocking(
     recovery: Option<ImageRejectionKind>,
 ) -> Result<RewriteOutcome, crate::dialect::ParseError> {
     let route = &plan.route;
+    let rejected = ScopedRejections::new(&plan.store, &plan.credential_scope);
     let ctx = RewriteContext {
         dialect: plan.dialect,
         images: &route.images,
@@ -179,6 +181,7 @@ fn run_blocking(
             anthropic_beta: plan.anthropic_beta.as_deref(),
             path_model: plan.path_model.as_deref(),
             verdicts: &plan.store,
+            rejected: &rejected,
         }),
         usage_in_streams: route.usage_in_streams,
     };

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, Method, Response};
 
+use crate::dialect::Dialect;
 use crate::dialect::MAX_ERROR_BODY_BYTES;
 use crate::images::recovery::{classify_image_rejection, ImageRejectionKind};
 use crate::proxy::ctx::{BodyFate, RequestCtx, Retried};
@@ -24,6 +25,7 @@ use crate::proxy::passes::{self, Passed, Plan};
 use crate::proxy::send::{send, upstream_label};
 use crate::proxy::AppState;
 use crate::reasoning;
+use crate::state::rejected::ScopedRejections;
 use crate::state::{Field, FieldSet};
 use crate::wire::body;
 use crate::wire::upstream::UpstreamBody;
@@ -46,6 +48,8 @@ enum Lesson {
     UnknownFields(String),
     /// An image the upstream rejected, to repair / shrink / replace.
     Image(ImageRejectionKind),
+    /// Thinking signatures the upstream rejected (this many newly remembered).
+    Signatures(usize),
 }
 
 /// The upstream answered `resp` (a 4xx) to the first attempt: learn from it and retry once
@@ -124,7 +128,7 @@ pub(crate) async fn on_error_status(
     };
     let recovery = match &lesson {
         Lesson::Image(kind) => Some(*kind),
-        Lesson::UnknownFields(_) => None,
+        Lesson::UnknownFields(_) | Lesson::Signatures(_) => None,
     };
     let passed = passes::run(&replay.plan, &state.passes, replay.original, recovery).await;
     if passed.sent == replay.first.sent {
@@ -133,6 +137,7 @@ pub(crate) async fn on_error_status(
     ctx.retried = Some(match lesson {
         Lesson::UnknownFields(fields) => Retried::Without(fields),
         Lesson::Image(kind) => Retried::Image(kind),
+        Lesson::Signatures(n) => Retried::Signatures(n),
     });
     let mut headers = replay.client_headers;
     passed.apply_headers(&mut headers);
@@ -172,6 +177,12 @@ async fn learn(
             None => return None,
         }
     };
+    let route_name = ctx.route_name();
+    if replay.plan.dialect == Dialect::Anthropic {
+        if let Some(wording) = reasoning::signatures::invalid_signature(status, &error_body) {
+            return learn_signatures(state, replay, route, model, route_name, &sent, &wording);
+        }
+    }
     let droppable = Arc::clone(&replay.plan.droppable);
     let detect_route = route.clone();
     let found = tokio::task::spawn_blocking(move || {
@@ -183,7 +194,6 @@ async fn learn(
     .await
     .ok()
     .flatten()?;
-    let route_name = ctx.route_name();
     match found {
         Ok(detected) => {
             let learned = state.store.verdicts().learn(
@@ -230,4 +240,35 @@ async fn learn(
             Some(Lesson::Image(rejection.kind))
         }
     }
+}
+
+/// The upstream rejected a thinking signature: remember every signed block of what was sent
+/// as rejected for the request's credential scope (the shaping pass strips them from now on)
+/// and retry once. `None` when none is new (the retry would send the same blocks).
+fn learn_signatures(
+    state: &AppState,
+    replay: &Replay,
+    route: &reasoning::ResolvedRoute,
+    model: &str,
+    route_name: &str,
+    sent: &[u8],
+    wording: &str,
+) -> Option<Lesson> {
+    let blocks = reasoning::signatures::signed_blocks(sent);
+    let new = ScopedRejections::new(&state.store, &replay.plan.credential_scope).learn(&blocks);
+    if new == 0 {
+        tracing::info!(target: "cachekeeper::retry", route = %route_name, host = %route.host, model = %model, "thinking-signature rejection teaches nothing new; not retrying");
+        return None;
+    }
+    tracing::info!(
+        target: "cachekeeper::retry",
+        route = %route_name,
+        host = %route.host,
+        model = %model,
+        status = 400,
+        blocks = new,
+        wording = %wording.chars().take(crate::state::MAX_WORDING_CHARS).collect::<String>(),
+        "upstream rejected a thinking signature; the request's signed blocks are remembered as rejected, retrying once without them"
+    );
+    Some(Lesson::Signatures(new))
 }

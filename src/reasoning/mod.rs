@@ -25,6 +25,7 @@ pub(crate) mod carriers;
 pub(crate) mod profiles;
 
 pub(crate) mod shape;
+pub(crate) mod signatures;
 pub mod unknown_field;
 
 pub use crate::provider::Carrier;

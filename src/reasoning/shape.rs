@@ -55,6 +55,7 @@ use crate::dialect::doc::Doc;
 use crate::dialect::{Dialect, ParseError};
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
+use crate::state::rejected::{SignatureId, SignatureLookup};
 use crate::state::FieldSet;
 use crate::texts::{ECHO_PAD, EMPTY_TURN_TEXT};
 
@@ -62,7 +63,7 @@ use crate::texts::{ECHO_PAD, EMPTY_TURN_TEXT};
 const PROTECTED_PARAMS: [&str; 5] = ["model", "messages", "contents", "input", "system"];
 
 /// Inputs of [`shape`] besides the body.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct ShapeContext<'a> {
     /// The body's wire format.
     pub dialect: Dialect,
@@ -79,6 +80,9 @@ pub struct ShapeContext<'a> {
     pub first_changed_byte: Option<usize>,
     /// The request's `anthropic-beta` header, if any.
     pub anthropic_beta: Option<&'a str>,
+    /// Anthropic thinking signatures the provider rejected for the request's credential scope
+    /// ([`crate::state::rejected`]): those blocks are stripped.
+    pub rejected: &'a dyn SignatureLookup,
 }
 
 /// What [`shape`] did, as counts (for `x-cachekeeper-rewrites` and the log line).
@@ -92,6 +96,9 @@ pub struct ShapeCounts {
     pub pads: usize,
     /// Thinking blocks removed (third-party Anthropic-wire hosts).
     pub thinking_stripped: usize,
+    /// Signed thinking blocks removed because the provider rejected their signature before
+    /// ([`crate::state::rejected`]).
+    pub thinking_rejected: usize,
     /// `cache_control` markers taken off thinking blocks.
     pub cache_control_moved: usize,
     /// Top-level parameters removed because they were learned as unknown.
@@ -195,6 +202,18 @@ struct Shaper<'t, 'c> {
     reasons: Vec<String>,
     counts: ShapeCounts,
     set_headers: Vec<(String, String)>,
+}
+
+/// The [`SignatureId`] of a signed Anthropic block: a `thinking` block's non-empty
+/// `signature`, a `redacted_thinking` block's `data`. `None` for unsigned thinking.
+pub(crate) fn signature_id(text: &str, obj: &Object, kind: Option<&str>) -> Option<SignatureId> {
+    let (kind, field) = match kind? {
+        "thinking" => ("thinking", "signature"),
+        "redacted_thinking" => ("redacted_thinking", "data"),
+        _ => return None,
+    };
+    let value = scan::string_at(text, &obj.get(field)?.value)?;
+    (!value.is_empty()).then(|| SignatureId::of(kind, &value))
 }
 
 fn is_blank(s: &str) -> bool {
@@ -593,14 +612,19 @@ impl Shaper<'_, '_> {
                 .map(|(j, _)| j);
             let mut moved_marker: Option<Range<usize>> = None;
             let mut strip_idx = Vec::new();
+            let mut rejected = 0;
             for (j, (range, obj, kind)) in parsed.iter().enumerate() {
                 if !is_thinking(kind) {
                     continue;
                 }
                 let Some(obj) = obj else { continue };
                 let cc = obj.get("cache_control").map(|m| m.value.clone());
-                if strip {
+                let is_rejected = !strip
+                    && signature_id(text, obj, kind.as_deref())
+                        .is_some_and(|id| self.ctx.rejected.is_rejected(&id));
+                if strip || is_rejected {
                     strip_idx.push(j);
+                    rejected += usize::from(is_rejected);
                     if cc.is_some() {
                         moved_marker = cc;
                     }
@@ -639,12 +663,20 @@ impl Shaper<'_, '_> {
             if strip_idx.is_empty() {
                 continue;
             }
-            self.counts.thinking_stripped += strip_idx.len();
-            self.reasons.push(format!(
-                "reasoning: messages[{i}]: stripped {} thinking block(s) (third-party host {} cannot verify signatures)",
-                strip_idx.len(),
-                self.ctx.route.host
-            ));
+            if rejected > 0 {
+                self.counts.thinking_rejected += rejected;
+                self.reasons.push(format!(
+                    "reasoning: messages[{i}]: stripped {rejected} thinking block(s) whose signature {} rejected before",
+                    self.ctx.route.host
+                ));
+            } else {
+                self.counts.thinking_stripped += strip_idx.len();
+                self.reasons.push(format!(
+                    "reasoning: messages[{i}]: stripped {} thinking block(s) (third-party host {} cannot verify signatures)",
+                    strip_idx.len(),
+                    self.ctx.route.host
+                ));
+            }
             if strip_idx.len() == parsed.len() {
                 let mut block = format!(
                     "[{{\"type\":\"text\",\"text\":{}",
@@ -773,6 +805,7 @@ mod tests {
             droppable_params: &d,
             first_changed_byte: fcb,
             anthropic_beta: beta,
+            rejected: &(),
         };
         let out = shape_request(&ctx, body.as_bytes()).unwrap();
         let again = shape_request(&ctx, body.as_bytes()).unwrap();
@@ -1212,6 +1245,7 @@ mod tests {
             droppable_params: &[],
             first_changed_byte: None,
             anthropic_beta: None,
+            rejected: &(),
         };
         assert!(shape_request(&ctx, b"{\"messages\":").is_err());
         assert!(shape_request(&ctx, b"[1]").is_err());

@@ -21,7 +21,7 @@ pub struct RewriteReport {
 }
 
 /// Number of entries [`RewriteReport::counters`] returns.
-pub(crate) const COUNTERS: usize = 18;
+pub(crate) const COUNTERS: usize = 19;
 
 impl RewriteReport {
     /// Every counter as `(name, value)`, in the order of `x-cachekeeper-rewrites`; the same
@@ -44,6 +44,7 @@ impl RewriteReport {
             ("carriers_filled", c.carriers_filled),
             ("echo_pads", c.pads),
             ("thinking_stripped", c.thinking_stripped),
+            ("thinking_rejected", c.thinking_rejected),
             ("cache_control_moved", c.cache_control_moved),
             ("params_dropped", c.params_dropped),
             ("flags_added", c.flags_added),
@@ -59,6 +60,7 @@ impl RewriteReport {
             + c.carriers_filled
             + c.pads
             + c.thinking_stripped
+            + c.thinking_rejected
             + c.cache_control_moved
             + c.params_dropped
             + c.flags_added

@@ -24,6 +24,7 @@
 
 mod cache;
 pub(crate) mod memory;
+pub mod rejected;
 pub(crate) mod sqlite;
 pub(crate) mod verdicts;
 
@@ -77,6 +78,9 @@ pub(crate) enum Kind {
     Usage,
     /// An image-eviction watermark of one conversation (next issues).
     Watermark,
+    /// An Anthropic thinking signature the provider rejected, per credential scope:
+    /// [`rejected`].
+    RejectedSignature,
 }
 
 /// Size class of a kind, deciding the `max_bytes` eviction order.
@@ -111,7 +115,7 @@ pub(crate) struct Policy {
 
 /// The kind table, one row per [`Kind`] in declaration order. Within a class, the oldest
 /// record goes first whatever its kind.
-pub(crate) const POLICIES: [Policy; 5] = [
+pub(crate) const POLICIES: [Policy; 6] = [
     Policy {
         kind: Kind::Verdict,
         name: "verdict",
@@ -152,16 +156,26 @@ pub(crate) const POLICIES: [Policy; 5] = [
         resident: false,
         retention_days: None,
     },
+    Policy {
+        kind: Kind::RejectedSignature,
+        name: "rejected_signature",
+        version: 1,
+        class: Class::Small,
+        // Read on every Anthropic request that echoes a signed block.
+        resident: true,
+        retention_days: None,
+    },
 ];
 
 impl Kind {
     /// Every kind, in [`POLICIES`] order.
-    pub(crate) const ALL: [Kind; 5] = [
+    pub(crate) const ALL: [Kind; 6] = [
         Kind::Verdict,
         Kind::Carrier,
         Kind::Session,
         Kind::Usage,
         Kind::Watermark,
+        Kind::RejectedSignature,
     ];
 
     /// This kind's row of [`POLICIES`].
@@ -172,6 +186,7 @@ impl Kind {
             Kind::Session => &POLICIES[2],
             Kind::Usage => &POLICIES[3],
             Kind::Watermark => &POLICIES[4],
+            Kind::RejectedSignature => &POLICIES[5],
         }
     }
 

@@ -33,6 +33,10 @@ pub enum Field {
     /// The model takes no image input (learned from an image rejection). Written
     /// `model:image_input`.
     NoImageInput,
+    /// Carrier restore is off for this (host, model): a request whose restored carriers the
+    /// upstream rejected (`docs/reasoning.md#when-a-restore-is-rejected`). Written
+    /// `model:no_restore`.
+    NoRestore,
 }
 
 /// Carrier names a v1 (flat) verdict could hold; they migrate to [`Field::Message`].
@@ -77,13 +81,15 @@ impl fmt::Display for Field {
             Field::Param(n) => write!(f, "param:{n}"),
             Field::Message(n) => write!(f, "message:{n}"),
             Field::NoImageInput => f.write_str("model:image_input"),
+            Field::NoRestore => f.write_str("model:no_restore"),
         }
     }
 }
 
-/// A string that is not `param:<name>`, `message:<name>` or `model:image_input`.
+/// A string that is not `param:<name>`, `message:<name>`, `model:image_input` or
+/// `model:no_restore`.
 #[derive(Debug, thiserror::Error)]
-#[error("not a verdict field: {0:?} (expected param:<name>, message:<name> or model:image_input)")]
+#[error("not a verdict field: {0:?} (expected param:<name>, message:<name>, model:image_input or model:no_restore)")]
 pub struct FieldParseError(String);
 
 impl FromStr for Field {
@@ -94,6 +100,7 @@ impl FromStr for Field {
             Some(("param", n)) if !n.is_empty() => Ok(Field::param(n)),
             Some(("message", n)) if !n.is_empty() => Ok(Field::message(n)),
             Some(("model", "image_input")) => Ok(Field::NoImageInput),
+            Some(("model", "no_restore")) => Ok(Field::NoRestore),
             _ => Err(FieldParseError(s.to_owned())),
         }
     }
@@ -410,6 +417,7 @@ mod tests {
             ),
             (Field::message("reasoning"), "message:reasoning"),
             (Field::NoImageInput, "model:image_input"),
+            (Field::NoRestore, "model:no_restore"),
         ] {
             assert_eq!(f.to_string(), s);
             assert_eq!(s.parse::<Field>().unwrap(), f);
