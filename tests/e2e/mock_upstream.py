@@ -60,6 +60,13 @@ Per-request knobs, as request headers (they pass through cachekeeper like any ot
   ``invalid_utf8`` (the normal body with invalid UTF-8 bytes: in the reply text of a JSON body,
   in the first key of the first event's JSON in a stream), ``big_json`` (the normal JSON body whose reply text is
   ``BIG_JSON_TEXT_BYTES`` long, usage after it).
+- ``x-mock-strict: MODE`` -- a provider that is strict about echoed reasoning carriers
+  (``deepseek``, ``anthropic``, ``gemini``, ``gemini-openai``, ``responses``; ``auto`` picks
+  the one for the request's path): tool rounds whose answers carry carriers, and the provider's
+  real 400 when a later request echoes a turn without them (strict_mock.py says what each mode
+  issues and checks). ``x-mock-strict-rounds: N`` tool rounds before the text answer (default
+  2). ``MockUpstream.strict`` holds what was issued and received; ``RecordedRequest.carriers``
+  and ``strict_error`` say what one request delivered and why it was refused.
 
 Run standalone for the agent trials::
 
@@ -83,6 +90,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
+
+import strict_mock
 
 DEFAULT_REPLY = "Hello from the mock upstream."
 
@@ -176,6 +185,9 @@ class RecordedRequest:
     # the body bytes exactly as written (content-encoded, without the HTTP chunk framing)
     response_body: bytearray = field(default_factory=bytearray)
     reset: bool = False  # the mock reset the connection mid-response (x-mock-reset-after)
+    # x-mock-strict: the carriers this request delivered, and the 400's message if refused
+    carriers: list[strict_mock.Received] = field(default_factory=list)
+    strict_error: str | None = None
 
     def header(self, name: str) -> str | None:
         """Value of the first header called ``name`` (case-insensitive), or None."""
@@ -241,11 +253,16 @@ class MockUpstream:
         gate_timeout: float = 10.0,
         reply_text: str = DEFAULT_REPLY,
         on_request: Callable[[RecordedRequest], None] | None = None,
+        strict: str | None = None,
     ) -> None:
+        """``strict``: the ``x-mock-strict`` mode for requests that send no such header (for
+        agents, which cannot add headers; ``auto`` picks the mode by path)."""
         self.sse_delay = sse_delay
         self.gate_timeout = gate_timeout
         self.reply_text = reply_text
         self.on_request = on_request
+        self.strict_default = strict
+        self.strict = strict_mock.StrictState()
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._gates: dict[str, threading.Event] = {}
@@ -291,6 +308,7 @@ class MockUpstream:
         with self._lock:
             self.requests.clear()
             self._gates.clear()
+        self.strict.clear()
 
     def record(self, req: RecordedRequest) -> None:
         with self._lock:
@@ -584,6 +602,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_json(int(forced), _error_body(dialect, int(forced)))
         if m == "POST" and path.endswith("/messages/count_tokens"):
             return self._send_json(200, {"input_tokens": _rough_tokens(self.rec.body)})
+        strict = (self.knob("strict") or self.upstream.strict_default or "").lower()
+        if strict and m == "POST":
+            mode = _strict_mode(path) if strict == "auto" else strict
+            if mode is not None and _strict_mode(path) is not None:
+                return self._strict(mode, path, req)
         if m == "POST" and path.endswith("/messages"):
             return self._anthropic(req)
         if m == "POST" and path.endswith("/chat/completions"):
@@ -603,6 +626,18 @@ class _Handler(BaseHTTPRequestHandler):
         if m in ("GET", "HEAD") and path in ("/", ""):
             return self._send_json(200, {"ok": True})
         return self._send_json(404, _error_body(dialect, 404, f"mock upstream: no handler for {m} {path}"))
+
+    def _strict(self, mode: str, path: str, req: dict[str, Any]) -> None:
+        stream = ":streamGenerateContent" in path if mode == "gemini" else bool(req.get("stream"))
+        rounds = int(self.knob("strict-rounds") or strict_mock.DEFAULT_ROUNDS)
+        a = strict_mock.answer(mode, self.upstream.strict, req, path, stream, rounds, self.rec.header("x-mock-reply"))
+        self.rec.carriers = a.received
+        self.rec.strict_error = a.error
+        if a.events is not None:
+            self._start_sse()
+            return self._send_events(a.events)
+        assert a.body is not None
+        self._send_body(a.status, a.body, "application/json")
 
     def _reply_text(self) -> str:
         if self._garbage() == "big_json":
@@ -1041,6 +1076,20 @@ def _from_schema(schema: Any, depth: int = 0) -> Any:
     return "mock upstream"
 
 
+def _strict_mode(path: str) -> str | None:
+    """The strict mode ``auto`` means for a generation path (None: not a generation path)."""
+    last = path.rsplit("/", 1)[-1]
+    if ":generateContent" in last or ":streamGenerateContent" in last:
+        return "gemini"
+    if path.endswith("/messages"):
+        return "anthropic"
+    if path.endswith("/chat/completions"):
+        return "gemini-openai" if "/v1beta/openai/" in path else "deepseek"
+    if path.endswith("/responses"):
+        return "responses"
+    return None
+
+
 def _rough_tokens(body: bytes) -> int:
     return max(1, len(body) // 4)
 
@@ -1108,6 +1157,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reply", default=DEFAULT_REPLY, help="reply text")
     ap.add_argument("--record", metavar="FILE", help="append one JSON line per request (bodies as sha256 + length)")
     ap.add_argument("--record-bodies", metavar="DIR", help="also write each raw request body to DIR/NNNN.body")
+    ap.add_argument(
+        "--strict",
+        metavar="MODE",
+        help="x-mock-strict mode for requests without the header (auto: by path; " + ", ".join(strict_mock.MODES) + ")",
+    )
     args = ap.parse_args(argv)
 
     rec_lock = threading.Lock()
@@ -1138,7 +1192,9 @@ def main(argv: list[str] | None = None) -> int:
             with open(os.path.join(args.record_bodies, f"{n:04d}.body"), "wb") as f:
                 f.write(rec.body)
 
-    mock = MockUpstream(args.host, args.port, sse_delay=args.sse_delay, reply_text=args.reply, on_request=on_request)
+    mock = MockUpstream(
+        args.host, args.port, sse_delay=args.sse_delay, reply_text=args.reply, on_request=on_request, strict=args.strict
+    )
     mock.start()
     print(f"mock upstream listening on {mock.url}", file=sys.stderr, flush=True)
     try:
