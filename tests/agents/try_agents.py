@@ -21,6 +21,13 @@ Responses API), gemini (Gemini CLI, npm @google/gemini-cli), hermes (PyPI hermes
 Chat route), hermes-anthropic (the same, Anthropic route), aider (PyPI aider-chat).
 With --install, npm agents go global (`npm i -g`) and PyPI agents into their own venvs under
 ~/.cache/cachekeeper-agents/ (they pin many packages; keep them out of the test venv).
+
+With --strict the mock is strict about echoed reasoning carriers (tests/e2e/strict_mock.py,
+mode ``auto``: DeepSeek-style Chat, Anthropic thinking, Gemini signatures, Responses reasoning
+items, by path): it answers with carriers and a call to one of the agent's read-only tools
+(Read, read_file, ls, glob, ...), and with the provider's real 400 when the agent's next request
+echoes that turn without them. Each agent then runs twice: straight at the mock (does the agent
+drop carriers on its own?) and through cachekeeper (does it pass once they are restored?).
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from mock_upstream import MockUpstream, RecordedRequest  # noqa: E402
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cachekeeper-agents"
 PROMPT = "Say hello in one short sentence. Do not use any tools."
+STRICT_PROMPT = "Read hello.py, then tell me in one short sentence what it prints."
 TIMEOUT_S = 240
 
 NPM_PACKAGES = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "gemini": "@google/gemini-cli"}
@@ -285,13 +293,19 @@ class Result:
     detail: str
     seconds: float
     requests: list[str] = field(default_factory=list)
+    # --strict: echoed tool rounds the mock checked, and its 400 if it refused one
+    echoed: int = 0
+    refused: str | None = None
 
 
-def run_agent(agent: Agent, mock: MockUpstream, proxy: str, work: Path, verbose: bool) -> Result:
+def run_agent(agent: Agent, mock: MockUpstream, proxy: str, work: Path, verbose: bool, strict: bool = False) -> Result:
+    """One run of ``agent`` with its base URL at ``proxy`` (cachekeeper, or with --strict also
+    the mock itself: the mock answers whatever prefix the route adds)."""
     if not is_installed(agent):
         return Result(agent.name, False, "not installed (run with --install)", 0.0)
-    home = work / f"home-{agent.name}"
-    cwd = work / f"cwd-{agent.name}"
+    label = agent.name if proxy != mock.url else f"{agent.name}-direct"
+    home = work / f"home-{label}"
+    cwd = work / f"cwd-{label}"
     home.mkdir(parents=True, exist_ok=True)
     cwd.mkdir(parents=True, exist_ok=True)
     (cwd / "hello.py").write_text("print('hello')\n")
@@ -299,11 +313,13 @@ def run_agent(agent: Agent, mock: MockUpstream, proxy: str, work: Path, verbose:
     mock.reply_text = reply
     mock.clear()
     argv, extra = agent.setup(Ctx(proxy, work, reply), home)
+    if strict:
+        argv = [STRICT_PROMPT if a == PROMPT else a for a in argv]
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and "BASE_URL" not in k}
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
         env.pop(var, None)
     env.update({"HOME": str(home), "NO_COLOR": "1", "CI": "1", "TERM": "dumb"}, **extra)
-    print(f"\n=== {agent.name}: {shlex.join(argv)}", flush=True)
+    print(f"\n=== {label}: {shlex.join(argv)}", flush=True)
     for k, v in extra.items():
         print(f"    {k}={v}")
     t0 = time.monotonic()
@@ -315,7 +331,7 @@ def run_agent(agent: Agent, mock: MockUpstream, proxy: str, work: Path, verbose:
     except subprocess.TimeoutExpired as e:
         rc, out = -1, ((e.stdout or b"") + (e.stderr or b"")).decode("utf-8", "replace") + "\n<timed out>"
     dt = time.monotonic() - t0
-    (work / f"{agent.name}.out").write_text(out)
+    (work / f"{label}.out").write_text(out)
     seen: list[RecordedRequest] = list(mock.requests)
     reqs = [f"{r.method} {r.path}{'?' + r.query if r.query else ''}" for r in seen]
     generations = [r for r in seen if r.method == "POST" and any(r.path.endswith(g) for g in agent.generation_paths)]
@@ -329,8 +345,19 @@ def run_agent(agent: Agent, mock: MockUpstream, proxy: str, work: Path, verbose:
     if not generations:
         problems.append(f"no generation request ({', '.join(agent.generation_paths)}) reached the mock")
     streamed = sum(1 for r in generations if _wants_stream(r))
+    if strict:
+        # the judgement is the mock's: did an echoed tool round come back with its carriers?
+        echoed = sum(1 for r in generations if r.carriers)
+        refused = next((r.strict_error for r in generations if r.strict_error), None)
+        problems = [p for p in problems if not p.startswith("the mock's reply")]
+        if refused:
+            problems.append(f"refused: {refused[:160]}")
+        elif not echoed:
+            problems.append("no tool round was echoed (the agent declared no read-only tool, or stopped)")
+        detail = "; ".join(problems) or f"{echoed} echoed tool round(s) accepted; {len(generations)} generation request(s), {streamed} streamed"
+        return Result(label, not problems, detail, dt, reqs, echoed, refused)
     detail = "; ".join(problems) or f"turn completed; {len(generations)} generation request(s), {streamed} streamed"
-    return Result(agent.name, not problems, detail, dt, reqs)
+    return Result(label, not problems, detail, dt, reqs)
 
 
 def _wants_stream(r: RecordedRequest) -> bool:
@@ -349,6 +376,11 @@ def main() -> int:
     ap.add_argument("--bin", default=os.environ.get("CACHEKEEPER_BIN", str(REPO / "target" / "debug" / "cachekeeper")))
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (agent outputs, proxy log)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each agent's output")
+    ap.add_argument(
+        "--strict",
+        action="store_true",
+        help="strict-carrier mock: run each agent straight at the mock, then through cachekeeper",
+    )
     args = ap.parse_args()
     names = args.agents or list(AGENTS)
     unknown = [n for n in names if n not in AGENTS]
@@ -363,13 +395,15 @@ def main() -> int:
                 install(AGENTS[n])
 
     work = Path(tempfile.mkdtemp(prefix="cachekeeper-agents-"))
-    mock = MockUpstream().start()
+    mock = MockUpstream(strict="auto" if args.strict else None).start()
     proc, base, log = start_proxy(binary, mock, work)
     print(f"mock upstream {mock.url}; cachekeeper {base}; scratch {work}")
     results: list[Result] = []
     try:
         for n in names:
-            results.append(run_agent(AGENTS[n], mock, base, work, args.verbose))
+            if args.strict and is_installed(AGENTS[n]):
+                results.append(run_agent(AGENTS[n], mock, mock.url, work, args.verbose, strict=True))
+            results.append(run_agent(AGENTS[n], mock, base, work, args.verbose, strict=args.strict))
             if proc.poll() is not None:
                 print(f"cachekeeper died during {n}:\n{log.read_text()[-3000:]}")
                 break
@@ -386,6 +420,19 @@ def main() -> int:
         print(f"{'PASS' if r.ok else 'FAIL'}  {r.agent:<17} {r.seconds:6.1f}s  {r.detail}")
         for q in r.requests:
             print(f"        {q}")
+    if args.strict:
+        print("\n=== carriers (straight at the strict mock -> through cachekeeper)")
+        by = {r.agent: r for r in results}
+        for n in names:
+            direct, proxied = by.get(f"{n}-direct"), by.get(n)
+            if direct is None or proxied is None:
+                print(f"{n:<17} not tried ({proxied.detail if proxied else 'no result'})")
+                continue
+            own = "drops carriers" if direct.refused else "keeps carriers" if direct.echoed else "not exercised"
+            via = "passes" if proxied.ok else f"fails ({proxied.detail})"
+            print(f"{n:<17} on its own: {own}; through cachekeeper: {via}")
+        # straight at the strict mock an agent that drops carriers is *expected* to be refused
+        results = [r for r in results if not r.agent.endswith("-direct")]
     passed = sum(r.ok for r in results)
     print(f"{passed} passed, {len(results) - passed} failed")
     if args.keep or passed != len(results):

@@ -630,7 +630,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _strict(self, mode: str, path: str, req: dict[str, Any]) -> None:
         stream = ":streamGenerateContent" in path if mode == "gemini" else bool(req.get("stream"))
         rounds = int(self.knob("strict-rounds") or strict_mock.DEFAULT_ROUNDS)
-        a = strict_mock.answer(mode, self.upstream.strict, req, path, stream, rounds, self.rec.header("x-mock-reply"))
+        # the reply text: the header's; for a server-wide strict mode (agent trials) the mock's
+        reply = self.rec.header("x-mock-reply") or (self.upstream.reply_text if self.upstream.strict_default else None)
+        a = strict_mock.answer(mode, self.upstream.strict, req, path, stream, rounds, reply)
         self.rec.carriers = a.received
         self.rec.strict_error = a.error
         if a.events is not None:

@@ -249,10 +249,10 @@ def _fill(schema: Any) -> dict[str, Any]:
 
 
 def pick_tool(req: dict[str, Any], city: str) -> tuple[str, dict[str, Any]] | None:
-    """The call a tool round makes: ``get_weather(city)`` when the request declares it, or no
-    tools at all (the SDK tests), else a read-only tool of the agent's, else None (no tool round)."""
+    """The call a tool round makes: ``get_weather(city)`` when the request declares it (the SDK
+    tests), else a read-only tool of the agent's, else None (no tool round: a text answer)."""
     decls = _tool_decls(req)
-    if not decls or any(name == "get_weather" for name, _ in decls):
+    if any(name == "get_weather" for name, _ in decls):
         return ("get_weather", {"city": city})
     for name, schema in decls:
         if name.lower().replace("-", "_") in SAFE_TOOLS:
