@@ -39,7 +39,7 @@ from google.genai import types as gtypes
 
 import strict_mock as sm
 from conftest import Capture, Proxy, RequestLog, launch_proxy
-from helpers import ANTHROPIC_KEY, GEMINI_KEY, OPENAI_KEY
+from helpers import ANTHROPIC_KEY, GEMINI_KEY, OPENAI_KEY, top_level_array_items
 from mock_upstream import MockUpstream
 
 DEEPSEEK_MODEL = "deepseek-chat"
@@ -59,13 +59,16 @@ NEEDS_RESTORE = pytest.mark.xfail(strict=False, reason="carrier restore not on m
 # The names the proxy reports restores under (x-cachekeeper-rewrites and the log line):
 # `reasoning_restored` = assistant turns restored; `restored_<kind>` = carriers, per kind.
 RESTORED_TURNS = "reasoning_restored"
-KIND = {
-    "deepseek": "restored_reasoning_content",
-    "anthropic": "restored_thinking",
-    "gemini": "restored_thought_signature",
-    "gemini-openai": "restored_thought_signature",
-    "responses": "restored_reasoning_item",
+# the carriers restored per echoed tool round, per kind
+KINDS = {
+    "deepseek": {"restored_reasoning_content": 1},
+    "anthropic": {"restored_thinking": 1, "restored_redacted_thinking": 1},
+    "gemini": {"restored_thought_signature": 1},
+    "gemini-openai": {"restored_thought_signature": 1},
+    "responses": {"restored_reasoning_item": 1},
 }
+# where each dialect's conversation lives in the request body
+HISTORY = {"deepseek": "messages", "anthropic": "messages", "gemini": "contents", "gemini-openai": "messages", "responses": "input"}
 
 
 def knobs(mode: str) -> dict[str, str]:
@@ -524,24 +527,31 @@ def rewrites(value: str | None) -> dict[str, int]:
 
 
 def assert_restore_reported(loop: Loop, log_lines: list[dict[str, Any]], mode: str) -> None:
-    """Request k (k >= 1) restored k turns; header and log line say so."""
+    """Request k restored the k tool rounds before it (every echoed turn, not only the latest:
+    the restored prefix is then the same on every later request); the response header and the
+    log line say so, per kind."""
     assert len(log_lines) == len(loop.turns), log_lines
     for k, (turn, line) in enumerate(zip(loop.turns, log_lines)):
-        carriers_per_turn = 1
-        want_turns = k
-        if mode == "anthropic":
-            # thinking + redacted_thinking per turn; only the latest assistant turn is required,
-            # but an agent's earlier turns are restored as well (the prefix stays the same)
-            carriers_per_turn = 2
-        got = rewrites(turn.rewrites)
-        if want_turns == 0:
-            assert got.get(RESTORED_TURNS, 0) == 0 and line.get(RESTORED_TURNS, 0) == 0, (turn.rewrites, line)
+        want = {name: n * k for name, n in KINDS[mode].items() if k}
+        logged = {name: v for name, v in line.items() if name.startswith("restored_") and v}
+        assert line.get(RESTORED_TURNS, 0) == k, f"request {k}: log line {line}"
+        assert logged == want, f"request {k}: log line {line}"
+        if turn.rewrites is None:  # genai exposes no headers of a stream
             continue
-        if turn.rewrites is not None:
-            assert got.get(RESTORED_TURNS) == want_turns, f"request {k}: {REWRITES_HEADER}: {turn.rewrites}"
-        assert line.get(RESTORED_TURNS) == want_turns, f"request {k}: log line {line}"
-        kinds = {name: v for name, v in line.items() if name.startswith("restored_")}
-        assert sum(kinds.values()) == want_turns * carriers_per_turn, f"request {k}: {kinds}"
+        header = {name: v for name, v in rewrites(turn.rewrites).items() if v}
+        assert header.get(RESTORED_TURNS, 0) == k, f"request {k}: {REWRITES_HEADER}: {turn.rewrites}"
+        assert {n: v for n, v in header.items() if n.startswith("restored_")} == want, turn.rewrites
+
+
+def assert_prefix_stable(mock: MockUpstream, d: Dialect, n: int) -> None:
+    """The conversation the mock received in each of the last ``n`` requests starts with the one
+    it received in the request before, byte for byte (restores are deterministic, so the
+    provider's prompt cache holds)."""
+    bodies = [r.body for r in mock.matching("POST", d.path)][-n:]
+    key = HISTORY[d.mode]
+    for k in range(1, len(bodies)):
+        before, now = top_level_array_items(bodies[k - 1], key), top_level_array_items(bodies[k], key)
+        assert now[: len(before)] == before, f"request {k}: the restored history changed since request {k - 1}"
 
 
 @NEEDS_RESTORE
@@ -557,6 +567,7 @@ def test_dropped_carrier_is_restored_through_the_proxy(
     assert len(loop.turns) == ROUNDS + 1
     assert_sent_without_carriers(sent, loop)
     assert_mock_got_carriers(mock, d, loop)
+    assert_prefix_stable(mock, d, len(loop.turns))
     assert_restore_reported(loop, log.wait(None, len(loop.turns)), mode)
 
 
@@ -631,6 +642,7 @@ def test_restored_after_a_restart_from_the_state_file(mock: MockUpstream, tmp_pa
     assert loop.text, "the loop did not finish"
     assert_sent_without_carriers(sent, loop)
     assert_mock_got_carriers(mock, d, loop)
+    assert_prefix_stable(mock, d, len(loop.turns))
     assert_nothing_in_clear(state_files(tmp_path), loop)
 
 
@@ -680,3 +692,62 @@ def test_state_file_holds_no_carrier_in_clear(restore_proxy: Proxy, mock: MockUp
     loop = d.run(restore_proxy.base_url + ROUTE[mode], sent, True, Loop())
     assert loop.text
     assert_nothing_in_clear(state_files(restore_proxy.config_path.parent), loop)
+
+
+# =============================================================================================
+# A turn sent with its carriers is left alone
+# =============================================================================================
+
+
+def test_turns_sent_with_their_carriers_go_upstream_byte_identical(
+    restore_proxy: Proxy, mock: MockUpstream, sent: Capture
+) -> None:
+    """An agent that keeps its carriers (the assistant message echoed whole, as the SDK parsed
+    it): every request reaches the mock exactly as the SDK sent it, and the mock accepts it."""
+    c = openai_client(f"{restore_proxy.base_url}/deepseek/v1", sent)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_SCHEMA}}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    for _ in range(ROUNDS + 1):
+        msg = c.chat.completions.create(model=DEEPSEEK_MODEL, messages=messages, tools=tools, extra_headers=knobs("deepseek")).choices[0].message  # type: ignore[arg-type]
+        rec = mock.last("POST", "/chat/completions")
+        assert rec.strict_error is None, rec.strict_error
+        assert rec.body == sent.last().body, "a request with nothing to restore was changed"
+        if not msg.tool_calls:
+            break
+        messages.append(msg.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": "Sunny."})
+    assert msg.content and not msg.tool_calls
+    assert len([r for r in mock.last("POST").carriers if r.value]) == ROUNDS
+
+
+@STREAM
+def test_anthropic_turns_sent_with_their_thinking_go_upstream_byte_identical(
+    restore_proxy: Proxy, mock: MockUpstream, sent: Capture, stream: bool
+) -> None:
+    """An Anthropic agent that echoes every block as the SDK parsed it (thinking included)."""
+    c = anthropic_client(f"{restore_proxy.base_url}/anthropic", sent)
+    tools = [{"name": "get_weather", "description": "Weather for a city.", "input_schema": WEATHER_SCHEMA}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    for _ in range(ROUNDS + 1):
+        kwargs: dict[str, Any] = dict(
+            model=CLAUDE, max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 2048}, tools=tools, messages=messages, extra_headers=knobs("anthropic")
+        )
+        if stream:
+            with c.messages.stream(**kwargs) as s:
+                msg = s.get_final_message()
+        else:
+            msg = c.messages.create(**kwargs)
+        rec = mock.last("POST", "/v1/messages")
+        assert rec.strict_error is None, rec.strict_error
+        assert rec.body == sent.last().body, "a request with nothing to restore was changed"
+        if msg.stop_reason != "tool_use":
+            break
+        blocks = [b.model_dump(exclude_none=True) for b in msg.content]
+        for b in blocks:
+            b.pop("citations", None)
+        messages.append({"role": "assistant", "content": blocks})
+        uses = [b for b in msg.content if b.type == "tool_use"]
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "Sunny."} for b in uses]})
+    assert msg.stop_reason == "end_turn"
+    got = [r.value for r in mock.last("POST").carriers if r.kind == "thinking"]
+    assert len(got) == ROUNDS and all(sm.TRICKY in t for t, _sig in got)
