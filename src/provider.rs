@@ -254,6 +254,11 @@ pub struct Provider {
     pub binding_controls: bool,
     /// Keep-thinking flag added when the request enables thinking.
     pub keep_thinking: Option<KeepThinking>,
+    /// Validates Gemini 3 thought signatures on the function calls it is sent (Google's own
+    /// hosts): a Gemini 3 model's `functionCall` without one is a 400, so the restore pass puts
+    /// the documented placeholder on a call whose signature is unknown
+    /// ([`ResolvedProvider::wants_placeholder_signature`], `docs/reasoning.md#carrier-restore`).
+    pub validates_thought_signatures: bool,
     /// Prompt-cache rules, first match by model prefix wins; empty = none known.
     pub cache: &'static [CacheRule],
 }
@@ -287,6 +292,7 @@ const fn row(
         thinking,
         binding_controls: false,
         keep_thinking: None,
+        validates_thought_signatures: false,
         cache: &[],
     }
 }
@@ -375,6 +381,7 @@ pub(crate) const PROVIDERS: &[Provider] = &[
             read_milli: Some(100),
             source: GEMINI_PRICING,
         }],
+        validates_thought_signatures: true,
         ..row(
             "gemini",
             &[
@@ -573,6 +580,13 @@ impl ResolvedProvider {
         }
     }
 
+    /// Whether a `functionCall` of `model` (as the request names it) with no signature gets
+    /// the placeholder signature on this route: the row validates Gemini 3 signatures and the
+    /// model is Gemini 3 or later ([`ModelFamily::gemini_3`]).
+    pub(crate) fn wants_placeholder_signature(&self, model: &str) -> bool {
+        self.row.validates_thought_signatures && ModelFamily::of(model).gemini_3
+    }
+
     /// The cache rule for `model` (first rule whose prefix the model's leaf name starts
     /// with), if the row has one.
     #[cfg(test)]
@@ -682,6 +696,11 @@ pub(crate) struct ModelFamily {
     pub gemini: bool,
     /// `gemma`.
     pub gemma: bool,
+    /// `gemini-N…` with N ≥ 3 (`gemini-3-pro-preview`, `gemini-3.1-flash`, a `models/` or
+    /// `publishers/google/models/` prefix and a `:generateContent` suffix allowed): the models
+    /// that validate thought signatures strictly. An alias without a version
+    /// (`gemini-flash-latest`) is not known to be one.
+    pub gemini_3: bool,
     /// `kimi…`, `moonshot…`, `k2.…`, `k3-…` or bare `k3` (after any `vendor/`).
     pub kimi: bool,
     /// `deepseek`.
@@ -690,6 +709,13 @@ pub(crate) struct ModelFamily {
     pub mimo: bool,
     /// `stealth/missingno`.
     pub missingno: bool,
+}
+
+/// The major version of a `gemini-N…` model leaf (`gemini-3.1-pro:generateContent` → 3).
+fn gemini_major(leaf: &str) -> Option<u32> {
+    let rest = &leaf[leaf.find("gemini-")? + "gemini-".len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 impl ModelFamily {
@@ -701,6 +727,7 @@ impl ModelFamily {
             claude: m.contains("claude"),
             gemini: m.contains("gemini"),
             gemma: m.contains("gemma"),
+            gemini_3: gemini_major(leaf).is_some_and(|v| v >= 3),
             kimi: leaf.starts_with("kimi")
                 || leaf.starts_with("moonshot")
                 || leaf.starts_with("k2.")
@@ -736,6 +763,40 @@ impl ModelFamily {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placeholder_signature_only_for_gemini_3_on_google_rows() {
+        for m in [
+            "gemini-3-pro-preview",
+            "gemini-3.1-flash",
+            "models/gemini-3-flash-preview",
+            "publishers/google/models/gemini-3-pro:generateContent",
+            "Gemini-4-ultra",
+        ] {
+            assert!(ModelFamily::of(m).gemini_3, "{m}");
+        }
+        for m in [
+            "gemini-2.5-flash",
+            "gemini-exp-1206",
+            "gemini-flash-latest",
+            "gemma-3-27b",
+            "",
+        ] {
+            assert!(!ModelFamily::of(m).gemini_3, "{m}");
+        }
+        let google = ResolvedProvider::resolve(None, "generativelanguage.googleapis.com", None);
+        assert!(google.wants_placeholder_signature("gemini-3-pro-preview"));
+        assert!(!google.wants_placeholder_signature("gemini-2.5-pro"));
+        let mock = ResolvedProvider::resolve(Some("gemini"), "127.0.0.1:9000", None);
+        assert!(mock.wants_placeholder_signature("gemini-3-pro-preview"));
+        for host in ["openrouter.ai", "127.0.0.1:9000", "example.com"] {
+            let p = ResolvedProvider::resolve(None, host, None);
+            assert!(
+                !p.wants_placeholder_signature("gemini-3-pro-preview"),
+                "{host}"
+            );
+        }
+    }
 
     #[test]
     fn names_are_unique_and_hosts_do_not_overlap() {

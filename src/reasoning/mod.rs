@@ -23,6 +23,8 @@
 
 pub(crate) mod carriers;
 pub(crate) mod profiles;
+#[cfg_attr(not(test), allow(dead_code))] // wired into the passes by `crate::rewrite`
+pub(crate) mod restore;
 
 pub(crate) mod shape;
 pub(crate) mod signatures;

@@ -201,7 +201,6 @@ pub(crate) fn message_digest(dialect: Dialect, message_json: &[u8]) -> Digest {
     Digest(h.finalize().into())
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // the request side: restore (the next issue) reads echoed turns through it
 #[derive(Deserialize)]
 struct RequestLists<'a> {
     #[serde(borrow, default)]
@@ -212,7 +211,7 @@ struct RequestLists<'a> {
     input: Option<&'a RawValue>,
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // the request side: restore (the next issue) reads echoed turns through it
+#[cfg_attr(not(test), allow(dead_code))] // tests; the server digests the last message it already holds
 /// The digest of a request's last message (the one the response's turn answers): the last of
 /// `messages` (Anthropic, Chat), of `contents` (Gemini), of `input` (Responses; a string
 /// `input` is one user message). `None` when the body is not JSON or has no such message.
@@ -264,7 +263,6 @@ pub(crate) fn turn_fingerprint(prev: &Digest, turn: &CapturedTurn) -> Fingerprin
     Fingerprint(h.finalize().into())
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // the request side: restore (the next issue) reads echoed turns through it
 /// The turn of an assistant message a client echoes in a later request: Anthropic / Chat a
 /// `messages[i]` object, Gemini a `contents[i]` object, Responses the turn's items (a JSON list
 /// of the input items from the first item after the message before the turn up to the next
@@ -290,7 +288,6 @@ pub(crate) fn echoed_turn(dialect: Dialect, assistant_json: &[u8]) -> Option<Cap
     })
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // the request side: restore (the next issue) reads echoed turns through it
 /// One assistant turn of a request, as the client echoes it, with its fingerprint.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct EchoedTurn {
@@ -306,7 +303,6 @@ pub(crate) struct EchoedTurn {
     pub turn: CapturedTurn,
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // the request side: restore (the next issue) reads echoed turns through it
 #[derive(Deserialize)]
 struct Role<'a> {
     #[serde(borrow, default)]
@@ -315,7 +311,6 @@ struct Role<'a> {
     kind: Option<&'a str>,
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // the request side: restore (the next issue) reads echoed turns through it
 /// Whether an entry is (part of) an assistant turn: Anthropic / Chat role `assistant`, Gemini
 /// role `model`; Responses a `reasoning` or `function_call` item, or an assistant `message`.
 fn is_assistant(dialect: Dialect, raw: &RawValue) -> bool {
@@ -333,7 +328,6 @@ fn is_assistant(dialect: Dialect, raw: &RawValue) -> bool {
     }
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // the request side: restore (the next issue) reads echoed turns through it
 /// Every assistant turn a request echoes that follows another entry (the message it
 /// answered), in order, with its fingerprint: what the restore side matches captured turns
 /// against. Empty when the body is not JSON or has no list.

@@ -124,7 +124,6 @@ fn add_part(turn: &mut CapturedTurn, part: &Value) {
 }
 
 /// The turn of a model content (`{"role":"model","parts":[…]}`) a client echoes.
-#[cfg_attr(not(test), allow(dead_code))] // read by `fingerprint::echoed_turn`
 pub(crate) fn content_turn(content: &Value) -> CapturedTurn {
     let mut turn = CapturedTurn::default();
     if let Some(parts) = content.get("parts").and_then(Value::as_array) {

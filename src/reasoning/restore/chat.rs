@@ -1,0 +1,153 @@
+//! OpenAI Chat: `reasoning_content` / `reasoning` / `reasoning_details` back on the assistant
+//! message; on Gemini's OpenAI-compatible endpoint the message's and each tool call's
+//! `extra_content.google.thought_signature` (merged into an `extra_content` the client kept).
+//!
+//! "Already has", per location:
+//! - the reasoning strings: a message with a non-empty `reasoning_content` or `reasoning`, or
+//!   a `reasoning_details` entry, keeps its own (none of the three is added). An empty or null
+//!   one is replaced.
+//! - a signature: the message, or tool call `i`, with a non-empty
+//!   `extra_content.google.thought_signature` keeps it.
+
+use super::{append_members, json_str, set_member, Kind, List, TurnEdit};
+use crate::json::scan::{self, Object};
+use crate::json::Edit;
+use crate::response::fingerprint::EchoedTurn;
+use crate::response::turn::{CapturedTurn, Carrier};
+
+fn is_reasoning(c: &Carrier) -> bool {
+    matches!(
+        c,
+        Carrier::ReasoningContent(_) | Carrier::Reasoning(_) | Carrier::ReasoningDetail(_)
+    )
+}
+
+pub(super) fn restore_turn(
+    list: &List<'_>,
+    turn: &EchoedTurn,
+    captured: &CapturedTurn,
+) -> TurnEdit {
+    let mut out = TurnEdit::default();
+    let Some(message) = list.object(turn.index) else {
+        return out;
+    };
+    let text = list.text;
+    let kept = &turn.turn.carriers;
+    // Members appended to the message itself, written as one edit, and their kinds.
+    let mut appended: Vec<(&str, String)> = Vec::new();
+    let mut appended_kinds = Vec::new();
+    let mut set = |key: &'static str, value: String, kind: Kind, out: &mut TurnEdit| {
+        if message.get(key).is_some() {
+            out.push(kind, set_member(&message, key, value));
+        } else {
+            appended.push((key, value));
+            appended_kinds.push(kind);
+        }
+    };
+    if !kept.iter().any(is_reasoning) {
+        let mut details = Vec::new();
+        for c in &captured.carriers {
+            match c {
+                Carrier::ReasoningContent(s) => set(
+                    "reasoning_content",
+                    json_str(s),
+                    Kind::ReasoningContent,
+                    &mut out,
+                ),
+                Carrier::Reasoning(s) => set("reasoning", json_str(s), Kind::Reasoning, &mut out),
+                Carrier::ReasoningDetail(v) => details.extend(serde_json::to_string(v).ok()),
+                _ => {}
+            }
+        }
+        if !details.is_empty() {
+            let value = format!("[{}]", details.join(","));
+            set("reasoning_details", value, Kind::ReasoningDetails, &mut out);
+        }
+    }
+    let message_signed = kept
+        .iter()
+        .any(|c| matches!(c, Carrier::MessageSignature(_)));
+    let call_signed = |i: usize| {
+        kept.iter()
+            .any(|c| matches!(c, Carrier::ToolCallSignature { call, .. } if *call == i))
+    };
+    for c in &captured.carriers {
+        match c {
+            Carrier::MessageSignature(sig) if !message_signed => {
+                match signature_edit(text, &message, &json_str(sig)) {
+                    SigEdit::Append(v) => {
+                        appended.push(("extra_content", v));
+                        appended_kinds.push(Kind::ThoughtSignature);
+                    }
+                    SigEdit::Edit(e) => out.push(Kind::ThoughtSignature, [e]),
+                }
+            }
+            Carrier::ToolCallSignature { call, signature } if !call_signed(*call) => {
+                if let Some(e) = tool_call(text, &message, *call)
+                    .and_then(|o| call_signature(text, &o, signature))
+                {
+                    out.push(Kind::ThoughtSignature, [e]);
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(e) = append_members(&message, &appended) {
+        out.edits.push(e);
+        appended_kinds.into_iter().for_each(|k| out.note(k));
+    }
+    out
+}
+
+/// Tool call `i` of the message's `tool_calls`, as an object.
+pub(super) fn tool_call(text: &str, message: &Object, i: usize) -> Option<Object> {
+    let calls = scan::array_at(text, message.get("tool_calls")?.value.start)?;
+    scan::object_at(text, calls.get(i)?.start)
+}
+
+/// The edit putting `signature` on a tool call object.
+pub(super) fn call_signature(text: &str, call: &Object, signature: &str) -> Option<Edit> {
+    match signature_edit(text, call, &json_str(signature)) {
+        SigEdit::Append(v) => append_members(call, &[("extra_content", v)]),
+        SigEdit::Edit(e) => Some(e),
+    }
+}
+
+/// How `extra_content.google.thought_signature` gets onto an object.
+enum SigEdit {
+    /// The object has no `extra_content`: append one with this value.
+    Append(String),
+    /// An edit inside (or of) the object's `extra_content`.
+    Edit(Edit),
+}
+
+/// Put the signature (JSON string `sig`) into `obj`'s `extra_content.google`, merging into the
+/// objects the client kept; a member that is not an object (or an empty signature) is replaced.
+fn signature_edit(text: &str, obj: &Object, sig: &str) -> SigEdit {
+    let google = format!(r#"{{"thought_signature":{sig}}}"#);
+    let Some(ec) = obj.get("extra_content") else {
+        return SigEdit::Append(format!(r#"{{"google":{google}}}"#));
+    };
+    let replace = |range: &std::ops::Range<usize>, value: String| {
+        SigEdit::Edit(Edit {
+            range: range.clone(),
+            replacement: value.into_bytes(),
+        })
+    };
+    let Some(extra) = scan::object_at(text, ec.value.start) else {
+        return replace(&ec.value, format!(r#"{{"google":{google}}}"#));
+    };
+    let Some(g) = extra.get("google") else {
+        return match append_members(&extra, &[("google", google.clone())]) {
+            Some(e) => SigEdit::Edit(e),
+            None => replace(&ec.value, format!(r#"{{"google":{google}}}"#)),
+        };
+    };
+    match scan::object_at(text, g.value.start) {
+        None => replace(&g.value, google),
+        Some(go) => match set_member(&go, "thought_signature", sig.to_owned()) {
+            Some(e) => SigEdit::Edit(e),
+            None => replace(&g.value, google),
+        },
+    }
+}
