@@ -13,6 +13,7 @@
 //! Modules are `pub` only where the binary, the integration tests or the benchmarks use them.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod config;
 pub(crate) mod credential;
 pub mod dialect;

@@ -1,4 +1,5 @@
-//! The `cachekeeper` command line: `serve` and `check`.
+//! The `cachekeeper` command line: `serve`, `check`, `verdicts` and `state`
+//! ([`cachekeeper::cli::state`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,6 +51,11 @@ enum Command {
         #[arg(long, num_args = 1..=2, value_names = ["HOST", "MODEL"])]
         clear: Option<Vec<String>>,
     },
+    /// Show what the state store holds (counts, bytes and ages per kind, host and model;
+    /// never content), or delete records with --purge.
+    ///
+    /// A running proxy notices a purge within a few seconds.
+    State(cachekeeper::cli::state::StateArgs),
 }
 
 fn load(path: &std::path::Path) -> Result<Loaded, ExitCode> {
@@ -68,6 +74,7 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Serve { config, listen } => serve(&config, listen),
         Command::Verdicts { config, clear } => verdicts(&config, clear.as_deref()),
+        Command::State(args) => cachekeeper::cli::state::run(&args),
     }
 }
 

@@ -14,6 +14,7 @@ use crate::response::fingerprint::Digest;
 use crate::response::Usage;
 use crate::rewrite::RewriteReport;
 use crate::route::{Endpoint, Route};
+use crate::state::seal::SealKey;
 use crate::telemetry::{redact_query, Outcome};
 
 /// What happened to the request body; the `body` field of the log line and header.
@@ -134,9 +135,12 @@ pub(crate) struct RequestCtx {
     pub error: Option<&'static str>,
     /// Where [`RequestCtx::error`] came from (`downstream`, `upstream`).
     pub error_source: Option<&'static str>,
-    /// [`crate::credential::scope`] of the request (phase "plan"; `""` without a
+    /// [`crate::credential::identify`]'s scope of the request (phase "plan"; `""` without a
     /// credential): what the captured carriers are scoped to.
     pub credential_scope: String,
+    /// The request credential's sealing key (phase "plan"; `None` without a credential):
+    /// captured carriers are stored sealed under it, or kept in memory only without one.
+    pub sealing: Option<SealKey>,
     /// The digest of the message the response answers (the request's last message, as the
     /// client sent it; phase "rewrite"), which fingerprints the response's turn.
     pub answers: Option<Digest>,
@@ -173,6 +177,7 @@ impl RequestCtx {
             error: None,
             error_source: None,
             credential_scope: String::new(),
+            sealing: None,
             answers: None,
             seen: ResponseSeen::default(),
             emitted: false,

@@ -105,13 +105,18 @@ impl Server {
         self.listener.local_addr()
     }
 
-    /// Serve until `shutdown` completes, then stop accepting and let in-flight requests
-    /// (streams included) finish for up to `shutdown_grace_ms`.
+    /// Serve until `shutdown` completes, then stop accepting, let in-flight requests
+    /// (streams included) finish for up to `shutdown_grace_ms`, and flush the state store's
+    /// queued writes ([`Store::flush`]).
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         let grace = Duration::from_millis(self.state.server.shutdown_grace_ms);
         let state = self.state;
+        let store = state.store.clone();
         let handler = move |req| phases::handle(Arc::clone(&state), req);
         crate::wire::listener::serve(self.listener, handler, shutdown, grace).await;
+        // The writes still queued (the last turns' carriers) reach the disk before the
+        // process exits; the flush waits on the writer thread, so off the runtime.
+        let _ = tokio::task::spawn_blocking(move || store.flush()).await;
     }
 }
 

@@ -2,18 +2,20 @@
 //! mid-stream break into the dialect's error event, feeds a copy of the body through the tee
 //! ([`crate::wire::tee`]) to the dialect's response observer ([`crate::response`]), and once
 //! the body has ended writes what that observer read into the context — usage, carriers seen,
-//! the captured turn into the store's memory — and then the request's log line.
+//! the captured turn into the store ([`carriers::save`]) — and then the request's log line.
 //!
-//! Everything here runs synchronously in the body's poll: memory writes only, no I/O, no
-//! lock held across an await. Nothing here can change or delay the client's bytes.
+//! Everything here runs synchronously in the body's poll: memory writes and a queued write
+//! to the store's writer thread, no I/O, no lock held across an await. Nothing here can
+//! change or delay the client's bytes.
 
 use bytes::Bytes;
 
 use crate::dialect::Dialect;
 use crate::proxy::ctx::RequestCtx;
 use crate::proxy::errors::midstream_error_event;
+use crate::reasoning::carriers;
 use crate::response::{self, fingerprint, ResponseSink};
-use crate::state::{Kind, Record, Store};
+use crate::state::Store;
 use crate::telemetry::Outcome;
 use crate::wire::stream::{BodyObserver, Break, End};
 use crate::wire::tee::{Framing, Tee};
@@ -21,7 +23,7 @@ use crate::wire::tee::{Framing, Tee};
 /// The copy of a generation response being observed, and where its turn goes.
 pub(crate) struct Observing {
     tee: Tee<ResponseSink>,
-    /// The store whose memory receives the captured turn.
+    /// The store that receives the captured turn.
     store: Store,
 }
 
@@ -81,9 +83,10 @@ impl ResponseObserver {
     }
 
     /// Observing is done (the stream's end marker went by, or the body ended): what the
-    /// dialect's observer read goes into the context, and the turn
-    /// with its carriers into the store's memory, keyed by (credential scope, upstream host,
-    /// model as the request named it, turn fingerprint).
+    /// dialect's observer read goes into the context, and the turn with its carriers into the
+    /// store ([`carriers::save`]: sealed under the credential's key, or memory only without
+    /// one), keyed by (credential scope, upstream host, model as the request named it, turn
+    /// fingerprint).
     fn finish_observing(&mut self, end: End) {
         let Some(mut o) = self.observing.take() else {
             return;
@@ -107,18 +110,15 @@ impl ResponseObserver {
             return;
         }
         let fp = fingerprint::turn_fingerprint(answers, turn);
-        let Ok(value) = serde_json::to_vec(turn) else {
-            return;
-        };
-        let key = carrier_key(&route.provider.host, model, &fp);
-        // Memory only: carriers reach the disk only encrypted (the restore issue).
-        o.store.remember(Record::new(
-            Kind::Carrier,
+        seen.turn_captured = carriers::save(
+            &o.store,
             &self.ctx.credential_scope,
-            &key,
-            value,
-        ));
-        seen.turn_captured = true;
+            self.ctx.sealing.as_ref(),
+            &route.provider.host,
+            model,
+            &fp,
+            turn,
+        );
     }
 
     /// Add a tap (tests): it sees the body after the observer's own counting, and its
@@ -128,12 +128,6 @@ impl ResponseObserver {
         self.taps.push(tap);
         self
     }
-}
-
-/// The record key of a captured turn within its credential scope: upstream host, model and
-/// the turn's fingerprint (hex), one per line.
-pub(crate) fn carrier_key(host: &str, model: &str, fp: &fingerprint::Fingerprint) -> String {
-    format!("{host}\n{model}\n{fp}")
 }
 
 impl BodyObserver for ResponseObserver {
@@ -390,6 +384,8 @@ mod tests {
         c.endpoint = Some(crate::route::Endpoint::Generate);
         c.model = doc.model.clone();
         c.credential_scope = "scope-a".into();
+        let sealing = crate::state::seal::SealKey::from_bytes([3; 32]);
+        c.sealing = Some(sealing.clone());
         c.answers = Some(fingerprint::message_digest(
             Dialect::Anthropic,
             &request[answers],
@@ -425,26 +421,31 @@ mod tests {
         let prev = fingerprint::message_digest(Dialect::Anthropic, m[0].to_string().as_bytes());
         let echoed =
             fingerprint::echoed_turn(Dialect::Anthropic, m[1].to_string().as_bytes()).unwrap();
+        let fp = fingerprint::turn_fingerprint(&prev, &echoed);
+        let model = doc.model.as_deref().unwrap();
         let key = crate::state::RecordKey {
-            kind: Kind::Carrier,
+            kind: crate::state::Kind::Carrier,
             scope: "scope-a".into(),
-            key: carrier_key(
-                "api.anthropic.com",
-                doc.model.as_deref().unwrap(),
-                &fingerprint::turn_fingerprint(&prev, &echoed),
-            ),
+            key: carriers::carrier_key("api.anthropic.com", model, &fp),
         };
         let rec = store
             .get_cached(&key)
             .expect("the captured turn is in memory");
-        let stored: serde_json::Value = serde_json::from_slice(&rec.value).unwrap();
-        assert!(!stored["carriers"].as_array().unwrap().is_empty());
-        // Another credential scope does not see it.
-        let other = crate::state::RecordKey {
-            scope: "scope-b".into(),
-            ..key
-        };
-        assert!(store.get_cached(&other).is_none());
+        // Sealed under the request credential's key: not JSON.
+        assert!(serde_json::from_slice::<serde_json::Value>(&rec.value).is_err());
+        use carriers::TurnLookup;
+        let found =
+            carriers::StoreLookup::new(&store, "scope-a", Some(&sealing), "api.anthropic.com")
+                .find(model, &fp)
+                .expect("the lookup opens it");
+        assert!(!found.carriers.is_empty());
+        // Another credential does not see it.
+        let other = crate::state::seal::SealKey::from_bytes([4; 32]);
+        assert!(
+            carriers::StoreLookup::new(&store, "scope-b", Some(&other), "api.anthropic.com")
+                .find(model, &fp)
+                .is_none()
+        );
     }
 
     /// Garbage instead of JSON: the client's bytes are untouched (the observer only reads),

@@ -31,8 +31,13 @@ pub(crate) struct Plan {
     pub upstream_path: String,
     /// The model named in the path (Gemini), used when the body has none.
     pub path_model: Option<String>,
-    /// [`crate::credential::scope`] of the request: transcodes are never shared across it.
+    /// [`crate::credential::identify`]'s scope of the request: transcodes and captured
+    /// carriers are never shared across it.
     pub credential_scope: String,
+    /// The request credential's sealing key ([`crate::credential::identify`]; `None` without
+    /// a credential): what stored carriers are opened with.
+    #[allow(dead_code)] // read by the carrier lookup (being wired)
+    pub sealing: Option<crate::state::seal::SealKey>,
     /// The request's `content-encoding`, decoded before the passes.
     pub encoding: Option<String>,
     /// The request's `anthropic-beta` header.

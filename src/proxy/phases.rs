@@ -88,6 +88,7 @@ async fn proxy(
         Read::Buffered(original) => {
             let plan = Arc::new(plan(state, ctx, route, &headers, uri.clone()));
             ctx.credential_scope = plan.credential_scope.clone();
+            ctx.sealing = plan.sealing.clone();
             let client_headers = headers.clone();
             let passed = passes::run(&plan, &state.passes, original.clone(), None).await;
             passed.apply_headers(&mut headers);
@@ -219,11 +220,13 @@ fn plan(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
+    let credential = crate::credential::identify(headers, upstream_uri.query());
     Plan {
         dialect: ctx.dialect.unwrap_or(Dialect::Openai),
         upstream_path: format!("{}{}", route.base_path, ctx.rest),
         path_model: model_from_path(&ctx.rest).map(str::to_owned),
-        credential_scope: crate::credential::scope(headers, upstream_uri.query()),
+        credential_scope: credential.scope,
+        sealing: credential.sealing,
         encoding: header_str(header::CONTENT_ENCODING.as_str()),
         anthropic_beta: header_str("anthropic-beta"),
         droppable: state.reasoning.droppable_params.clone().into(),

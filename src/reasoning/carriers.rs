@@ -1,11 +1,29 @@
 //! Captured reasoning carriers between the response that produced them and the request that
-//! echoes their turn: the lookup the restore pass reads ([`TurnLookup`]).
+//! echoes their turn: where the observer saves them ([`save`]) and the lookup the restore pass
+//! reads ([`TurnLookup`], [`StoreLookup`]).
 //!
-//! A captured turn ([`CapturedTurn`]) is kept per (credential scope, upstream host, model as
-//! the request named it, turn fingerprint); see `docs/reasoning.md#carrier-restore`.
+//! A captured turn ([`CapturedTurn`]) is one [`Kind::Carrier`] record per (credential scope,
+//! upstream host, model as the request named it, turn fingerprint): scope = the credential's
+//! ([`crate::credential::identify`]), key = [`carrier_key`]. With a credential its JSON is
+//! sealed ([`crate::state::seal`], under the credential's own key) and stored (memory and
+//! disk); without one it stays in memory only. See `docs/state.md#carrier-records`.
+
+use std::time::{Duration, Instant};
 
 use crate::response::fingerprint::Fingerprint;
 use crate::response::turn::CapturedTurn;
+use crate::state::seal::{self, SealKey};
+use crate::state::{Kind, Record, RecordKey, Store};
+
+/// Longest one backend read of a carrier may wait, ms. The lookup runs on the passes'
+/// blocking thread, so this bounds how long a request can wait on a busy writer thread for
+/// one turn (a SQLite point read by primary key takes well under a millisecond).
+pub(crate) const BACKEND_READ_TIMEOUT_MS: u64 = 50;
+
+/// Longest all backend reads of one [`StoreLookup`] (one request) may wait together, ms:
+/// after it, turns are looked up in memory only (a long conversation echoing many unknown
+/// turns must not stall its request).
+pub(crate) const BACKEND_BUDGET_MS: u64 = 200;
 
 /// Where the restore pass finds captured turns: one request's view (its credential scope
 /// and upstream host are fixed by whoever builds it).
@@ -28,5 +46,376 @@ impl TurnLookup for () {
 impl TurnLookup for std::collections::HashMap<Fingerprint, CapturedTurn> {
     fn find(&self, _model: &str, fp: &Fingerprint) -> Option<CapturedTurn> {
         self.get(fp).cloned()
+    }
+}
+
+/// The record key of a captured turn within its credential scope: upstream host, model and
+/// the turn's fingerprint (64 hex digits), one per line: `"host\nmodel\nfingerprint"`.
+pub(crate) fn carrier_key(host: &str, model: &str, fp: &Fingerprint) -> String {
+    format!("{host}\n{model}\n{fp}")
+}
+
+fn record_key(scope: &str, host: &str, model: &str, fp: &Fingerprint) -> RecordKey {
+    RecordKey {
+        kind: Kind::Carrier,
+        scope: scope.to_owned(),
+        key: carrier_key(host, model, fp),
+    }
+}
+
+/// Keep `turn`, captured from a response of `model` (as the request named it) through
+/// upstream `host` for credential `scope`: with a `sealing` key, its JSON sealed with the
+/// record's key as associated data and [`Store::put`] (memory at once, disk by the writer);
+/// without, its JSON in memory only ([`Store::remember`]), never on disk. Returns false when
+/// it could not be kept (serializing or sealing failed; nothing is written).
+pub(crate) fn save(
+    store: &Store,
+    scope: &str,
+    sealing: Option<&SealKey>,
+    host: &str,
+    model: &str,
+    fp: &Fingerprint,
+    turn: &CapturedTurn,
+) -> bool {
+    let Ok(json) = serde_json::to_vec(turn) else {
+        return false;
+    };
+    let key = record_key(scope, host, model, fp);
+    match sealing {
+        Some(k) => {
+            let Some(sealed) = seal::seal(k, &seal::record_aad(&key), &json) else {
+                return false;
+            };
+            store.put(Record::new(Kind::Carrier, &key.scope, &key.key, sealed));
+        }
+        None => store.remember(Record::new(Kind::Carrier, &key.scope, &key.key, json)),
+    }
+    true
+}
+
+/// One request's view of the captured turns: its credential (scope and sealing key) and its
+/// upstream host. Reads memory first, then (with a credential) the backend, waiting at most
+/// [`BACKEND_READ_TIMEOUT_MS`] per turn and [`BACKEND_BUDGET_MS`] in all. Runs on a blocking
+/// thread (the passes'), never on the async runtime.
+///
+/// Fail open: a record that does not open (another key, altered bytes) or does not parse
+/// is unknown (`None`).
+pub(crate) struct StoreLookup<'a> {
+    store: &'a Store,
+    scope: &'a str,
+    sealing: Option<&'a SealKey>,
+    host: &'a str,
+    /// Backend reads stop after this.
+    deadline: Instant,
+}
+
+impl<'a> StoreLookup<'a> {
+    /// The view of credential `scope` (with its `sealing` key; `None` without a credential)
+    /// through upstream `host` (`route.provider.host`).
+    #[allow(dead_code)] // built by the passes (being wired)
+    pub(crate) fn new(
+        store: &'a Store,
+        scope: &'a str,
+        sealing: Option<&'a SealKey>,
+        host: &'a str,
+    ) -> Self {
+        Self {
+            store,
+            scope,
+            sealing,
+            host,
+            deadline: Instant::now() + Duration::from_millis(BACKEND_BUDGET_MS),
+        }
+    }
+}
+
+impl TurnLookup for StoreLookup<'_> {
+    fn find(&self, model: &str, fp: &Fingerprint) -> Option<CapturedTurn> {
+        let key = record_key(self.scope, self.host, model, fp);
+        let json = match self.sealing {
+            Some(k) => {
+                let rec = match self.store.get_cached(&key) {
+                    Some(r) => r,
+                    None => {
+                        let left = self.deadline.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            return None;
+                        }
+                        let wait = left.min(Duration::from_millis(BACKEND_READ_TIMEOUT_MS));
+                        self.store.get(&key, wait)?
+                    }
+                };
+                seal::open(k, &seal::record_aad(&key), &rec.value)?
+            }
+            // Without a credential nothing was written to disk: memory only.
+            None => self.store.get_cached(&key)?.value,
+        };
+        serde_json::from_slice(&json).ok()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::response::turn::{Call, Carrier};
+    use crate::state::{StoreOptions, DEFAULT_CACHE_BYTES, RELOAD_INTERVAL};
+    use std::path::Path;
+
+    /// Reasoning text with non-ASCII, escapes and U+2028.
+    const THOUGHT: &str = "The user wants Paris weather; call get_weather. \u{e9}t\u{e9} \"q\" \\n \u{2028} end-of-thought-7f3a";
+
+    fn turn() -> CapturedTurn {
+        CapturedTurn {
+            text: String::new(),
+            calls: vec![Call {
+                id: Some("call_0".into()),
+                name: "get_weather".into(),
+                arguments: "{\"city\":\"Paris\"}".into(),
+            }],
+            carriers: vec![
+                Carrier::ReasoningContent(THOUGHT.into()),
+                Carrier::AnthropicThinking {
+                    position: 0,
+                    thinking: THOUGHT.into(),
+                    signature: Some("EqQBCkYIARgCIkA=".into()),
+                },
+            ],
+        }
+    }
+
+    fn key(b: u8) -> SealKey {
+        SealKey::from_bytes([b; seal::KEY_BYTES])
+    }
+
+    fn fp(b: u8) -> Fingerprint {
+        Fingerprint([b; 32])
+    }
+
+    fn opts(dir: &Path) -> StoreOptions {
+        StoreOptions {
+            path: dir.join("state.db"),
+            retention_days: 30,
+            max_bytes: 1 << 30,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+
+    fn memory_store() -> Store {
+        Store::with_backend(
+            Box::new(crate::state::MemoryBackend::new()),
+            0,
+            u64::MAX,
+            1 << 20,
+        )
+    }
+
+    fn rows(path: &Path) -> i64 {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.query_row(
+            "SELECT COUNT(*) FROM records WHERE kind = 'carrier'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn save_then_lookup_with_the_same_credential_and_no_other() {
+        let s = memory_store();
+        let k = key(1);
+        assert!(save(
+            &s,
+            "scope-a",
+            Some(&k),
+            "api.deepseek.com",
+            "deepseek-chat",
+            &fp(1),
+            &turn()
+        ));
+        let same = StoreLookup::new(&s, "scope-a", Some(&k), "api.deepseek.com");
+        assert_eq!(same.find("deepseek-chat", &fp(1)), Some(turn()));
+        assert_eq!(same.find("deepseek-chat", &fp(2)), None, "another turn");
+        assert_eq!(
+            same.find("deepseek-reasoner", &fp(1)),
+            None,
+            "another model"
+        );
+        let other_host = StoreLookup::new(&s, "scope-a", Some(&k), "api.moonshot.ai");
+        assert_eq!(other_host.find("deepseek-chat", &fp(1)), None);
+        // Another credential: another scope, another key.
+        let k2 = key(2);
+        let other = StoreLookup::new(&s, "scope-b", Some(&k2), "api.deepseek.com");
+        assert_eq!(other.find("deepseek-chat", &fp(1)), None);
+        // Even one that claims the scope but has another key (a forged scope) opens nothing.
+        let forged = StoreLookup::new(&s, "scope-a", Some(&k2), "api.deepseek.com");
+        assert_eq!(forged.find("deepseek-chat", &fp(1)), None);
+        // No credential sees nothing of a credential's records.
+        let anon = StoreLookup::new(&s, "scope-a", None, "api.deepseek.com");
+        assert_eq!(anon.find("deepseek-chat", &fp(1)), None);
+        // The stored value is sealed, not the JSON.
+        let rec = s
+            .get_cached(&record_key(
+                "scope-a",
+                "api.deepseek.com",
+                "deepseek-chat",
+                &fp(1),
+            ))
+            .unwrap();
+        assert_eq!(rec.value[0], seal::FORMAT_V1);
+        assert!(serde_json::from_slice::<serde_json::Value>(&rec.value).is_err());
+    }
+
+    #[test]
+    fn without_a_credential_memory_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = opts(dir.path());
+        let s = Store::open(&o);
+        assert!(s.is_durable());
+        assert!(save(
+            &s,
+            "",
+            None,
+            "127.0.0.1:8080",
+            "qwen3",
+            &fp(3),
+            &turn()
+        ));
+        let l = StoreLookup::new(&s, "", None, "127.0.0.1:8080");
+        assert_eq!(l.find("qwen3", &fp(3)), Some(turn()));
+        s.flush();
+        assert_eq!(rows(&o.path), 0, "never reaches the backend");
+        drop(s);
+        let s = Store::open(&o);
+        let l = StoreLookup::new(&s, "", None, "127.0.0.1:8080");
+        assert_eq!(l.find("qwen3", &fp(3)), None, "gone on restart");
+    }
+
+    /// Every file SQLite writes (the database, its WAL, its shared-memory index).
+    fn file_bytes(path: &Path) -> Vec<u8> {
+        let mut all = Vec::new();
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            if let Ok(b) = std::fs::read(&p) {
+                all.extend_from_slice(&b);
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn the_state_file_holds_no_reasoning_and_a_restart_finds_the_carrier() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = opts(dir.path());
+        let s = Store::open(&o);
+        let k = key(9);
+        for i in 0..20 {
+            assert!(save(
+                &s,
+                "scope-a",
+                Some(&k),
+                "api.deepseek.com",
+                "deepseek-chat",
+                &fp(i),
+                &turn()
+            ));
+        }
+        s.flush();
+        assert_eq!(rows(&o.path), 20, "stored");
+        let bytes = file_bytes(&o.path);
+        for needle in [
+            THOUGHT.as_bytes(),
+            b"end-of-thought-7f3a",
+            b"get_weather",
+            b"EqQBCkYIARgCIkA=",
+            b"reasoning",
+        ] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{:?} found in the state file",
+                String::from_utf8_lossy(needle)
+            );
+        }
+        drop(s);
+        // A restarted proxy (same file, same credential) finds it; another key does not.
+        let s = Store::open(&o);
+        let l = StoreLookup::new(&s, "scope-a", Some(&k), "api.deepseek.com");
+        assert_eq!(l.find("deepseek-chat", &fp(7)), Some(turn()));
+        let k2 = key(8);
+        let other = StoreLookup::new(&s, "scope-a", Some(&k2), "api.deepseek.com");
+        assert_eq!(other.find("deepseek-chat", &fp(8)), None);
+    }
+
+    #[test]
+    fn unreadable_records_are_unknown_not_a_panic() {
+        let s = memory_store();
+        let k = key(4);
+        let rk = record_key("scope-a", "h", "m", &fp(1));
+        // Plain JSON where a sealed value belongs, garbage, a truncated seal, and a sealed
+        // value that is not a turn.
+        let bad_turn = seal::seal(&k, &seal::record_aad(&rk), b"{\"text\":1}").unwrap();
+        for value in [
+            serde_json::to_vec(&turn()).unwrap(),
+            b"\xff\xfe garbage".to_vec(),
+            vec![seal::FORMAT_V1; 10],
+            bad_turn,
+        ] {
+            s.put(Record::new(Kind::Carrier, &rk.scope, &rk.key, value));
+            let l = StoreLookup::new(&s, "scope-a", Some(&k), "h");
+            assert_eq!(l.find("m", &fp(1)), None);
+        }
+        // A sealed value moved to another record's key does not open there.
+        assert!(save(&s, "scope-a", Some(&k), "h", "m", &fp(2), &turn()));
+        let moved = s
+            .get_cached(&record_key("scope-a", "h", "m", &fp(2)))
+            .unwrap()
+            .value;
+        s.put(Record::new(Kind::Carrier, &rk.scope, &rk.key, moved));
+        assert_eq!(
+            StoreLookup::new(&s, "scope-a", Some(&k), "h").find("m", &fp(1)),
+            None
+        );
+        assert_eq!(
+            StoreLookup::new(&s, "scope-a", Some(&k), "h").find("m", &fp(2)),
+            Some(turn())
+        );
+        // Without a credential, a record that is not JSON is unknown.
+        s.remember(Record::new(
+            Kind::Carrier,
+            "",
+            &rk.key,
+            b"not json".to_vec(),
+        ));
+        assert_eq!(StoreLookup::new(&s, "", None, "h").find("m", &fp(1)), None);
+    }
+
+    #[test]
+    fn a_purge_by_another_process_is_noticed_by_a_running_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = opts(dir.path());
+        let proxy = Store::open(&o);
+        let k = key(5);
+        assert!(save(&proxy, "scope-a", Some(&k), "h", "m", &fp(1), &turn()));
+        proxy.flush();
+        let l = StoreLookup::new(&proxy, "scope-a", Some(&k), "h");
+        assert_eq!(l.find("m", &fp(1)), Some(turn()), "cached");
+        // The CLI deletes every carrier from the file.
+        {
+            let mut cli = crate::state::SqliteBackend::open(&o.path, o.max_bytes).unwrap();
+            assert_eq!(
+                crate::state::Backend::prune(&mut cli, Kind::Carrier, i64::MAX).unwrap(),
+                1
+            );
+        }
+        let deadline = Instant::now() + RELOAD_INTERVAL * 3;
+        loop {
+            let l = StoreLookup::new(&proxy, "scope-a", Some(&k), "h");
+            if l.find("m", &fp(1)).is_none() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "purge not noticed");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }

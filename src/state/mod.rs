@@ -25,6 +25,7 @@
 mod cache;
 pub(crate) mod memory;
 pub mod rejected;
+pub(crate) mod seal;
 pub(crate) mod sqlite;
 pub(crate) mod verdicts;
 
@@ -330,9 +331,6 @@ impl StoreOptions {
 enum Op {
     Put(Record),
     Delete(RecordKey),
-    // The record API (read-through `get`, `put`, sizes): the backend suite uses it today;
-    // carriers and sessions (issues 9, 10) write through it.
-    #[cfg_attr(not(test), allow(dead_code))]
     /// Read through to the backend; the answer goes to the sender.
     Get(RecordKey, mpsc::Sender<Option<Record>>),
     /// The backend's total size ([`Backend::total_bytes`]) goes to the sender.
@@ -469,7 +467,6 @@ impl Store {
         self.cache()?.get(key)
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // the record API: see `Record::new`
     /// The record at `key`: from memory, else from the backend, waiting at most `timeout`
     /// (not for the hot path of a request that can do without it). A record read from the
     /// backend enters the cache.
@@ -490,7 +487,6 @@ impl Store {
         Some(rec)
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // the record API: see `Record::new`
     /// Store `rec`: in memory at once, in the backend by the writer thread.
     pub(crate) fn put(&self, rec: Record) {
         if let Some(mut c) = self.cache() {

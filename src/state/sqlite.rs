@@ -123,6 +123,16 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// A stored record without its value ([`SqliteBackend::list`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RecordInfo {
+    pub key: RecordKey,
+    /// [`Record::size`], bytes.
+    pub bytes: u64,
+    /// When it was written, Unix seconds.
+    pub written_at: i64,
+}
+
 /// Records in a SQLite file.
 pub(crate) struct SqliteBackend {
     conn: Connection,
@@ -162,6 +172,38 @@ impl SqliteBackend {
     pub(crate) fn open_read_only(path: &Path) -> Result<Self, StateError> {
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         Self::over(conn)
+    }
+
+    /// Every record's key, size ([`Record::size`], bytes) and `written_at` (Unix seconds),
+    /// without its value, sorted by kind name, scope and key (`cachekeeper state`). Rows of
+    /// a kind this build does not know are skipped.
+    pub(crate) fn list(&self) -> Result<Vec<RecordInfo>, StateError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT kind, scope, key, bytes, written_at FROM records ORDER BY kind, scope, key",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            let name: String = r.get(0)?;
+            let bytes: i64 = r.get(3)?;
+            Ok((
+                name,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                u64::try_from(bytes).unwrap_or(0),
+                r.get::<_, i64>(4)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, scope, key, bytes, written_at) = row?;
+            if let Some(kind) = Kind::from_name(&name) {
+                out.push(RecordInfo {
+                    key: RecordKey { kind, scope, key },
+                    bytes,
+                    written_at,
+                });
+            }
+        }
+        Ok(out)
     }
 
     fn over(conn: Connection) -> Result<Self, StateError> {
