@@ -27,7 +27,8 @@ pub struct StateArgs {
     /// Path of proxy.toml (its `[state] path` names the database).
     #[arg(long, short)]
     pub config: PathBuf,
-    /// Only records of this kind: verdict, carrier, session, usage, watermark.
+    /// Only records of this kind (verdict, carrier, rejected_signature, ...; an unknown name
+    /// lists them all).
     #[arg(long, value_name = "KIND")]
     pub kind: Option<String>,
     /// Delete the records (every kind, or KIND's) and print how many.
@@ -183,7 +184,9 @@ fn host_model(kind: Kind, key: &str) -> (String, String) {
         }
         Kind::Verdict => serde_json::from_str::<(String, String)>(key)
             .unwrap_or_else(|_| ("?".to_owned(), "?".to_owned())),
-        Kind::Session | Kind::Usage | Kind::Watermark => ("-".to_owned(), "-".to_owned()),
+        Kind::Session | Kind::Usage | Kind::Watermark | Kind::RejectedSignature => {
+            ("-".to_owned(), "-".to_owned())
+        }
     };
     (clean(&host), clean(&model))
 }
