@@ -217,6 +217,14 @@ fn table(header: &[&str], right_from: usize) -> Table {
     t
 }
 
+/// `t`'s lines without the padding after the last column.
+fn push_table(out: &mut String, t: &Table) {
+    for line in t.to_string().lines() {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+}
+
 /// The listing: a summary line, one row per kind (records, bytes, distinct credential
 /// scopes, oldest and newest age), then one row per (kind, host, model).
 fn render(records: &[RecordInfo], now: i64, path: &Path) -> String {
@@ -261,8 +269,8 @@ fn render(records: &[RecordInfo], now: i64, path: &Path) -> String {
             newest,
         ]);
     }
-    out.push_str(&t.to_string());
-    out.push_str("\n\n");
+    push_table(&mut out, &t);
+    out.push('\n');
     let mut t = table(
         &[
             "kind", "host", "model", "records", "bytes", "oldest", "newest",
@@ -281,8 +289,7 @@ fn render(records: &[RecordInfo], now: i64, path: &Path) -> String {
             newest,
         ]);
     }
-    out.push_str(&t.to_string());
-    out.push('\n');
+    push_table(&mut out, &t);
     out
 }
 
@@ -397,6 +404,8 @@ mod tests {
         for secret in [scope_a, &scope_a[..8], scope_b, &fp[..8]] {
             assert!(!text.contains(secret), "{secret} shown: {text}");
         }
+        assert!(text.lines().all(|l| !l.ends_with(' ')), "{text:?}");
+        assert!(text.ends_with("30s\n"), "{text:?}");
         assert_eq!(
             render(&[], now, Path::new("/s/state.db")),
             "no records in /s/state.db\n"

@@ -36,7 +36,6 @@ pub(crate) struct Plan {
     pub credential_scope: String,
     /// The request credential's sealing key ([`crate::credential::identify`]; `None` without
     /// a credential): what stored carriers are opened with.
-    #[allow(dead_code)] // read by the carrier lookup (being wired)
     pub sealing: Option<crate::state::seal::SealKey>,
     /// The request's `content-encoding`, decoded before the passes.
     pub encoding: Option<String>,
