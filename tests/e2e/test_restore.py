@@ -298,7 +298,7 @@ def responses_loop(at: At, stream: bool, headers: dict[str, str], loop: Loop) ->
                 for _ev in s:
                     pass
                 r = s.get_final_response()
-                rewrites = s.response.headers.get(REWRITES_HEADER) if hasattr(s, "response") else None
+                rewrites = s._response.headers.get(REWRITES_HEADER)  # the SDK keeps the HTTP response private here
         else:
             raw = client.responses.with_raw_response.create(**kwargs)
             r, rewrites = raw.parse(), raw.headers.get(REWRITES_HEADER)
@@ -343,8 +343,8 @@ class Dialect:
     def run(self, at: str | At, sent: Capture, stream: bool, loop: Loop) -> Loop:
         """Run the loop: every request to base URL ``at``, or to the client ``at(k)`` gives."""
         if isinstance(at, str):
-            base = at
-            at = lambda _k: self.client(base, sent)  # noqa: E731
+            client = self.client(at, sent)
+            at = lambda _k: client  # noqa: E731
         h = knobs(self.mode)
         if self.mode == "deepseek":
             return chat_loop(at, DEEPSEEK_MODEL, stream, h, loop, "reasoning_content")
@@ -663,9 +663,10 @@ def test_another_key_replaying_the_conversation_gets_nothing_restored(
     d = DIALECTS[mode]
     base = restore_proxy.base_url + ROUTE[mode]
     other = OTHER_OPENAI_KEY if mode == "deepseek" else OTHER_ANTHROPIC_KEY
+    clients = [d.client(base, sent), d.client(base, sent, other)]
     loop = Loop()
     with pytest.raises(SDK_ERRORS) as info:
-        d.run(lambda k: d.client(base, sent, None if k == 0 else other), sent, False, loop)
+        d.run(lambda k: clients[min(k, 1)], sent, False, loop)
     assert len(loop.turns) == 1 and status_of(info.value) == 400
     rec = mock.last("POST", d.path)
     (key, carrier), = loop.carriers()
