@@ -763,9 +763,14 @@ def _responses(state: StrictState, req: dict[str, Any], stream: bool, rounds: in
         ]
     else:
         text = second["content"][0]["text"]
+        part = second["content"][0]
+        at = {"item_id": msg_id, "output_index": 1, "content_index": 0}
         events += [
             ev("response.output_item.added", {"output_index": 1, "item": dict(second, content=[], status="in_progress")}),
-            ev("response.output_text.delta", {"item_id": msg_id, "output_index": 1, "content_index": 0, "delta": text, "logprobs": []}),
+            ev("response.content_part.added", {**at, "part": dict(part, text="")}),
+            ev("response.output_text.delta", {**at, "delta": text, "logprobs": []}),
+            ev("response.output_text.done", {**at, "text": text, "logprobs": []}),
+            ev("response.content_part.done", {**at, "part": part}),
             ev("response.output_item.done", {"output_index": 1, "item": second}),
         ]
     events.append(ev("response.completed", {"response": response_obj("completed", output, usage)}))

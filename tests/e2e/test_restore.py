@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -752,3 +753,43 @@ def test_anthropic_turns_sent_with_their_thinking_go_upstream_byte_identical(
     assert msg.stop_reason == "end_turn"
     got = [r.value for r in mock.last("POST").carriers if r.kind == "thinking"]
     assert len(got) == ROUNDS and all(sm.TRICKY in t for t, _sig in got)
+
+
+# =============================================================================================
+# `cachekeeper state`: what the store holds (never content), and --purge
+# =============================================================================================
+
+
+def state_command(config: Path, *args: str) -> str:
+    from conftest import _binary
+
+    p = subprocess.run([str(_binary()), "state", "--config", str(config), *args], capture_output=True, timeout=30)
+    assert p.returncode == 0, p.stderr.decode("utf-8", "replace")
+    return p.stdout.decode("utf-8", "replace")
+
+
+@NEEDS_RESTORE
+def test_state_command_lists_carriers_and_purge_forgets_them(mock: MockUpstream, tmp_path: Path, sent: Capture) -> None:
+    d = DIALECTS["deepseek"]
+    with launch_proxy(tmp_path, routes_toml(mock)) as p:
+        loop = d.run(p.base_url + ROUTE["deepseek"], sent, False, Loop())
+    assert loop.text
+    config = tmp_path / "proxy.toml"
+    listing = state_command(config)
+    host = mock.url.removeprefix("http://")
+    rows = [line.split() for line in listing.splitlines()]
+    # one captured turn per response: the ROUNDS tool rounds and the final answer
+    assert ["carrier", host, DEEPSEEK_MODEL, str(ROUNDS + 1)] in [r[:4] for r in rows], listing
+    for v in carrier_strings(loop):
+        assert v not in listing and v[:16] not in listing
+    purged = state_command(config, "--purge")
+    assert str(ROUNDS + 1) in purged, purged
+    assert not [r for r in (line.split() for line in state_command(config).splitlines()) if r[:1] == ["carrier"]]
+    # the conversation's last request again, on a proxy over the purged store: nothing to restore
+    last = sent.requests[-1]
+    with launch_proxy(tmp_path, routes_toml(mock)) as p, httpx2.Client(timeout=30.0) as http:
+        url = p.base_url + "/deepseek" + last.url.split("/deepseek", 1)[1]
+        headers = {k: v for k, v in last.headers.items() if k.lower() not in ("content-length", "host")}
+        r = http.post(url, content=last.body, headers=headers)
+    assert r.status_code == 400
+    assert mock.last("POST", d.path).strict_error is not None
