@@ -25,10 +25,13 @@ use crate::images::profile::ImageProfile;
 use crate::images::recovery::ImageRejectionKind;
 use crate::json::{self, Edit};
 use crate::provider::ResolvedProvider;
+use crate::reasoning::carriers::TurnLookup;
+use crate::reasoning::restore::{self, RestoreContext, RestoreCounts};
 use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts, Shaped};
+use crate::response::fingerprint::{message_digest, Digest};
 use crate::state::rejected::SignatureLookup;
-use crate::state::FieldSet;
 pub(crate) use crate::state::VerdictLookup;
+use crate::state::{Field, FieldSet};
 
 mod report;
 mod stream_usage;
@@ -49,9 +52,10 @@ pub struct RewriteOutcome {
     pub reasoning_route: Option<ResolvedRoute>,
     /// The learned unknown fields that shaping omitted.
     pub omitted: FieldSet,
-    /// Byte range, in the body as given, of the message the response will answer
-    /// ([`dialect::last_message`]): the response's turn is fingerprinted by it.
-    pub answers: Option<std::ops::Range<usize>>,
+    /// The digest of the message the response will answer ([`dialect::last_message`], as
+    /// the client sent it; [`message_digest`] ignores carriers and cache markers, so a
+    /// restored body gives the same): the response's turn is fingerprinted by it.
+    pub answers: Option<Digest>,
 }
 
 /// Inputs of reasoning shaping (pass 6) that come from the route and the request headers.
@@ -96,7 +100,8 @@ pub struct RewriteContext<'a> {
     pub usage_in_streams: bool,
 }
 
-/// Run every request pass for the dialect on `body`, over one parse.
+/// Run every request pass for the dialect on `body`, over one parse (no carrier restore:
+/// that needs the proxy's store; see [`rewrite_with_restore`]).
 ///
 /// The body is parsed once ([`dialect::parse`]). Passes 1–4 (image repair, downscale, repeat
 /// cap, eviction; [`crate::images::passes`]) read its image sites on every dialect; pass 6
@@ -112,8 +117,87 @@ pub fn rewrite_request(
     body: &[u8],
 ) -> Result<RewriteOutcome, ParseError> {
     let doc = dialect::parse(body, ctx.dialect)?;
-    let (mut image_edits, mut outcome) = image_passes(ctx, &doc);
-    outcome.answers = dialect::last_message(&doc);
+    rewrite_doc(ctx, body, &doc)
+}
+
+/// [`rewrite_request`] with pass 5, carrier restore ([`crate::reasoning::restore`]), reading
+/// captured turns from `carriers` (the proxy's store, seen with this request's credential
+/// scope and upstream host). Restore runs first, on the body as received: when it re-attaches
+/// anything, the other passes run on the restored body (a second parse), so the image passes
+/// and shaping see the turns as the provider sent them, and shaping decides what of them goes
+/// out (a strict route still gets no carrier). Restore is skipped when `ctx.reasoning` is
+/// unset, when the request names no model, and for a (host, model) learned as
+/// [`Field::NoRestore`].
+///
+/// Errors: as [`rewrite_request`].
+pub(crate) fn rewrite_with_restore(
+    ctx: &RewriteContext<'_>,
+    carriers: &dyn TurnLookup,
+    body: &[u8],
+) -> Result<RewriteOutcome, ParseError> {
+    let doc = dialect::parse(body, ctx.dialect)?;
+    let Some((restored, counts, reasons)) = restore_pass(ctx, carriers, &doc) else {
+        return rewrite_doc(ctx, body, &doc);
+    };
+    let mut out = match dialect::parse(&restored, ctx.dialect) {
+        Ok(doc) => rewrite_doc(ctx, &restored, &doc)?,
+        // Cannot happen for edits of one parse; the original goes through the passes.
+        Err(_) => return rewrite_doc(ctx, body, &doc),
+    };
+    let sent = out.body.take().unwrap_or(restored);
+    if sent == body {
+        // Shaping took off all that was restored (a route that reads none of it): the
+        // request is the client's, and the report says what the passes do to it.
+        return rewrite_doc(ctx, body, &doc);
+    }
+    out.body = Some(sent);
+    out.report.restore = counts;
+    out.report.reasons.splice(0..0, reasons);
+    Ok(out)
+}
+
+/// Pass 5: the restored body, what was restored and why; `None` when nothing was.
+fn restore_pass(
+    ctx: &RewriteContext<'_>,
+    carriers: &dyn TurnLookup,
+    doc: &Doc<'_>,
+) -> Option<(Vec<u8>, RestoreCounts, Vec<String>)> {
+    let inputs = ctx.reasoning.as_ref()?;
+    let model = doc.model.as_deref().or(inputs.path_model)?;
+    if inputs
+        .verdicts
+        .omit(&inputs.provider.host, model)
+        .contains(&Field::NoRestore)
+    {
+        return None;
+    }
+    let restored = restore::restore_parsed(
+        &RestoreContext {
+            dialect: ctx.dialect,
+            lookup: carriers,
+            model,
+            provider: inputs.provider,
+        },
+        doc.text,
+        &doc.top,
+    );
+    if restored.edits.is_empty() {
+        return None;
+    }
+    let new = json::splice(doc.text.as_bytes(), restored.edits).ok()?;
+    Some((new, restored.counts, restored.reasons))
+}
+
+/// The passes after restore over one parse of `body` (`doc`).
+fn rewrite_doc(
+    ctx: &RewriteContext<'_>,
+    body: &[u8],
+    doc: &Doc<'_>,
+) -> Result<RewriteOutcome, ParseError> {
+    let (mut image_edits, mut outcome) = image_passes(ctx, doc);
+    outcome.answers = dialect::last_message(doc)
+        .and_then(|r| body.get(r))
+        .map(|m| message_digest(ctx.dialect, m));
     // The usage request is a top-level edit that no image edit overlaps; it travels with the
     // image edits (shaping, which may drop top-level parameters, then sees it like them).
     // A host learned to reject `stream_options` for the model never gets it added.
@@ -127,7 +211,7 @@ pub fn rewrite_request(
     };
     let wanted =
         ctx.usage_in_streams && !ctx.reasoning.as_ref().and_then(rejected).unwrap_or(false);
-    if let Some(e) = wanted.then(|| stream_usage::edit(&doc)).flatten() {
+    if let Some(e) = wanted.then(|| stream_usage::edit(doc)).flatten() {
         image_edits.push(e);
         outcome.report.usage_in_streams = true;
         outcome.report.reasons.push(stream_usage::REASON.to_owned());
@@ -137,7 +221,7 @@ pub fn rewrite_request(
         return Ok(outcome);
     };
     let first_changed_byte = image_edits.iter().map(|e| e.range.start).min();
-    let shaped = shape_pass(inputs, &doc, first_changed_byte, &mut outcome);
+    let shaped = shape_pass(inputs, doc, first_changed_byte, &mut outcome);
     match json::edit::splice_all(body, &[&image_edits, &shaped.edits]) {
         Ok(new) => {
             outcome.body = (new != body).then_some(new);
@@ -295,6 +379,7 @@ fn image_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> (Vec<Edit>, RewriteO
         reasons,
         shape: ShapeCounts::default(),
         usage_in_streams: false,
+        restore: RestoreCounts::default(),
     };
     (
         edits,
@@ -726,5 +811,88 @@ mod tests {
         assert!(content[0].get("cache_control").is_none());
         assert_eq!(content[1]["type"], "text");
         assert_eq!(content[1]["cache_control"], json!({"type": "ephemeral"}));
+    }
+
+    /// The captured turn of `with_rc`'s assistant message, keyed as its echo finds it.
+    fn captured(
+        with_rc: &Value,
+    ) -> std::collections::HashMap<
+        crate::response::fingerprint::Fingerprint,
+        crate::response::turn::CapturedTurn,
+    > {
+        let body = serde_json::to_vec(with_rc).unwrap();
+        crate::response::fingerprint::echoed_turns(Dialect::Openai, &body)
+            .into_iter()
+            .map(|t| (t.fingerprint, t.turn))
+            .collect()
+    }
+
+    #[test]
+    fn restore_runs_before_shaping_which_decides_what_goes_out() {
+        let turn = |rc: bool| {
+            let mut m = json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_0", "type": "function",
+                 "function": {"name": "f", "arguments": "{}"}}]});
+            if rc {
+                m["reasoning_content"] = json!("why \u{2028} \"quoted\" é");
+            }
+            json!({"model": "m", "messages": [
+                {"role": "user", "content": "go"}, m,
+                {"role": "tool", "tool_call_id": "call_0", "content": "done"}]})
+        };
+        let known = captured(&turn(true));
+        let dropped = serde_json::to_vec(&turn(false)).unwrap();
+        let images = ImagesConfig::default();
+        // A route that reads reasoning_content gets it back, byte-exact in value.
+        let local = ResolvedProvider::resolve(Some("local"), "127.0.0.1", None);
+        let ctx = with_reasoning(Dialect::Openai, &images, &local, "/v1/chat/completions");
+        let before = parses();
+        let out = rewrite_with_restore(&ctx, &known, &dropped).unwrap();
+        assert_eq!(parses() - before, 2, "the restored body is parsed again");
+        assert_eq!(out.report.restore.turns, 1);
+        assert_eq!(out.report.restore.reasoning_content, 1);
+        let v: Value = serde_json::from_slice(out.body.as_ref().unwrap()).unwrap();
+        assert_eq!(v, turn(true));
+        assert_eq!(
+            rewrite_with_restore(&ctx, &known, &dropped).unwrap().body,
+            out.body,
+            "deterministic"
+        );
+        // The digest the response is keyed by is the client's, restored or not.
+        let plain = rewrite_with_restore(&ctx, &(), &dropped).unwrap();
+        assert_eq!(plain.answers, out.answers);
+        // A turn the client sends with its carrier is left as it is: nothing to change.
+        let kept = serde_json::to_vec(&turn(true)).unwrap();
+        let before = parses();
+        let out = rewrite_with_restore(&ctx, &known, &kept).unwrap();
+        assert_eq!(parses() - before, 1);
+        assert_eq!(out.body, None);
+        // A strict route reads no carrier: what restore added is taken off again, and the
+        // request goes as the client sent it.
+        let mistral = ResolvedProvider::resolve(None, "api.mistral.ai", None);
+        let ctx = with_reasoning(Dialect::Openai, &images, &mistral, "/v1/chat/completions");
+        let out = rewrite_with_restore(&ctx, &known, &dropped).unwrap();
+        assert_eq!(out.body, None);
+        assert_eq!(out.report.restore.turns, 0);
+        // A (host, model) learned as "no restore" gets none.
+        struct NoRestore;
+        impl VerdictLookup for NoRestore {
+            fn omit(&self, _host: &str, _model: &str) -> FieldSet {
+                FieldSet::from([crate::state::Field::NoRestore])
+            }
+        }
+        let ctx = RewriteContext {
+            reasoning: with_reasoning(Dialect::Openai, &images, &local, "/v1/chat/completions")
+                .reasoning
+                .map(|r| ReasoningInputs {
+                    verdicts: &NoRestore,
+                    ..r
+                }),
+            ..with_reasoning(Dialect::Openai, &images, &local, "/v1/chat/completions")
+        };
+        assert_eq!(
+            rewrite_with_restore(&ctx, &known, &dropped).unwrap().body,
+            None
+        );
     }
 }

@@ -682,3 +682,124 @@ async fn a_rejected_thinking_signature_is_stripped_retried_once_and_remembered()
     // A request whose rejected block is already gone teaches nothing: the 400 passes through.
     proxy.stop().await;
 }
+
+/// A Chat mock for carrier restore: every answer is a tool call with `reasoning_content`.
+/// Model `needs-rc` refuses an assistant tool-call turn without its reasoning (DeepSeek's
+/// rule); model `rejects-rc` refuses any `reasoning_content` in input (a model that takes none).
+fn restore_mock() -> Handler {
+    Arc::new(|r: &Recorded| {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let echoed: Vec<&Value> = v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .collect();
+        let model = v["model"].as_str().unwrap();
+        if model == "needs-rc"
+            && echoed
+                .iter()
+                .any(|m| m["reasoning_content"] != json!("Call the tool.\u{2028}é"))
+        {
+            return json_response(
+                400,
+                r#"{"error":{"message":"Missing `reasoning_content` field in the assistant message at message index 1.","type":"invalid_request_error"}}"#,
+            );
+        }
+        if model == "rejects-rc" && echoed.iter().any(|m| m.get("reasoning_content").is_some()) {
+            return json_response(
+                400,
+                r#"{"error":{"message":"Unrecognized request argument supplied: reasoning_content","type":"invalid_request_error"}}"#,
+            );
+        }
+        let n = echoed.len();
+        json_response(
+            200,
+            &json!({"id": "c", "object": "chat.completion", "model": model,
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": null,
+                    "reasoning_content": "Call the tool.\u{2028}é",
+                    "tool_calls": [{"id": format!("call_{n}"), "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}})
+            .to_string(),
+        )
+    })
+}
+
+/// The conversation after `turns` tool rounds, as an agent that drops `reasoning_content`
+/// rebuilds it.
+fn dropped_rc_body(model: &str, turns: usize) -> String {
+    let mut messages = vec![json!({"role": "user", "content": "weather in Paris?"})];
+    for i in 0..turns {
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("call_{i}"), "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}));
+        messages
+            .push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": "sunny"}));
+    }
+    json!({"model": model, "messages": messages}).to_string()
+}
+
+#[tokio::test]
+async fn restore_puts_back_dropped_reasoning_and_backs_off_when_it_is_refused() {
+    let mock = start_mock(restore_mock()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&config(&mock, &dir.path().join("state.db"), "local")).await;
+
+    // needs-rc: each turn's reasoning is captured and restored on the next; the mock checks it.
+    for turns in 0..3 {
+        let (status, headers, body) = post(&proxy, &dropped_rc_body("needs-rc", turns)).await;
+        assert_eq!(
+            status,
+            200,
+            "turn {turns}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+        assert!(h.contains(&format!("reasoning_restored={turns};")), "{h}");
+        assert!(
+            h.contains(&format!("restored_reasoning_content={turns};")),
+            "{h}"
+        );
+    }
+    assert_eq!(mock.count(), 3, "never refused");
+    // Another credential gets nothing restored: the provider's 400 reaches it.
+    let (status, _, _) = send(
+        &client(),
+        &proxy.url("/v/v1/chat/completions"),
+        &[("authorization", "Bearer sk-other")],
+        dropped_rc_body("needs-rc", 1),
+    )
+    .await;
+    assert_eq!(status, 400);
+
+    // rejects-rc: the restored field is refused; one retry with the client's own carriers,
+    // and restore stays off for the model.
+    let (status, _, _) = post(&proxy, &dropped_rc_body("rejects-rc", 0)).await;
+    assert_eq!(status, 200);
+    let before = mock.count();
+    let (status, headers, body) = post(&proxy, &dropped_rc_body("rejects-rc", 1)).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(mock.count(), before + 2, "one retry");
+    let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(h.contains("retried_without=restore"), "{h}");
+    let reqs = mock.requests.lock().unwrap().clone();
+    let first: Value = serde_json::from_slice(&reqs[before].body).unwrap();
+    assert_eq!(
+        first["messages"][1]["reasoning_content"],
+        "Call the tool.\u{2028}é"
+    );
+    let retry: Value = serde_json::from_slice(&reqs[before + 1].body).unwrap();
+    assert!(retry["messages"][1].get("reasoning_content").is_none());
+    let (status, headers, _) = post(&proxy, &dropped_rc_body("rejects-rc", 1)).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        mock.count(),
+        before + 3,
+        "restore is off: no refusal, no retry"
+    );
+    let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(h.contains("reasoning_restored=0;"), "{h}");
+    proxy.stop().await;
+}

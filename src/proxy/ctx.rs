@@ -63,6 +63,9 @@ pub(crate) enum Retried {
     /// The upstream rejected a thinking signature; this many signed blocks were remembered
     /// as rejected and stripped.
     Signatures(usize),
+    /// The upstream rejected what carrier restore added; sent again with the client's own
+    /// carriers only (restore off for the host and model from now on).
+    NoRestore,
 }
 
 impl Retried {
@@ -72,6 +75,7 @@ impl Retried {
             Retried::Without(fields) => fields.clone(),
             Retried::Image(kind) => format!("image:{}", kind.label()),
             Retried::Signatures(n) => format!("thinking_signatures:{n}"),
+            Retried::NoRestore => "restore".to_owned(),
         }
     }
 }
@@ -277,6 +281,15 @@ impl RequestCtx {
             flags_added = c.flags_added,
             binding_set = usize::from(c.binding_set),
             usage_in_streams = usize::from(r.usage_in_streams),
+            reasoning_restored = r.restore.turns,
+            restored_reasoning_content = r.restore.reasoning_content,
+            restored_reasoning = r.restore.reasoning,
+            restored_reasoning_details = r.restore.reasoning_details,
+            restored_thought_signature = r.restore.thought_signature,
+            restored_thinking = r.restore.thinking,
+            restored_redacted_thinking = r.restore.redacted_thinking,
+            restored_reasoning_item = r.restore.reasoning_item,
+            restored_placeholder_signature = r.restore.placeholder_signature,
             body = self.body.as_str(),
             dry_run = self.dry_run(),
             ttfb_ms = self.ttfb_ms,
@@ -395,6 +408,17 @@ pub(crate) mod tests {
                 params_dropped: 16,
                 flags_added: 17,
                 binding_set: true,
+            },
+            restore: crate::reasoning::restore::RestoreCounts {
+                turns: 19,
+                reasoning_content: 20,
+                reasoning: 21,
+                reasoning_details: 22,
+                thought_signature: 23,
+                thinking: 24,
+                redacted_thinking: 25,
+                reasoning_item: 26,
+                placeholder_signature: 27,
             },
             ..RewriteReport::default()
         };

@@ -11,10 +11,12 @@ use crate::dialect::Dialect;
 use crate::images::cache::TranscodeCache;
 use crate::images::recovery::ImageRejectionKind;
 use crate::proxy::ctx::BodyFate;
+use crate::reasoning::carriers::StoreLookup;
 use crate::reasoning::ResolvedRoute;
-use crate::response::fingerprint::{self, Digest};
+use crate::response::fingerprint::Digest;
 use crate::rewrite::{
-    rewrite_request, ReasoningInputs, RewriteContext, RewriteOutcome, RewriteReport, VerdictLookup,
+    rewrite_with_restore, ReasoningInputs, RewriteContext, RewriteOutcome, RewriteReport,
+    VerdictLookup,
 };
 use crate::route::Route;
 use crate::state::rejected::ScopedRejections;
@@ -119,11 +121,7 @@ pub(crate) async fn run(
     let joined = tokio::task::spawn_blocking(move || {
         let decoded = crate::wire::body::decode(job.encoding.as_deref(), &input, job.limit)?;
         Some(run_blocking(&job, &decoded, recovery).map(|outcome| {
-            let answers = outcome
-                .answers
-                .clone()
-                .and_then(|r| decoded.get(r))
-                .map(|m| fingerprint::message_digest(job.dialect, m));
+            let answers = outcome.answers;
             (outcome, answers)
         }))
     })
@@ -172,6 +170,12 @@ fn run_blocking(
 ) -> Result<RewriteOutcome, crate::dialect::ParseError> {
     let route = &plan.route;
     let rejected = ScopedRejections::new(&plan.store, &plan.credential_scope);
+    let carriers = StoreLookup::new(
+        &plan.store,
+        &plan.credential_scope,
+        plan.sealing.as_ref(),
+        &route.provider.host,
+    );
     let ctx = RewriteContext {
         dialect: plan.dialect,
         images: &route.images,
@@ -189,7 +193,7 @@ fn run_blocking(
         }),
         usage_in_streams: route.usage_in_streams,
     };
-    let first = rewrite_request(&ctx, decoded)?;
+    let first = rewrite_with_restore(&ctx, &carriers, decoded)?;
     let sees_no_images = first
         .reasoning_route
         .as_ref()
@@ -200,7 +204,7 @@ fn run_blocking(
             image_recovery: Some(ImageRejectionKind::ModelCannotSeeImages),
             ..ctx
         };
-        return rewrite_request(&ctx, decoded);
+        return rewrite_with_restore(&ctx, &carriers, decoded);
     }
     Ok(first)
 }

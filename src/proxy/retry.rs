@@ -50,6 +50,8 @@ enum Lesson {
     Image(ImageRejectionKind),
     /// Thinking signatures the upstream rejected (this many newly remembered).
     Signatures(usize),
+    /// What carrier restore added was rejected: `model:no_restore` stored.
+    NoRestore,
 }
 
 /// The upstream answered `resp` (a 4xx) to the first attempt: learn from it and retry once
@@ -128,7 +130,7 @@ pub(crate) async fn on_error_status(
     };
     let recovery = match &lesson {
         Lesson::Image(kind) => Some(*kind),
-        Lesson::UnknownFields(_) | Lesson::Signatures(_) => None,
+        Lesson::UnknownFields(_) | Lesson::Signatures(_) | Lesson::NoRestore => None,
     };
     let passed = passes::run(&replay.plan, &state.passes, replay.original, recovery).await;
     if passed.sent == replay.first.sent {
@@ -138,6 +140,7 @@ pub(crate) async fn on_error_status(
         Lesson::UnknownFields(fields) => Retried::Without(fields),
         Lesson::Image(kind) => Retried::Image(kind),
         Lesson::Signatures(n) => Retried::Signatures(n),
+        Lesson::NoRestore => Retried::NoRestore,
     });
     let mut headers = replay.client_headers;
     passed.apply_headers(&mut headers);
@@ -183,8 +186,13 @@ async fn learn(
             return learn_signatures(state, replay, route, model, route_name, &sent, &wording);
         }
     }
+    let restored = replay.first.report.restore.turns > 0;
+    if restored && reasoning::restore_rejected::blames_restore(&error_body) {
+        return learn_no_restore(state, route, model, route_name, status, &error_body);
+    }
     let droppable = Arc::clone(&replay.plan.droppable);
     let detect_route = route.clone();
+    let kept_body = error_body.clone();
     let found = tokio::task::spawn_blocking(move || {
         match reasoning::detect(status, &error_body, &sent, &detect_route, &droppable) {
             Some(d) => Some(Ok(d)),
@@ -195,6 +203,15 @@ async fn learn(
     .ok()
     .flatten()?;
     match found {
+        Ok(detected)
+            if restored
+                && detected
+                    .fields
+                    .iter()
+                    .any(|f| matches!(f, Field::Message(_))) =>
+        {
+            learn_no_restore(state, route, model, route_name, status, &kept_body)
+        }
         Ok(detected) => {
             let learned = state.store.verdicts().learn(
                 &route.host,
@@ -271,4 +288,40 @@ fn learn_signatures(
         "upstream rejected a thinking signature; the request's signed blocks are remembered as rejected, retrying once without them"
     );
     Some(Lesson::Signatures(new))
+}
+
+/// A request carrier restore changed was refused for what the restore added: remember
+/// `model:no_restore` for (host, model) and retry once with the client's own carriers only.
+/// `None` when it was already known (the retry would send the same bytes).
+fn learn_no_restore(
+    state: &AppState,
+    route: &reasoning::ResolvedRoute,
+    model: &str,
+    route_name: &str,
+    status: u16,
+    error_body: &[u8],
+) -> Option<Lesson> {
+    let wording: String = String::from_utf8_lossy(error_body)
+        .chars()
+        .take(crate::state::MAX_WORDING_CHARS)
+        .collect();
+    let learned = state.store.verdicts().learn(
+        &route.host,
+        model,
+        &FieldSet::from([Field::NoRestore]),
+        &wording,
+    );
+    if learned.is_empty() {
+        return None;
+    }
+    tracing::info!(
+        target: "cachekeeper::retry",
+        route = %route_name,
+        host = %route.host,
+        model = %model,
+        status,
+        wording = %wording,
+        "upstream rejected what carrier restore added; restore is off for this host and model, retrying once with the client's own carriers"
+    );
+    Some(Lesson::NoRestore)
 }

@@ -25,6 +25,7 @@ pub(crate) mod carriers;
 pub(crate) mod profiles;
 #[cfg_attr(not(test), allow(dead_code))] // wired into the passes by `crate::rewrite`
 pub(crate) mod restore;
+pub(crate) mod restore_rejected;
 
 pub(crate) mod shape;
 pub(crate) mod signatures;

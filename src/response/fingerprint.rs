@@ -31,7 +31,7 @@ const TURN_TAG: &[u8] = b"cachekeeper.turn.v1\0";
 
 /// SHA-256 digest of the message before a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Digest(pub [u8; 32]);
+pub struct Digest(pub [u8; 32]);
 
 /// SHA-256 fingerprint of an assistant turn (its calls or text, plus the [`Digest`] of the
 /// message before it).

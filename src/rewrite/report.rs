@@ -3,6 +3,7 @@
 //! [`RewriteReport::counters`] is the one list of counter names and values.
 
 use crate::images::passes::ImageReport as ImageCounts;
+use crate::reasoning::restore::RestoreCounts;
 use crate::reasoning::ShapeCounts;
 
 /// What the request passes saw and did.
@@ -18,19 +19,22 @@ pub struct RewriteReport {
     pub shape: ShapeCounts,
     /// `stream_options.include_usage` was added (`usage_in_streams`).
     pub usage_in_streams: bool,
+    /// What carrier restore (pass 5) put back.
+    pub restore: RestoreCounts,
 }
 
 /// Number of entries [`RewriteReport::counters`] returns.
-pub(crate) const COUNTERS: usize = 19;
+pub(crate) const COUNTERS: usize = 28;
 
 impl RewriteReport {
     /// Every counter as `(name, value)`, in the order of `x-cachekeeper-rewrites`; the same
-    /// names are the log line's fields. `reasoning_edits` is the sum of the reasoning
-    /// counters after it.
+    /// names are the log line's fields. `reasoning_edits` is the sum of the shaping
+    /// counters after it; `reasoning_restored` counts the assistant turns carrier restore
+    /// changed, and the `restored_<kind>` counters after it what it put back.
     pub(crate) fn counters(&self) -> [(&'static str, usize); COUNTERS] {
         let c = &self.shape;
         let i = &self.images;
-        [
+        let fixed = [
             ("images_seen", i.seen),
             ("images_repaired", i.repaired),
             ("images_downscaled", i.downscaled),
@@ -50,7 +54,17 @@ impl RewriteReport {
             ("flags_added", c.flags_added),
             ("binding_set", usize::from(c.binding_set)),
             ("usage_in_streams", usize::from(self.usage_in_streams)),
-        ]
+            ("reasoning_restored", self.restore.turns),
+        ];
+        // The restore kinds' names come from the restore pass (one list).
+        let mut all = [("", 0); COUNTERS];
+        for (slot, entry) in all
+            .iter_mut()
+            .zip(fixed.into_iter().chain(self.restore.kinds()))
+        {
+            *slot = entry;
+        }
+        all
     }
 
     /// Every edit reasoning shaping made, summed.

@@ -45,7 +45,7 @@ pub(crate) struct RestoreContext<'a> {
 
 /// How many carriers of each kind a run restored, and in how many assistant turns.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct RestoreCounts {
+pub struct RestoreCounts {
     /// Assistant turns changed (a restored carrier or a placeholder signature).
     pub turns: usize,
     /// Chat messages given back their `reasoning_content`.
@@ -184,22 +184,25 @@ impl List<'_> {
 /// Restore the carriers of the assistant turns `body` echoes (see the module doc). Never
 /// fails: a body that is not JSON, or has no turn list, gives no edits.
 pub(crate) fn restore(ctx: &RestoreContext<'_>, body: &[u8]) -> Restored {
+    match crate::json::parse(body) {
+        Ok(parsed) => restore_parsed(ctx, parsed.text, &parsed.top),
+        Err(_) => Restored::default(),
+    }
+}
+
+/// [`restore`] over a body already parsed: its text and top-level object (the pipeline's one
+/// parse, [`crate::dialect::doc::Doc`]).
+pub(crate) fn restore_parsed(ctx: &RestoreContext<'_>, text: &str, top: &Object) -> Restored {
     let mut out = Restored::default();
-    let Ok(parsed) = crate::json::parse(body) else {
-        return out;
-    };
+    let body = text.as_bytes();
     let key = list_key(ctx.dialect);
-    let Some(entries) = parsed
-        .top
+    let Some(entries) = top
         .get(key)
-        .and_then(|m| scan::array_at(parsed.text, m.value.start))
+        .and_then(|m| scan::array_at(text, m.value.start))
     else {
         return out;
     };
-    let list = List {
-        text: parsed.text,
-        entries,
-    };
+    let list = List { text, entries };
     let echoed = echoed_turns(ctx.dialect, body);
     // Entries whose first call got its signature back here (no placeholder there).
     let mut first_call_signed = Vec::new();
