@@ -66,10 +66,10 @@ pub(super) fn restore_turn(
     }
     let message_signed = kept
         .iter()
-        .any(|c| matches!(c, Carrier::MessageSignature(_)));
+        .any(|c| matches!(c, Carrier::MessageSignature(s) if !s.is_empty()));
     let call_signed = |i: usize| {
         kept.iter()
-            .any(|c| matches!(c, Carrier::ToolCallSignature { call, .. } if *call == i))
+            .any(|c| matches!(c, Carrier::ToolCallSignature { call, signature } if *call == i && !signature.is_empty()))
     };
     for c in &captured.carriers {
         match c {

@@ -51,8 +51,11 @@ fn is_visible_text(text: &str, part: &Object) -> bool {
 
 /// The edit setting `part`'s signature to `sig` (JSON string): replace the value of a
 /// signature member the part has (empty, or not a string), else append `thoughtSignature`.
-fn part_signature(part: &Object, sig: String) -> Option<Edit> {
+/// `None` when the part has a signature of its own (never overwritten: the echo may hold a
+/// signature the readers attribute to another part).
+fn part_signature(text: &str, part: &Object, sig: String) -> Option<Edit> {
     match part.get_any(&SIGNATURE_KEYS) {
+        Some(m) if scan::string_at(text, &m.value).is_some_and(|s| !s.is_empty()) => None,
         Some(m) => Some(Edit {
             range: m.value.clone(),
             replacement: sig.into_bytes(),
@@ -101,7 +104,9 @@ pub(super) fn restore_turn(
             continue;
         }
         let edit = match on {
-            PartRef::Call(i) => calls.get(i).and_then(|p| part_signature(p, json_str(sig))),
+            PartRef::Call(i) => calls
+                .get(i)
+                .and_then(|p| part_signature(text, p, json_str(sig))),
             PartRef::Text => {
                 let last_text = objects
                     .iter()
@@ -109,7 +114,7 @@ pub(super) fn restore_turn(
                     .flatten()
                     .find(|o| is_visible_text(text, o));
                 match last_text {
-                    Some(p) => part_signature(p, json_str(sig)),
+                    Some(p) => part_signature(text, p, json_str(sig)),
                     None => {
                         let part = format!(r#"{{"text":"","thoughtSignature":{}}}"#, json_str(sig));
                         Some(insert_into_array(
@@ -176,7 +181,7 @@ pub(super) fn placeholders(
                         .iter()
                         .filter_map(|e| scan::object_at(text, e.start))
                         .find(|o| is_call(text, o))?;
-                    part_signature(&first, placeholder.clone())
+                    part_signature(text, &first, placeholder.clone())
                 })
             }
             Dialect::Openai if role == Some("assistant") => {
@@ -201,13 +206,12 @@ pub(super) fn placeholders(
 
 /// The turn (as read back) has a signature for its first call.
 fn first_signed(turn: &CapturedTurn) -> bool {
-    turn.carriers.iter().any(|c| {
-        matches!(
-            c,
-            Carrier::GeminiSignature {
-                on: PartRef::Call(0),
-                ..
-            } | Carrier::ToolCallSignature { call: 0, .. }
-        )
+    turn.carriers.iter().any(|c| match c {
+        Carrier::GeminiSignature {
+            on: PartRef::Call(0),
+            signature,
+        }
+        | Carrier::ToolCallSignature { call: 0, signature } => !signature.is_empty(),
+        _ => false,
     })
 }

@@ -84,10 +84,11 @@ fn run(
         strip(dialect, after),
         "only carriers changed"
     );
-    let fps = |b: &[u8]| -> Vec<(usize, Fingerprint)> {
+    // (Responses: a restored item shifts the later indexes.)
+    let fps = |b: &[u8]| -> Vec<Fingerprint> {
         echoed_turns(dialect, b)
             .iter()
-            .map(|t| (t.index, t.fingerprint))
+            .map(|t| t.fingerprint)
             .collect()
     };
     assert_eq!(fps(body), fps(&out), "fingerprints kept");
@@ -847,4 +848,395 @@ fn kinds_name_every_counter() {
             ("restored_placeholder_signature", 8),
         ]
     );
+}
+
+// ---- Property: random conversations, carriers dropped at random ----
+
+/// xorshift64*: a fixed-seed generator for the hand-rolled property tests.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn upto(&mut self, n: u64) -> usize {
+        self.below(n + 1) as usize
+    }
+}
+
+/// Text with the characters JSON writers disagree on.
+fn text(rng: &mut Rng) -> String {
+    const PIECES: &[&str] = &[
+        "plain",
+        " ",
+        "naïve",
+        "\"q\"",
+        "\\",
+        "\n",
+        "\u{2028}",
+        "\u{2029}",
+        "日本",
+        "\u{1F600}",
+        "</script>",
+        "\t",
+        "\u{0007}",
+        "/",
+        "é",
+    ];
+    let n = 1 + rng.upto(5);
+    (0..n)
+        .map(|_| PIECES[rng.below(PIECES.len() as u64) as usize])
+        .collect()
+}
+
+/// A unique opaque value (signature, data, id).
+fn opaque(rng: &mut Rng, n: &mut u64) -> String {
+    *n += 1;
+    format!("Eq{}+/{}=", *n, rng.below(1_000_000))
+}
+
+fn random_chat(rng: &mut Rng) -> Value {
+    let mut n = 0;
+    let mut messages = vec![
+        json!({"role": "system", "content": text(rng)}),
+        json!({"role": "user", "content": text(rng)}),
+    ];
+    for _ in 0..1 + rng.upto(3) {
+        let calls = rng.upto(3);
+        let mut m = json!({"role": "assistant", "content": if calls == 0 || rng.chance(30) { json!(text(rng)) } else { Value::Null }});
+        if rng.chance(60) {
+            m["reasoning_content"] = json!(text(rng));
+        }
+        if rng.chance(30) {
+            m["reasoning"] = json!(text(rng));
+        }
+        if rng.chance(30) {
+            m["reasoning_details"] = (0..1 + rng.upto(1))
+                .map(|i| json!({"type": "reasoning.text", "text": text(rng), "signature": opaque(rng, &mut n), "index": i}))
+                .collect();
+        }
+        if rng.chance(20) {
+            m["extra_content"] = json!({"google": {"thought_signature": opaque(rng, &mut n)}});
+        }
+        let mut ids = Vec::new();
+        if calls > 0 {
+            m["tool_calls"] = (0..calls)
+                .map(|i| {
+                    let id = opaque(rng, &mut n);
+                    ids.push(id.clone());
+                    let mut c = json!({"id": id, "type": "function", "function": {"name": format!("f{i}"), "arguments": format!("{{\"x\":{}}}", rng.below(9))}});
+                    if rng.chance(40) {
+                        c["extra_content"] = json!({"google": {"thought_signature": opaque(rng, &mut n)}});
+                    }
+                    c
+                })
+                .collect();
+        }
+        messages.push(m);
+        for id in ids {
+            messages.push(json!({"role": "tool", "tool_call_id": id, "content": text(rng)}));
+        }
+        if calls == 0 || rng.chance(30) {
+            messages.push(json!({"role": "user", "content": text(rng)}));
+        }
+    }
+    json!({"model": "m", "messages": messages})
+}
+
+fn random_anthropic(rng: &mut Rng) -> Value {
+    let mut n = 0;
+    let mut messages = vec![
+        json!({"role": "user", "content": [{"type": "text", "text": text(rng), "cache_control": {"type": "ephemeral"}}]}),
+    ];
+    for _ in 0..1 + rng.upto(3) {
+        let mut blocks = Vec::new();
+        for _ in 0..rng.upto(2) {
+            let mut b = json!({"type": "thinking", "thinking": text(rng)});
+            if rng.chance(80) {
+                b["signature"] = json!(opaque(rng, &mut n));
+            }
+            blocks.push(b);
+        }
+        if rng.chance(30) {
+            blocks.push(json!({"type": "redacted_thinking", "data": opaque(rng, &mut n)}));
+        }
+        let calls = rng.upto(2);
+        if calls == 0 || rng.chance(50) {
+            blocks.push(json!({"type": "text", "text": text(rng)}));
+        }
+        let mut ids = Vec::new();
+        for i in 0..calls {
+            let id = opaque(rng, &mut n);
+            ids.push(id.clone());
+            blocks.push(json!({"type": "tool_use", "id": id, "name": format!("t{i}"), "input": {"a": [1, text(rng)]}}));
+        }
+        messages.push(json!({"role": "assistant", "content": blocks}));
+        let results: Vec<Value> = ids
+            .iter()
+            .map(|id| json!({"type": "tool_result", "tool_use_id": id, "content": text(rng)}))
+            .collect();
+        messages.push(if results.is_empty() {
+            json!({"role": "user", "content": text(rng)})
+        } else {
+            json!({"role": "user", "content": results})
+        });
+    }
+    json!({"model": "claude", "max_tokens": 10, "messages": messages})
+}
+
+fn random_gemini(rng: &mut Rng) -> Value {
+    let mut n = 0;
+    let mut contents = vec![json!({"role": "user", "parts": [{"text": text(rng)}]})];
+    for _ in 0..1 + rng.upto(3) {
+        let calls = rng.upto(3);
+        let mut parts = Vec::new();
+        if calls == 0 {
+            for _ in 0..1 + rng.upto(1) {
+                parts.push(json!({"text": text(rng)}));
+            }
+            if rng.chance(70) {
+                let last = parts.len() - 1;
+                parts[last]["thoughtSignature"] = json!(opaque(rng, &mut n));
+            }
+        } else {
+            if rng.chance(30) {
+                parts.push(json!({"text": text(rng)}));
+            }
+            for i in 0..calls {
+                let mut p = json!({"functionCall": {"name": format!("g{}", opaque(rng, &mut n)), "args": {"i": i}}});
+                if i == 0 && rng.chance(80) {
+                    p["thoughtSignature"] = json!(opaque(rng, &mut n));
+                }
+                parts.push(p);
+            }
+        }
+        contents.push(json!({"role": "model", "parts": parts}));
+        contents.push(if calls == 0 {
+            json!({"role": "user", "parts": [{"text": text(rng)}]})
+        } else {
+            json!({"role": "user", "parts": (0..calls).map(|i| json!({"functionResponse": {"name": "g", "response": {"i": i}}})).collect::<Vec<_>>()})
+        });
+    }
+    json!({"contents": contents})
+}
+
+fn random_responses(rng: &mut Rng) -> Value {
+    let mut n = 0;
+    let mut input = vec![json!({"role": "user", "content": text(rng)})];
+    for _ in 0..1 + rng.upto(3) {
+        let calls = rng.upto(2);
+        let mut run = Vec::new();
+        let reasoning = |rng: &mut Rng, n: &mut u64| json!({"type": "reasoning", "id": format!("rs_{}", opaque(rng, n)), "summary": [{"type": "summary_text", "text": text(rng)}], "encrypted_content": opaque(rng, n)});
+        if rng.chance(70) {
+            run.push(reasoning(rng, &mut n));
+        }
+        if calls == 0 || rng.chance(40) {
+            run.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text(rng)}]}));
+            if calls > 0 && rng.chance(50) {
+                run.push(reasoning(rng, &mut n));
+            }
+        }
+        let mut ids = Vec::new();
+        for i in 0..calls {
+            let id = format!("call_{}", opaque(rng, &mut n));
+            ids.push(id.clone());
+            run.push(json!({"type": "function_call", "call_id": id, "name": format!("r{i}"), "arguments": "{}"}));
+        }
+        input.extend(run);
+        for id in ids {
+            input.push(json!({"type": "function_call_output", "call_id": id, "output": text(rng)}));
+        }
+        if calls == 0 || rng.chance(30) {
+            input.push(json!({"role": "user", "content": text(rng)}));
+        }
+    }
+    json!({"model": "gpt", "input": input})
+}
+
+/// Drop the carriers of turn `t` (entries `t.index..t.index + t.len`) from `v`; `how` picks
+/// which (per dialect).
+fn drop_turn(dialect: Dialect, v: &mut Value, t: &EchoedTurn, how: u64) {
+    let key = list_key(dialect);
+    let list = v[key].as_array_mut().unwrap();
+    match dialect {
+        OpenaiResponses => {
+            let mut i = t.index;
+            let mut end = t.index + t.len;
+            while i < end {
+                if list[i]["type"] == "reasoning" {
+                    list.remove(i);
+                    end -= 1;
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        Openai => {
+            let m = list[t.index].as_object_mut().unwrap();
+            if how != 1 {
+                for k in ["reasoning_content", "reasoning", "reasoning_details"] {
+                    m.remove(k);
+                }
+            }
+            if how != 2 {
+                m.remove("extra_content");
+                if let Some(Value::Array(calls)) = m.get_mut("tool_calls") {
+                    for c in calls.iter_mut().filter_map(Value::as_object_mut) {
+                        c.remove("extra_content");
+                    }
+                }
+            }
+        }
+        Anthropic => {
+            let m = &mut list[t.index];
+            let blocks = m["content"].as_array_mut().unwrap();
+            let before = blocks.len();
+            blocks
+                .retain(|b| !matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking")));
+            // A client that flattens a text-only turn to a string (one that had carriers:
+            // else nothing is restored and the string stays).
+            let dropped = blocks.len() < before;
+            if how == 1 && dropped && blocks.len() == 1 && blocks[0]["type"] == "text" {
+                m["content"] = blocks[0]["text"].clone();
+            }
+        }
+        Gemini => {
+            for p in list[t.index]["parts"].as_array_mut().unwrap() {
+                p.as_object_mut().unwrap().remove("thoughtSignature");
+            }
+        }
+    }
+}
+
+fn property(dialect: Dialect, seed: u64, generate: fn(&mut Rng) -> Value) {
+    let mut rng = Rng(seed);
+    let local = provider("local");
+    let gemini = provider("gemini");
+    for case in 0..150 {
+        let full = generate(&mut rng);
+        let full_bytes = serde_json::to_vec(&full).unwrap();
+        let turns = echoed_turns(dialect, &full_bytes);
+        let mut lookup = Lookup::new();
+        let mut request = full.clone();
+        let mut expected = full.clone();
+        // Back to front: a dropped Responses item shifts the later indexes.
+        for t in turns.iter().rev() {
+            let how = rng.below(3);
+            match rng.below(3) {
+                0 => {
+                    lookup.insert(t.fingerprint, t.turn.clone());
+                }
+                1 => {
+                    lookup.insert(t.fingerprint, t.turn.clone());
+                    drop_turn(dialect, &mut request, t, how);
+                }
+                _ => {
+                    drop_turn(dialect, &mut request, t, how);
+                    drop_turn(dialect, &mut expected, t, how);
+                }
+            }
+        }
+        let body = if rng.chance(50) {
+            pretty(&request)
+        } else {
+            serde_json::to_vec(&request).unwrap()
+        };
+        let r = run(dialect, &lookup, "m", &local, &body);
+        let got = r.value();
+        if got != expected {
+            let key = list_key(dialect);
+            let (g, e) = (
+                got[key].as_array().unwrap(),
+                expected[key].as_array().unwrap(),
+            );
+            for (i, (a, b)) in g.iter().zip(e).enumerate() {
+                assert_eq!(a, b, "case {case}: {key}[{i}]; sent {}", request[key][i]);
+            }
+            assert_eq!(got, expected, "case {case}");
+        }
+        // With the placeholder on (a Gemini 3 route): the same invariants (`run` checks them).
+        run(dialect, &lookup, "gemini-3-pro-preview", &gemini, &body);
+    }
+}
+
+#[test]
+fn property_chat() {
+    property(Openai, 0x5EED_0901, random_chat);
+}
+
+#[test]
+fn property_anthropic() {
+    property(Anthropic, 0x5EED_0902, random_anthropic);
+}
+
+#[test]
+fn property_gemini() {
+    property(Gemini, 0x5EED_0903, random_gemini);
+}
+
+#[test]
+fn property_responses() {
+    property(OpenaiResponses, 0x5EED_0904, random_responses);
+}
+
+#[test]
+fn a_signature_the_client_sent_is_never_replaced() {
+    // Gemini: the client's own (different) signature on call 0 stays; nothing is added.
+    let captured = observed_stream(Gemini, "gemini_signature_later.sse");
+    let prev = request_digest(Gemini, &fixture("gemini_request.json")).unwrap();
+    let mut next = json_of("gemini_next_request.json");
+    next["contents"][1]["parts"][1]["thoughtSignature"] = json!("client-own");
+    let r = run(
+        Gemini,
+        &known(prev, &captured),
+        "gemini-3-pro-preview",
+        &provider("gemini"),
+        &pretty(&next),
+    );
+    assert_eq!(r.restored, Restored::default());
+    // The client left the streamed signature on its own trailing part: read as call 0's.
+    let mut trailing = json_of("gemini_next_request.json");
+    let parts = trailing["contents"][1]["parts"].as_array_mut().unwrap();
+    let sig = parts[1]
+        .as_object_mut()
+        .unwrap()
+        .remove("thoughtSignature")
+        .unwrap();
+    parts.push(json!({"text": "", "thoughtSignature": sig}));
+    let r = run(
+        Gemini,
+        &known(prev, &captured),
+        "gemini-3-pro-preview",
+        &provider("gemini"),
+        &pretty(&trailing),
+    );
+    assert_eq!(r.restored, Restored::default());
+    // Chat: an empty signature is not one (replaced); a non-empty one stays.
+    let captured = observed_stream(Openai, "gemini_openai_compat.sse");
+    let user = json!({"role": "user", "content": "Weather in Paris and Rome?"});
+    let prev = message_digest(Openai, &serde_json::to_vec(&user).unwrap());
+    let mut req =
+        json!({"model": "gemini-3-pro-preview", "messages": [user, chat_echo(&captured)]});
+    req["messages"][1]["tool_calls"][0]["extra_content"] =
+        json!({"google": {"thought_signature": ""}});
+    let r = run(
+        Openai,
+        &known(prev, &captured),
+        "gemini-3-pro-preview",
+        &provider("gemini"),
+        &pretty(&req),
+    );
+    assert_eq!(
+        r.value()["messages"][1]["tool_calls"][0]["extra_content"]["google"]["thought_signature"],
+        "CvcQAdHN2OekSig1"
+    );
+    assert_eq!(r.restored.counts.placeholder_signature, 0);
 }
