@@ -793,3 +793,65 @@ def test_state_command_lists_carriers_and_purge_forgets_them(mock: MockUpstream,
         r = http.post(url, content=last.body, headers=headers)
     assert r.status_code == 400
     assert mock.last("POST", d.path).strict_error is not None
+
+
+# =============================================================================================
+# Gemini 3: a function call with no known signature (another provider's) gets the placeholder
+# =============================================================================================
+
+
+def foreign_gemini_request(client: Any, mode: str, model: str) -> Any:
+    """One request whose history holds a tool round another provider produced (no signature
+    anywhere): Gemini native through google-genai, or the OpenAI-compatible endpoint."""
+    if mode == "gemini":
+        config = gtypes.GenerateContentConfig(
+            tools=[gtypes.Tool(function_declarations=[gtypes.FunctionDeclaration(name="get_weather", parameters_json_schema=WEATHER_SCHEMA)])],
+            automatic_function_calling=gtypes.AutomaticFunctionCallingConfig(disable=True),
+            http_options=gtypes.HttpOptions(headers=knobs(mode)),
+        )
+        call = gtypes.FunctionCall(id="call_from_elsewhere_1", name="get_weather", args={"city": "Paris"})
+        contents = [
+            gtypes.Content(role="user", parts=[gtypes.Part(text=QUESTION)]),
+            gtypes.Content(role="model", parts=[gtypes.Part(function_call=call)]),
+            gtypes.Content(
+                role="user",
+                parts=[gtypes.Part(function_response=gtypes.FunctionResponse(id=call.id, name=call.name, response={"forecast": "sunny"}))],
+            ),
+        ]
+        return client.models.generate_content(model=model, contents=contents, config=config)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_SCHEMA}}]
+    messages = [
+        {"role": "user", "content": QUESTION},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_from_elsewhere_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}],
+        },
+        {"role": "tool", "tool_call_id": "call_from_elsewhere_1", "content": "Sunny."},
+    ]
+    return client.chat.completions.with_raw_response.create(model=model, messages=messages, tools=tools, extra_headers=knobs(mode))
+
+
+@NEEDS_RESTORE
+@pytest.mark.parametrize("mode", ["gemini", "gemini-openai"])
+def test_gemini_3_call_without_a_known_signature_gets_the_placeholder(
+    restore_proxy: Proxy, mock: MockUpstream, sent: Capture, mode: str
+) -> None:
+    d = DIALECTS[mode]
+    # straight at the mock: Gemini 3 refuses the unsigned call
+    with pytest.raises(SDK_ERRORS) as info:
+        foreign_gemini_request(d.client(mock.url, sent), mode, GEMINI)
+    assert error_message(info.value) == sm.GEMINI_MISSING.format(name="get_weather", position=1)
+    # through the proxy: the documented placeholder on that call, accepted
+    log = restore_proxy.request_log()
+    foreign_gemini_request(d.client(restore_proxy.base_url + ROUTE[mode], sent), mode, GEMINI)
+    rec = mock.last("POST", d.path)
+    assert rec.strict_error is None
+    assert [r.value for r in rec.carriers] == ["skip_thought_signature_validator"]
+    line = log.one(None)
+    assert line.get("restored_placeholder_signature") == 1, line
+    # for a Gemini 2.5 model (whose API does not validate signatures) the proxy adds nothing:
+    # the request goes as sent (the mock validates whatever the model, so it refuses it)
+    with pytest.raises(SDK_ERRORS):
+        foreign_gemini_request(d.client(restore_proxy.base_url + ROUTE[mode], sent), mode, "gemini-2.5-flash")
+    assert mock.last("POST", d.path).body == sent.last().body
