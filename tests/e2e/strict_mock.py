@@ -44,6 +44,10 @@ Modes (the rules follow the providers' documentation; the wordings are the real 
   not match the target item id." (code ``invalid_encrypted_content``); one without
   ``encrypted_content`` is "Item with id 'rs_…' not found. Items are not persisted when `store`
   is set to false…".
+- ``no-reasoning-input`` (OpenAI Chat): answers like ``deepseek``, but takes no
+  ``reasoning_content`` back: an assistant message carrying one is refused with Cerebras'
+  wording ("messages.N.assistant.reasoning_content: property 'reasoning_content' is
+  unsupported"), as some models reject the field in input.
 
 This module is pure (no HTTP): :func:`answer` turns a parsed request into an :class:`Answer`
 (a JSON body with its status, or SSE events) that mock_upstream.py writes.
@@ -58,7 +62,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-MODES = ("deepseek", "anthropic", "gemini", "gemini-openai", "responses")
+MODES = ("deepseek", "anthropic", "gemini", "gemini-openai", "responses", "no-reasoning-input")
 DEFAULT_ROUNDS = 2
 CITIES = ("Paris", "Zürich", "Lyon", "Kraków", "Porto", "Oslo")
 # Part of every thinking / reasoning text: what a careless re-encoder breaks.
@@ -95,6 +99,7 @@ GEMINI_MISSING = (
 GEMINI_CORRUPTED = "Corrupted thought signature."
 # Google's documented dummy signatures for calls that never had one (foreign history).
 GEMINI_DUMMIES = ("skip_thought_signature_validator", "context_engineering_is_the_way_to_go")
+REASONING_UNSUPPORTED = "messages.{index}.assistant.reasoning_content: property 'reasoning_content' is unsupported"
 RESPONSES_WITHOUT_REASONING = (
     "Item '{fc_id}' of type 'function_call' was provided without its required 'reasoning' item: '{rs_id}'."
 )
@@ -270,6 +275,8 @@ def answer(mode: str, state: StrictState, req: dict[str, Any], path: str, stream
     try:
         if mode == "deepseek":
             out = _deepseek(state, req, stream, rounds, reply, received)
+        elif mode == "no-reasoning-input":
+            out = _no_reasoning_input(state, req, stream, rounds, reply, received)
         elif mode == "anthropic":
             out = _anthropic(state, req, stream, rounds, reply, received)
         elif mode == "gemini":
@@ -306,9 +313,22 @@ def _tool_rounds_done_chat(msgs: list[dict[str, Any]]) -> int:
     return sum(1 for m in msgs if m.get("role") == "assistant" and m.get("tool_calls"))
 
 
-def _deepseek(state: StrictState, req: dict[str, Any], stream: bool, rounds: int, reply: str | None, received: list[Received]) -> Answer:
+def _no_reasoning_input(state: StrictState, req: dict[str, Any], stream: bool, rounds: int, reply: str | None, received: list[Received]) -> Answer:
+    for i, m in enumerate(_chat_messages(req)):
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            received.append(Received("no-reasoning-input", "reasoning_content", str((m["tool_calls"][0] or {}).get("id")), m.get("reasoning_content")))
+            if "reasoning_content" in m:
+                msg = REASONING_UNSUPPORTED.format(index=i)
+                body = {"message": msg, "type": "invalid_request_error", "param": "validation_error", "code": "wrong_api_format"}
+                raise _Reject(400, body, msg)
+    return _deepseek(state, req, stream, rounds, reply, [], check=False)
+
+
+def _deepseek(
+    state: StrictState, req: dict[str, Any], stream: bool, rounds: int, reply: str | None, received: list[Received], check: bool = True
+) -> Answer:
     msgs = _chat_messages(req)
-    if req.get("tools"):
+    if req.get("tools") and check:
         for i, m in enumerate(msgs):
             calls = m.get("tool_calls")
             if m.get("role") != "assistant" or not calls:

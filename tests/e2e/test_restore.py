@@ -855,3 +855,33 @@ def test_gemini_3_call_without_a_known_signature_gets_the_placeholder(
     with pytest.raises(SDK_ERRORS):
         foreign_gemini_request(d.client(restore_proxy.base_url + ROUTE[mode], sent), mode, "gemini-2.5-flash")
     assert mock.last("POST", d.path).body == sent.last().body
+
+
+# =============================================================================================
+# A restore is never the reason a request fails
+# =============================================================================================
+
+
+@NEEDS_RESTORE
+def test_restored_carrier_the_model_rejects_is_retried_without_and_not_restored_again(
+    restore_proxy: Proxy, mock: MockUpstream, sent: Capture
+) -> None:
+    """A model that takes no ``reasoning_content`` in input: the restored one is refused, the
+    proxy retries once with the client's own message (accepted), remembers "no restore" for
+    (host, model), and the next request goes once, unrestored."""
+    mode, model = "no-reasoning-input", "mock-model-no-reasoning-input"
+    c = openai_client(f"{restore_proxy.base_url}/openai/v1", sent)
+    log = restore_proxy.request_log()
+    headers = knobs(mode)
+    loop = chat_loop(lambda _k: c, model, False, headers, Loop(), "reasoning_content")
+    assert loop.text and len(loop.turns) == ROUNDS + 1
+    ups = mock.matching("POST", "/chat/completions")
+    delivered = [[r.value for r in u.carriers] for u in ups]
+    # request 0; request 1 restored (refused), then as the client sent it; request 2 unrestored
+    assert delivered == [[], [loop.turns[0].carriers[0]], [None], [None, None]], delivered
+    assert [u.response_status for u in ups] == [200, 400, 200, 200]
+    assert ups[1].strict_error == sm.REASONING_UNSUPPORTED.format(index=1)
+    assert ups[2].body == sent.requests[1].body and ups[3].body == sent.requests[2].body
+    lines = log.wait(None, len(loop.turns))
+    assert "restore" in json.dumps(lines[1].get("retried_without")), lines[1]
+    assert lines[2].get(RESTORED_TURNS, 0) == 0, lines[2]
