@@ -54,8 +54,6 @@ ROUNDS = sm.DEFAULT_ROUNDS  # tool rounds per loop; the loop makes ROUNDS + 1 re
 QUESTION = "What is the weather in Paris, Zürich and Lyon? Use the tool."
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 STREAM = pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
-# Until the restore (issue 9: store S, pass R, wiring I) is on main.
-NEEDS_RESTORE = pytest.mark.xfail(strict=False, reason="carrier restore not on main yet")
 
 # The names the proxy reports restores under (x-cachekeeper-rewrites and the log line):
 # `reasoning_restored` = assistant turns restored; `restored_<kind>` = carriers, per kind.
@@ -555,7 +553,6 @@ def assert_prefix_stable(mock: MockUpstream, d: Dialect, n: int) -> None:
         assert now[: len(before)] == before, f"request {k}: the restored history changed since request {k - 1}"
 
 
-@NEEDS_RESTORE
 @STREAM
 @ALL
 def test_dropped_carrier_is_restored_through_the_proxy(
@@ -628,7 +625,6 @@ def assert_nothing_in_clear(files: dict[str, bytes], loop: Loop) -> None:
             assert n not in data, f"{name} holds carrier text in clear: {n!r}"
 
 
-@NEEDS_RESTORE
 @pytest.mark.parametrize("mode", ["deepseek", "anthropic"])
 def test_restored_after_a_restart_from_the_state_file(mock: MockUpstream, tmp_path: Path, sent: Capture, mode: str) -> None:
     """Request k of the loop goes to a proxy started just before it (the one before stopped):
@@ -652,7 +648,6 @@ def test_restored_after_a_restart_from_the_state_file(mock: MockUpstream, tmp_pa
 # =============================================================================================
 
 
-@NEEDS_RESTORE
 @pytest.mark.parametrize("mode", ["deepseek", "anthropic"])
 def test_another_key_replaying_the_conversation_gets_nothing_restored(
     restore_proxy: Proxy, mock: MockUpstream, sent: Capture, mode: str
@@ -687,7 +682,6 @@ def test_another_key_replaying_the_conversation_gets_nothing_restored(
     assert mock.last("POST", d.path).strict_error is None
 
 
-@NEEDS_RESTORE
 @ALL
 def test_state_file_holds_no_carrier_in_clear(restore_proxy: Proxy, mock: MockUpstream, sent: Capture, mode: str) -> None:
     d = DIALECTS[mode]
@@ -768,7 +762,6 @@ def state_command(config: Path, *args: str) -> str:
     return p.stdout.decode("utf-8", "replace")
 
 
-@NEEDS_RESTORE
 def test_state_command_lists_carriers_and_purge_forgets_them(mock: MockUpstream, tmp_path: Path, sent: Capture) -> None:
     d = DIALECTS["deepseek"]
     with launch_proxy(tmp_path, routes_toml(mock)) as p:
@@ -832,7 +825,6 @@ def foreign_gemini_request(client: Any, mode: str, model: str) -> Any:
     return client.chat.completions.with_raw_response.create(model=model, messages=messages, tools=tools, extra_headers=knobs(mode))
 
 
-@NEEDS_RESTORE
 @pytest.mark.parametrize("mode", ["gemini", "gemini-openai"])
 def test_gemini_3_call_without_a_known_signature_gets_the_placeholder(
     restore_proxy: Proxy, mock: MockUpstream, sent: Capture, mode: str
@@ -862,7 +854,6 @@ def test_gemini_3_call_without_a_known_signature_gets_the_placeholder(
 # =============================================================================================
 
 
-@NEEDS_RESTORE
 def test_restored_carrier_the_model_rejects_is_retried_without_and_not_restored_again(
     restore_proxy: Proxy, mock: MockUpstream, sent: Capture
 ) -> None:
