@@ -178,3 +178,108 @@ async fn proxy_stores_sealed_carriers_that_state_lists_and_purges() {
     );
     assert!(ok(&cli(&cfg, &[])).contains("no records in"));
 }
+
+/// The reasoning a DeepSeek-like upstream streams with each tool call (non-ASCII, an escape and
+/// U+2028), and requires back on every echoed assistant turn.
+const THOUGHT: &str = "Call the tool.\u{2028}\u{e9} \"q\"";
+
+/// A DeepSeek-like upstream: 400 when an echoed assistant turn lacks its exact
+/// `reasoning_content`; otherwise a tool call with reasoning.
+fn needs_reasoning() -> Handler {
+    Arc::new(|r: &Recorded| {
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        let msgs = v["messages"].as_array().unwrap();
+        if msgs
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .any(|m| m["reasoning_content"] != serde_json::json!(THOUGHT))
+        {
+            return json_response(
+                400,
+                r#"{"error":{"message":"Missing `reasoning_content` field in the assistant message at message index 1.","type":"invalid_request_error"}}"#,
+            );
+        }
+        let n = msgs.iter().filter(|m| m["role"] == "assistant").count();
+        json_response(
+            200,
+            &serde_json::json!({"id": "c", "object": "chat.completion", "model": v["model"],
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": null, "reasoning_content": THOUGHT,
+                    "tool_calls": [{"id": format!("call_{n}"), "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}})
+            .to_string(),
+        )
+    })
+}
+
+/// The conversation after `turns` tool rounds, rebuilt by an agent that drops
+/// `reasoning_content`.
+fn dropped(turns: usize) -> String {
+    let mut messages = vec![serde_json::json!({"role": "user", "content": "weather in Paris?"})];
+    for i in 0..turns {
+        messages.push(
+            serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("call_{i}"), "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}),
+        );
+        messages.push(
+            serde_json::json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": "sunny"}),
+        );
+    }
+    serde_json::json!({"model": "deepseek-chat", "messages": messages}).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_proxy_restores_from_the_file_for_the_same_key_only_until_purged() {
+    let mock = start_mock(needs_reasoning()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let cfg_text = format!(
+        "[state]\npath = {:?}\n\n[[routes]]\nname = \"ds\"\nprefix = \"/v\"\nupstream = \"{}\"\nprovider = \"local\"\n",
+        db.display().to_string(),
+        mock.url()
+    );
+    let cfg = dir.path().join("proxy.toml");
+    std::fs::write(&cfg, &cfg_text).unwrap();
+    let post = |proxy: &Proxy, key: &'static str, body: String| {
+        let url = proxy.url("/v/v1/chat/completions");
+        async move { send(&client(), &url, &[("authorization", key)], body).await }
+    };
+
+    let proxy = start_proxy(&cfg_text).await;
+    let (status, _, _) = post(&proxy, "Bearer sk-one", dropped(0)).await;
+    assert_eq!(status, 200);
+    proxy.stop().await;
+    let bytes = file_bytes(&db);
+    assert!(!bytes.windows(14).any(|w| w == b"Call the tool."));
+
+    // A new process on the same file: the carrier comes from disk, for the same key only.
+    let proxy = start_proxy(&cfg_text).await;
+    let (status, headers, body) = post(&proxy, "Bearer sk-one", dropped(1)).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(h.contains("restored_reasoning_content=1;"), "{h}");
+    let sent: serde_json::Value = serde_json::from_slice(&mock.last().body).unwrap();
+    assert_eq!(sent["messages"][1]["reasoning_content"], THOUGHT);
+    let (status, _, _) = post(&proxy, "Bearer sk-two", dropped(1)).await;
+    assert_eq!(status, 400, "another key gets nothing restored");
+
+    // Purged by the CLI while it runs: within a few seconds the proxy restores nothing.
+    let purged = ok(&cli(&cfg, &["--purge", "--kind", "carrier"]));
+    assert!(
+        purged.starts_with("purged 2 record(s) (carrier 2)"),
+        "{purged}"
+    );
+    let mut forgot = false;
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        let (status, _, _) = post(&proxy, "Bearer sk-one", dropped(1)).await;
+        if status == 400 {
+            forgot = true;
+            break;
+        }
+    }
+    assert!(forgot, "the running proxy did not notice the purge");
+    proxy.stop().await;
+}

@@ -27,7 +27,6 @@ pub(crate) const BACKEND_BUDGET_MS: u64 = 200;
 
 /// Where the restore pass finds captured turns: one request's view (its credential scope
 /// and upstream host are fixed by whoever builds it).
-#[allow(dead_code)] // read by the restore pass (being built)
 pub(crate) trait TurnLookup {
     /// The turn captured with fingerprint `fp` from a response of `model` (as the request
     /// named it), if this request's credential may see it. `None` when unknown.
@@ -112,7 +111,6 @@ pub(crate) struct StoreLookup<'a> {
 impl<'a> StoreLookup<'a> {
     /// The view of credential `scope` (with its `sealing` key; `None` without a credential)
     /// through upstream `host` (`route.provider.host`).
-    #[allow(dead_code)] // built by the passes (being wired)
     pub(crate) fn new(
         store: &'a Store,
         scope: &'a str,
