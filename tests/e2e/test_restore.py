@@ -439,6 +439,12 @@ def assert_mock_got_carriers(mock: MockUpstream, d: Dialect, loop: Loop) -> None
         got = list(by_key.items())
     want = loop.carriers()
     assert got == want, f"the carriers the mock received differ from those it issued\n got: {got}\nwant: {want}"
+    # the opaque values (signatures, redacted data, encrypted_content) arrived as the very bytes issued
+    opaque = [c for _k, c in want] if d.mode in ("gemini", "gemini-openai", "responses") else []
+    if d.mode == "anthropic":
+        opaque = [v for _k, c in want for kind, text, sig in c for v in ((sig,) if kind == "thinking" else (text,))]
+    for v in opaque:
+        assert v.encode("ascii") in last.body, f"{v!r} did not reach the mock byte for byte"
     for k, c in want:
         issued = mock.strict.get(d.mode, k)
         assert [tuple(x) for x in issued] == c if d.mode == "anthropic" else issued == c, (k, issued, c)
