@@ -23,7 +23,6 @@
 
 pub(crate) mod carriers;
 pub(crate) mod profiles;
-#[cfg_attr(not(test), allow(dead_code))] // wired into the passes by `crate::rewrite`
 pub(crate) mod restore;
 pub(crate) mod restore_rejected;
 

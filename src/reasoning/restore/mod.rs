@@ -183,6 +183,7 @@ impl List<'_> {
 
 /// Restore the carriers of the assistant turns `body` echoes (see the module doc). Never
 /// fails: a body that is not JSON, or has no turn list, gives no edits.
+#[cfg_attr(not(test), allow(dead_code))] // the standalone form; the pipeline has parsed already
 pub(crate) fn restore(ctx: &RestoreContext<'_>, body: &[u8]) -> Restored {
     match crate::json::parse(body) {
         Ok(parsed) => restore_parsed(ctx, parsed.text, &parsed.top),
