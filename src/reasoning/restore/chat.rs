@@ -2,12 +2,15 @@
 //! message; on Gemini's OpenAI-compatible endpoint the message's and each tool call's
 //! `extra_content.google.thought_signature` (merged into an `extra_content` the client kept).
 //!
+//! Captured values that could not come back as a carrier (an empty string, a `reasoning_details`
+//! entry that is not an object) are skipped.
+//!
 //! "Already has", per location:
 //! - the reasoning strings: a message with a non-empty `reasoning_content` or `reasoning`, or
 //!   a `reasoning_details` entry, keeps its own (none of the three is added). An empty or null
 //!   one is replaced.
 //! - a signature: the message, or tool call `i`, with a non-empty
-//!   `extra_content.google.thought_signature` keeps it.
+//!   `extra_content.google.thought_signature` keeps it (an empty one is replaced).
 
 use super::{append_members, json_str, set_member, Kind, List, TurnEdit};
 use crate::json::scan::{self, Object};
@@ -48,14 +51,18 @@ pub(super) fn restore_turn(
         let mut details = Vec::new();
         for c in &captured.carriers {
             match c {
-                Carrier::ReasoningContent(s) => set(
+                Carrier::ReasoningContent(s) if !s.is_empty() => set(
                     "reasoning_content",
                     json_str(s),
                     Kind::ReasoningContent,
                     &mut out,
                 ),
-                Carrier::Reasoning(s) => set("reasoning", json_str(s), Kind::Reasoning, &mut out),
-                Carrier::ReasoningDetail(v) => details.extend(serde_json::to_string(v).ok()),
+                Carrier::Reasoning(s) if !s.is_empty() => {
+                    set("reasoning", json_str(s), Kind::Reasoning, &mut out)
+                }
+                Carrier::ReasoningDetail(v) if v.is_object() => {
+                    details.extend(serde_json::to_string(v).ok())
+                }
                 _ => {}
             }
         }
@@ -73,7 +80,7 @@ pub(super) fn restore_turn(
     };
     for c in &captured.carriers {
         match c {
-            Carrier::MessageSignature(sig) if !message_signed => {
+            Carrier::MessageSignature(sig) if !sig.is_empty() && !message_signed => {
                 match signature_edit(text, &message, &json_str(sig)) {
                     SigEdit::Append(v) => {
                         appended.push(("extra_content", v));
@@ -82,7 +89,9 @@ pub(super) fn restore_turn(
                     SigEdit::Edit(e) => out.push(Kind::ThoughtSignature, [e]),
                 }
             }
-            Carrier::ToolCallSignature { call, signature } if !call_signed(*call) => {
+            Carrier::ToolCallSignature { call, signature }
+                if !signature.is_empty() && !call_signed(*call) =>
+            {
                 if let Some(e) = tool_call(text, &message, *call)
                     .and_then(|o| call_signature(text, &o, signature))
                 {

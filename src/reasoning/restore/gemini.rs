@@ -90,6 +90,9 @@ pub(super) fn restore_turn(
     let mut wanted: Vec<(PartRef, &str)> = Vec::new();
     for c in &captured.carriers {
         if let Carrier::GeminiSignature { on, signature } = c {
+            if signature.is_empty() {
+                continue;
+            }
             wanted.retain(|(o, _)| o != on);
             wanted.push((*on, signature));
         }

@@ -1240,3 +1240,131 @@ fn a_signature_the_client_sent_is_never_replaced() {
     );
     assert_eq!(r.restored.counts.placeholder_signature, 0);
 }
+
+/// A lookup that answers every echoed turn of one body with that turn plus every kind of
+/// carrier, with out-of-range positions and indexes, empty and malformed values.
+struct Hostile(HashMap<Fingerprint, CapturedTurn>);
+
+impl crate::reasoning::carriers::TurnLookup for Hostile {
+    fn find(&self, _model: &str, fp: &Fingerprint) -> Option<CapturedTurn> {
+        self.0.get(fp).cloned()
+    }
+}
+
+fn hostile_carriers() -> Vec<Carrier> {
+    vec![
+        Carrier::AnthropicThinking {
+            position: usize::MAX,
+            thinking: String::new(),
+            signature: Some(String::new()),
+        },
+        Carrier::AnthropicRedacted {
+            position: 3,
+            data: "d".into(),
+        },
+        Carrier::ReasoningContent(String::new()),
+        Carrier::Reasoning("r\u{2028}".into()),
+        Carrier::ReasoningDetail(json!(5)),
+        Carrier::ReasoningDetail(json!({"type": "reasoning.text", "text": ""})),
+        Carrier::MessageSignature(String::new()),
+        Carrier::ToolCallSignature {
+            call: 99,
+            signature: "s".into(),
+        },
+        Carrier::ToolCallSignature {
+            call: 0,
+            signature: String::new(),
+        },
+        Carrier::GeminiSignature {
+            on: PartRef::Call(99),
+            signature: "g".into(),
+        },
+        Carrier::GeminiSignature {
+            on: PartRef::Text,
+            signature: "t".into(),
+        },
+        Carrier::GeminiSignature {
+            on: PartRef::Call(1),
+            signature: String::new(),
+        },
+        Carrier::ResponsesReasoning {
+            position: usize::MAX,
+            id: None,
+            item: "not json".into(),
+        },
+        Carrier::ResponsesReasoning {
+            position: 0,
+            id: None,
+            item: "[1]".into(),
+        },
+        Carrier::ResponsesReasoning {
+            position: 7,
+            id: Some("rs_x".into()),
+            item: r#"  {"type":"reasoning","id":"rs_x","summary":[]}  "#.into(),
+        },
+    ]
+}
+
+#[test]
+fn hostile_captured_turns_and_odd_shapes_never_break_the_body() {
+    let bodies: Vec<(Dialect, Value)> = vec![
+        (
+            Openai,
+            json!({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": [{"type": "text", "text": "x"}], "tool_calls": [5, {"function": 3}, {"id": "c", "extra_content": [1]}], "reasoning_details": null}, 7, {"role": "assistant", "content": null, "extra_content": {"google": 3}}]}),
+        ),
+        (
+            Openai,
+            json!({"messages": [{"role": "user", "content": "a"}, {"role": "assistant"}, {"role": "assistant", "content": "t", "tool_calls": []}]}),
+        ),
+        (
+            Anthropic,
+            json!({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": ""}, {"role": "user", "content": "b"}, {"role": "assistant", "content": null}, {"role": "user", "content": "c"}, {"role": "assistant", "content": [1, "x", {"type": "tool_use", "id": "t", "name": "n", "input": {}}, {"type": "text", "text": "after"}]}, {"role": "user", "content": "d"}, {"role": "assistant", "content": []}, {"role": "user", "content": "e"}, {"role": "assistant", "content": 5}]}),
+        ),
+        (
+            Gemini,
+            json!({"contents": [{"role": "user", "parts": [{"text": "a"}]}, {"role": "model", "parts": [{"text": "t", "thought": true}, {"functionCall": 5}, {"functionCall": {"name": "f"}, "thoughtSignature": 3}, 9]}, {"role": "user", "parts": []}, {"role": "model", "parts": []}, {"role": "user"}, {"role": "model"}, {"role": "user", "parts": "x"}, {"role": "model", "parts": [{"text": ""}]}]}),
+        ),
+        (
+            OpenaiResponses,
+            json!({"input": ["hi", {"type": "function_call", "call_id": "c", "name": "f", "arguments": "nope"}, {"type": "function_call_output", "call_id": "c", "output": "o"}, {"role": "assistant", "content": "s"}, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "t"}, 5]}]}),
+        ),
+    ];
+    let mut restored_any = [0usize; 4];
+    for (dialect, v) in bodies {
+        for body in [pretty(&v), serde_json::to_vec(&v).unwrap()] {
+            let mut map = HashMap::new();
+            for t in echoed_turns(dialect, &body) {
+                let mut turn = t.turn.clone();
+                turn.carriers = hostile_carriers();
+                map.insert(t.fingerprint, turn);
+            }
+            let lookup = Hostile(map);
+            for (model, p) in [("m", "local"), ("gemini-3-pro-preview", "gemini")] {
+                let ctx = RestoreContext {
+                    dialect,
+                    lookup: &lookup,
+                    model,
+                    provider: &provider(p),
+                };
+                let restored = restore(&ctx, &body);
+                restored_any[[Openai, Anthropic, Gemini, OpenaiResponses]
+                    .iter()
+                    .position(|d| *d == dialect)
+                    .unwrap()] += restored.edits.len();
+                let out = splice(&body, restored.edits.clone()).unwrap();
+                serde_json::from_slice::<Value>(&out).unwrap_or_else(|e| {
+                    panic!("{dialect:?} {e}: {}", String::from_utf8_lossy(&out))
+                });
+                let again = restore(&ctx, &out);
+                assert!(
+                    again.edits.is_empty(),
+                    "{dialect:?} {p}: {:?}\n{}",
+                    again.reasons,
+                    String::from_utf8_lossy(&out)
+                );
+            }
+        }
+    }
+    // Every dialect had something restored (the test exercises the writers).
+    assert!(restored_any.iter().all(|n| *n > 0), "{restored_any:?}");
+}
