@@ -631,14 +631,17 @@ def assert_nothing_in_clear(files: dict[str, bytes], loop: Loop) -> None:
             assert n not in data, f"{name} holds carrier text in clear: {n!r}"
 
 
+@STREAM
 @pytest.mark.parametrize("mode", ["deepseek", "anthropic"])
-def test_restored_after_a_restart_from_the_state_file(mock: MockUpstream, tmp_path: Path, sent: Capture, mode: str) -> None:
+def test_restored_after_a_restart_from_the_state_file(
+    mock: MockUpstream, tmp_path: Path, sent: Capture, mode: str, stream: bool
+) -> None:
     """Request k of the loop goes to a proxy started just before it (the one before stopped):
     request k's restore can only come from what the state file kept."""
     d = DIALECTS[mode]
     proxies = Proxies(tmp_path, mock)
     try:
-        loop = d.run(lambda _k: d.client(proxies.restart().base_url + ROUTE[mode], sent), sent, False, Loop())
+        loop = d.run(lambda _k: d.client(proxies.restart().base_url + ROUTE[mode], sent), sent, stream, Loop())
     finally:
         proxies.close()
     assert proxies.started == ROUNDS + 1
@@ -882,3 +885,64 @@ def test_restored_carrier_the_model_rejects_is_retried_without_and_not_restored_
     lines = log.wait(None, len(loop.turns))
     assert "restore" in json.dumps(lines[1].get("retried_without")), lines[1]
     assert lines[2].get(RESTORED_TURNS, 0) == 0, lines[2]
+
+
+# =============================================================================================
+# Anthropic: a thinking block whose signature no longer verifies is dropped, once
+# =============================================================================================
+
+
+def test_anthropic_history_with_a_broken_signature_is_stripped_and_retried_once(
+    restore_proxy: Proxy, mock: MockUpstream, sent: Capture
+) -> None:
+    """An agent resumes a finished conversation from a store that re-encoded its history (the
+    U+2028 in the first round's thinking became a newline): Anthropic's "Invalid `signature` in
+    `thinking` block" 400; the proxy remembers the request's signatures as rejected, strips
+    those blocks, retries once (accepted), and strips them up front on the next request."""
+    c = anthropic_client(f"{restore_proxy.base_url}/anthropic", sent)
+    tools = [{"name": "get_weather", "description": "Weather for a city.", "input_schema": WEATHER_SCHEMA}]
+    kwargs: dict[str, Any] = dict(
+        model=CLAUDE, max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 2048}, tools=tools, extra_headers=knobs("anthropic")
+    )
+    messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    while True:  # the conversation, every block kept as parsed
+        msg = c.messages.create(messages=messages, **kwargs)
+        blocks = [b.model_dump(exclude_none=True) for b in msg.content]
+        for b in blocks:
+            b.pop("citations", None)
+        messages.append({"role": "assistant", "content": blocks})
+        if msg.stop_reason != "tool_use":
+            break
+        uses = [b for b in msg.content if b.type == "tool_use"]
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "Sunny."} for b in uses]})
+    assert len(messages) == 2 * ROUNDS + 2
+    signatures = [b["signature"] for m in messages if m["role"] == "assistant" for b in m["content"] if b["type"] == "thinking"]
+    first = messages[1]["content"][0]
+    assert first["type"] == "thinking" and "\u2028" in first["thinking"]
+    first["thinking"] = first["thinking"].replace("\u2028", "\n")  # the store's re-encoding
+    messages.append({"role": "user", "content": "And tomorrow?"})
+
+    mock.clear()
+    log = restore_proxy.request_log()
+    raw = c.messages.with_raw_response.create(messages=messages, **kwargs)
+    assert raw.parse().stop_reason == "end_turn"
+    ups = mock.matching("POST", "/v1/messages")
+    assert [u.response_status for u in ups] == [400, 200], "one retry"
+    assert ups[0].strict_error == sm.ANTHROPIC_INVALID_SIGNATURE.format(index=1, block=0)
+    # every signed block of the rejected request (ROUNDS x thinking + redacted_thinking, and the
+    # final answer's thinking) is dropped from the retry
+    signed = 2 * ROUNDS + 1
+    assert [r.value for r in ups[1].carriers if r.value is not None] == [], "a rejected block was sent again"
+    line = log.one("/anthropic/v1/messages")
+    assert (line.get("thinking_rejected"), line.get("retried_without")) == (signed, f"thinking_signatures:{signed}"), line
+    # the next request of the conversation: stripped before it goes, no second 400
+    mock.clear()
+    messages += [{"role": "assistant", "content": [{"type": "text", "text": "Sunny again."}]}, {"role": "user", "content": "Thanks!"}]
+    log.mark()
+    c.messages.create(messages=messages, **kwargs)
+    ups = mock.matching("POST", "/v1/messages")
+    assert [u.response_status for u in ups] == [200]
+    assert not [s for s in signatures if s.encode() in ups[0].body]
+    line = log.one("/anthropic/v1/messages")
+    assert line.get("thinking_rejected") == signed and not line.get("retried_without"), line
+    assert all(s.encode() in sent.last().body for s in signatures), "the client itself kept sending them"
