@@ -10,8 +10,9 @@
 //!   the backend; other kinds are kept least-recently-used first out.
 //! - Writes update the cache at once and are queued to one writer thread that owns the
 //!   backend, so no request ever waits on disk.
-//! - A change made by another process (`cachekeeper verdicts --clear`) is noticed within
-//!   [`RELOAD_INTERVAL`] ([`Backend::changed_elsewhere`]).
+//! - A change made by another process (`cachekeeper verdicts --clear`, `cachekeeper state
+//!   --purge`) is noticed within [`RELOAD_INTERVAL`] ([`Backend::changed_elsewhere`]): the
+//!   resident kinds are reloaded and every other cached record is forgotten.
 //! - Retention per kind ([`Kind::retention_days`]): older records are deleted at start-up and
 //!   daily.
 //! - `[state] max_bytes`: when the records' total size ([`Record::size`]) passes it, the writer
@@ -71,7 +72,8 @@ const DAY_SECS: i64 = 86_400;
 pub(crate) enum Kind {
     /// An unknown-field verdict for (upstream host, model): [`Verdict`].
     Verdict,
-    /// Reasoning carriers captured from a response, per assistant turn (next issues).
+    /// Reasoning carriers captured from a response, per assistant turn, sealed under the
+    /// credential's key ([`crate::reasoning::carriers`]).
     Carrier,
     /// A conversation's prefix state: collapses, last seen turn (next issues).
     Session,
@@ -497,8 +499,8 @@ impl Store {
 
     /// Hold `rec` in memory only: never written to the backend, gone on restart, evicted like
     /// any cached record when the cache is full (`[state]` cache bound). For user content
-    /// that may not reach the disk as it is (captured carriers, until they are encrypted at
-    /// rest). A store whose cache lock is poisoned drops it (fail open).
+    /// that may not reach the disk (the captured carriers of a request without a credential:
+    /// no key to seal them with). A store whose cache lock is poisoned drops it (fail open).
     pub(crate) fn remember(&self, rec: Record) {
         if let Some(mut c) = self.cache() {
             c.insert(rec);
