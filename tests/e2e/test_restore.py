@@ -17,7 +17,12 @@ Against the mock directly the second request gets the provider's real 400. Throu
 the loop completes, and the mock received every carrier exactly as it issued it (the strings
 the SDK parsed from the response: reasoning text with non-ASCII, escapes and U+2028, signature
 bytes, encrypted_content), also from a restarted proxy (the carriers then come from the
-encrypted state file), never for another API key, and never in clear in the state file.
+encrypted state file), never for another API key (a Gemini 3 call then gets the documented
+placeholder signature), and never in clear in the state file; ``cachekeeper state`` lists them
+(no content) and ``--purge`` forgets them. A turn sent with its carriers goes upstream
+byte-identical. A restored carrier the model refuses is retried once without it and not
+restored again for that model; an Anthropic signature that no longer verifies is retried once
+without the request's signed blocks.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from google.genai import errors as genai_errors
 from google.genai import types as gtypes
 
 import strict_mock as sm
-from conftest import Capture, Proxy, RequestLog, launch_proxy
+from conftest import Capture, Proxy, launch_proxy
 from helpers import ANTHROPIC_KEY, GEMINI_KEY, OPENAI_KEY, top_level_array_items
 from mock_upstream import MockUpstream
 
@@ -946,3 +951,19 @@ def test_anthropic_history_with_a_broken_signature_is_stripped_and_retried_once(
     line = log.one("/anthropic/v1/messages")
     assert line.get("thinking_rejected") == signed and not line.get("retried_without"), line
     assert all(s.encode() in sent.last().body for s in signatures), "the client itself kept sending them"
+
+
+def test_another_key_on_gemini_3_gets_the_placeholder_never_the_first_keys_signature(
+    restore_proxy: Proxy, mock: MockUpstream, sent: Capture
+) -> None:
+    d = DIALECTS["gemini"]
+    base = restore_proxy.base_url + ROUTE["gemini"]
+    clients = [d.client(base, sent), d.client(base, sent, "AIza-e2e-second-key-24680")]
+    loop = d.run(lambda k: clients[min(k, 1)], sent, False, Loop())
+    assert loop.text
+    sigs = [c for _k, c in loop.carriers()]
+    # round 0 was answered to key A: key B gets the placeholder for it; the later rounds were
+    # answered to key B, which gets their signatures back
+    delivered = [r.value for r in mock.last("POST", d.path).carriers]
+    assert delivered == ["skip_thought_signature_validator", *sigs[1:]], delivered
+    assert all(sigs[0].encode() not in r.body for r in mock.matching("POST", d.path)[1:]), "key A's signature reached key B's request"
