@@ -2,13 +2,13 @@
 //! message; on Gemini's OpenAI-compatible endpoint the message's and each tool call's
 //! `extra_content.google.thought_signature` (merged into an `extra_content` the client kept).
 //!
-//! Captured values that could not come back as a carrier (an empty string, a `reasoning_details`
-//! entry that is not an object) are skipped.
+//! Captured values that could not come back as a carrier (an empty or blank reasoning string,
+//! an empty signature, a `reasoning_details` entry that is not an object) are skipped.
 //!
 //! "Already has", per location:
-//! - the reasoning strings: a message with a non-empty `reasoning_content` or `reasoning`, or
-//!   a `reasoning_details` entry, keeps its own (none of the three is added). An empty or null
-//!   one is replaced.
+//! - the reasoning strings: a message with a non-blank `reasoning_content` or `reasoning`, or
+//!   a `reasoning_details` entry, keeps its own (none of the three is added). An empty, blank
+//!   (a pad such as `" "`) or null one is replaced.
 //! - a signature: the message, or tool call `i`, with a non-empty
 //!   `extra_content.google.thought_signature` keeps it (an empty one is replaced).
 
@@ -18,11 +18,15 @@ use crate::json::Edit;
 use crate::response::fingerprint::EchoedTurn;
 use crate::response::turn::{CapturedTurn, Carrier};
 
-fn is_reasoning(c: &Carrier) -> bool {
-    matches!(
-        c,
-        Carrier::ReasoningContent(_) | Carrier::Reasoning(_) | Carrier::ReasoningDetail(_)
-    )
+/// A reasoning carrier the client kept: a `reasoning_content` / `reasoning` that is not blank
+/// (a blank one is a pad, e.g. the single space some agents send for a must-echo provider),
+/// or any `reasoning_details` entry.
+fn is_kept_reasoning(c: &Carrier) -> bool {
+    match c {
+        Carrier::ReasoningContent(s) | Carrier::Reasoning(s) => !s.trim().is_empty(),
+        Carrier::ReasoningDetail(_) => true,
+        _ => false,
+    }
 }
 
 pub(super) fn restore_turn(
@@ -47,17 +51,17 @@ pub(super) fn restore_turn(
             appended_kinds.push(kind);
         }
     };
-    if !kept.iter().any(is_reasoning) {
+    if !kept.iter().any(is_kept_reasoning) {
         let mut details = Vec::new();
         for c in &captured.carriers {
             match c {
-                Carrier::ReasoningContent(s) if !s.is_empty() => set(
+                Carrier::ReasoningContent(s) if !s.trim().is_empty() => set(
                     "reasoning_content",
                     json_str(s),
                     Kind::ReasoningContent,
                     &mut out,
                 ),
-                Carrier::Reasoning(s) if !s.is_empty() => {
+                Carrier::Reasoning(s) if !s.trim().is_empty() => {
                     set("reasoning", json_str(s), Kind::Reasoning, &mut out)
                 }
                 Carrier::ReasoningDetail(v) if v.is_object() => {

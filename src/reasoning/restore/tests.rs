@@ -288,7 +288,7 @@ fn a_turn_sent_with_its_carrier_or_unknown_is_left_alone() {
 fn an_empty_reasoning_content_is_replaced_not_duplicated() {
     let captured = observed_stream(Openai, "deepseek_reasoning.sse");
     let prev = request_digest(Openai, &fixture("chat_request.json")).unwrap();
-    for empty in [json!(""), Value::Null] {
+    for empty in [json!(""), Value::Null, json!(" "), json!("\n")] {
         let mut next = json_of("chat_next_request.json");
         next["messages"][2]["reasoning_content"] = empty;
         let r = run(
@@ -913,10 +913,11 @@ fn random_chat(rng: &mut Rng) -> Value {
         let calls = rng.upto(3);
         let mut m = json!({"role": "assistant", "content": if calls == 0 || rng.chance(30) { json!(text(rng)) } else { Value::Null }});
         if rng.chance(60) {
-            m["reasoning_content"] = json!(text(rng));
+            // Never blank: a blank one is no carrier (shaping drops it too).
+            m["reasoning_content"] = json!(format!("r{}", text(rng)));
         }
         if rng.chance(30) {
-            m["reasoning"] = json!(text(rng));
+            m["reasoning"] = json!(format!("r{}", text(rng)));
         }
         if rng.chance(30) {
             m["reasoning_details"] = (0..1 + rng.upto(1))
