@@ -61,8 +61,8 @@ Per-request knobs, as request headers (they pass through cachekeeper like any ot
   in the first key of the first event's JSON in a stream), ``big_json`` (the normal JSON body whose reply text is
   ``BIG_JSON_TEXT_BYTES`` long, usage after it).
 - ``x-mock-strict: MODE`` -- a provider that is strict about echoed reasoning carriers
-  (``deepseek``, ``anthropic``, ``gemini``, ``gemini-openai``, ``responses``; ``auto`` picks
-  the one for the request's path): tool rounds whose answers carry carriers, and the provider's
+  (``deepseek``, ``anthropic``, ``gemini``, ``gemini-openai``, ``responses``,
+  ``no-reasoning-input``; ``auto`` picks one of the first five by the request's path): tool rounds whose answers carry carriers, and the provider's
   real 400 when a later request echoes a turn without them (strict_mock.py says what each mode
   issues and checks). ``x-mock-strict-rounds: N`` tool rounds before the text answer (default
   2). ``MockUpstream.strict`` holds what was issued and received; ``RecordedRequest.carriers``

@@ -8,6 +8,10 @@ serial number), and the mock remembers what it issued for which tool call, so it
 an echoed carrier is *exactly* the one it sent (``StrictState.issued``), and records every
 carrier it receives (``StrictState.received``, and per request ``RecordedRequest.carriers``).
 
+A tool round calls ``get_weather`` when the request declares it (the SDK tests), else one of
+the agent's own read-only tools (``SAFE_TOOLS``: Read, read_file, ls, glob, ...), else there is
+no tool round (agent trials never get a call that runs a command or writes a file).
+
 Modes (the rules follow the providers' documentation; the wordings are the real API messages):
 
 - ``deepseek`` (OpenAI Chat, DeepSeek thinking mode): every answer has ``reasoning_content``
