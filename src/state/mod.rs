@@ -333,8 +333,8 @@ impl StoreOptions {
 enum Op {
     Put(Record),
     Delete(RecordKey),
-    /// Read through to the backend; the answer goes to the sender.
-    Get(RecordKey, mpsc::Sender<Option<Record>>),
+    /// Read through to the backend; the answer goes to the sender (`None`: the read failed).
+    Get(RecordKey, mpsc::Sender<Option<Option<Record>>>),
     /// The backend's total size ([`Backend::total_bytes`]) goes to the sender.
     #[cfg_attr(not(test), allow(dead_code))]
     TotalBytes(mpsc::Sender<Option<u64>>),
@@ -344,7 +344,48 @@ enum Op {
 
 struct Inner {
     cache: Mutex<Cache>,
+    /// Keys the backend was asked for and did not have ([`Store::get`]), so a request that
+    /// echoes many turns with nothing stored reads the backend once per turn, not on every
+    /// request. Locked after `cache` when both are held.
+    absent: Mutex<Absent>,
     durable: AtomicBool,
+}
+
+/// Most keys [`Inner::absent`] remembers; the oldest is forgotten first. At ~200 bytes a key,
+/// about 13 MiB.
+pub(crate) const MAX_ABSENT_KEYS: usize = 65_536;
+
+/// A bounded set of keys known to be absent from the backend, oldest forgotten first.
+#[derive(Default)]
+struct Absent {
+    keys: std::collections::HashSet<RecordKey>,
+    order: std::collections::VecDeque<RecordKey>,
+}
+
+impl Absent {
+    fn insert(&mut self, key: RecordKey) {
+        if self.keys.insert(key.clone()) {
+            self.order.push_back(key);
+        }
+        while self.keys.len() > MAX_ABSENT_KEYS {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.keys.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &RecordKey) {
+        // `order` keeps the stale entry; it is dropped when it comes up (removing a key that
+        // is not in `keys` is a no-op).
+        self.keys.remove(key);
+        if self.order.len() > 2 * MAX_ABSENT_KEYS {
+            let keys = &self.keys;
+            self.order.retain(|k| keys.contains(k));
+        }
+    }
 }
 
 /// Handle to the store; cheap to clone.
@@ -426,6 +467,7 @@ impl Store {
         }
         let inner = Arc::new(Inner {
             cache: Mutex::new(cache),
+            absent: Mutex::new(Absent::default()),
             durable: AtomicBool::new(durable),
         });
         let (tx, rx) = mpsc::channel::<Op>();
@@ -472,28 +514,52 @@ impl Store {
     /// The record at `key`: from memory, else from the backend, waiting at most `timeout`
     /// (not for the hot path of a request that can do without it). A record read from the
     /// backend enters the cache.
+    ///
+    /// A key the backend answered it does not have is remembered as absent (up to
+    /// [`MAX_ABSENT_KEYS`]) until a write of it or a change by another process: the next
+    /// `get` of it answers `None` at once. A timeout or a failed read is not remembered.
     pub(crate) fn get(&self, key: &RecordKey, timeout: Duration) -> Option<Record> {
         if let Some(r) = self.get_cached(key) {
             return Some(r);
         }
+        if self.inner.absent.lock().ok()?.keys.contains(key) {
+            return None;
+        }
         let tx = self.tx.as_ref()?;
         let (reply_tx, reply_rx) = mpsc::channel();
         tx.send(Op::Get(key.clone(), reply_tx)).ok()?;
-        let rec = reply_rx.recv_timeout(timeout).ok()??;
+        let answer = reply_rx.recv_timeout(timeout).ok()??;
+        let mut cache = self.cache()?;
+        let Some(rec) = answer else {
+            // Written meanwhile (the write is queued after this read): the memory has it.
+            if let Some(r) = cache.get(key) {
+                return Some(r);
+            }
+            if let Ok(mut a) = self.inner.absent.lock() {
+                a.insert(key.clone());
+            }
+            return None;
+        };
         if rec.version > rec.key.kind.version() {
             return None;
         }
-        if let Some(mut c) = self.cache() {
-            c.insert(rec.clone());
-        }
+        cache.insert(rec.clone());
         Some(rec)
+    }
+
+    /// Put `rec` in the read cache, and forget that its key was absent.
+    fn cache_insert(&self, rec: Record) {
+        if let Some(mut c) = self.cache() {
+            if let Ok(mut a) = self.inner.absent.lock() {
+                a.remove(&rec.key);
+            }
+            c.insert(rec);
+        }
     }
 
     /// Store `rec`: in memory at once, in the backend by the writer thread.
     pub(crate) fn put(&self, rec: Record) {
-        if let Some(mut c) = self.cache() {
-            c.insert(rec.clone());
-        }
+        self.cache_insert(rec.clone());
         self.send(Op::Put(rec));
     }
 
@@ -502,9 +568,7 @@ impl Store {
     /// that may not reach the disk (the captured carriers of a request without a credential:
     /// no key to seal them with). A store whose cache lock is poisoned drops it (fail open).
     pub(crate) fn remember(&self, rec: Record) {
-        if let Some(mut c) = self.cache() {
-            c.insert(rec);
-        }
+        self.cache_insert(rec);
     }
 
     /// Read, change and write one record atomically with respect to other updates of the
@@ -518,6 +582,9 @@ impl Store {
         let mut cache = self.cache()?;
         let current = cache.get(key);
         let next = f(current.as_ref())?;
+        if let Ok(mut a) = self.inner.absent.lock() {
+            a.remove(&next.key);
+        }
         cache.insert(next.clone());
         drop(cache);
         self.send(Op::Put(next.clone()));
@@ -671,7 +738,7 @@ fn writer_loop(
                 }
             }
             Ok(Op::Get(key, reply)) => {
-                let _ = reply.send(backend.get(&key).ok().flatten());
+                let _ = reply.send(backend.get(&key).ok());
             }
             Ok(Op::TotalBytes(reply)) => {
                 let _ = reply.send(backend.total_bytes().ok());
@@ -712,6 +779,9 @@ fn reload(backend: &mut dyn Backend, inner: &Inner) {
         for (kind, records) in fresh {
             c.replace_kind(kind, records);
         }
+        if let Ok(mut a) = inner.absent.lock() {
+            *a = Absent::default();
+        }
     }
 }
 
@@ -729,5 +799,83 @@ mod tests {
         assert_eq!(Kind::Verdict.class(), Class::Pinned);
         assert!(Kind::Verdict.is_resident());
         assert_eq!(Kind::Carrier.retention_days(30), 30);
+    }
+
+    /// A backend that counts its reads.
+    struct CountingReads {
+        inner: MemoryBackend,
+        reads: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Backend for CountingReads {
+        fn is_durable(&self) -> bool {
+            true
+        }
+        fn put(&mut self, rec: &Record) -> Result<(), StateError> {
+            self.inner.put(rec)
+        }
+        fn get(&mut self, key: &RecordKey) -> Result<Option<Record>, StateError> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            self.inner.get(key)
+        }
+        fn delete(&mut self, key: &RecordKey) -> Result<bool, StateError> {
+            self.inner.delete(key)
+        }
+        fn scan(&mut self, kind: Kind) -> Result<Vec<Record>, StateError> {
+            self.inner.scan(kind)
+        }
+        fn total_bytes(&mut self) -> Result<u64, StateError> {
+            self.inner.total_bytes()
+        }
+        fn oldest(
+            &mut self,
+            kinds: &[Kind],
+            limit: usize,
+        ) -> Result<Vec<(RecordKey, u64)>, StateError> {
+            self.inner.oldest(kinds, limit)
+        }
+        fn prune(&mut self, kind: Kind, cutoff: i64) -> Result<usize, StateError> {
+            self.inner.prune(kind, cutoff)
+        }
+        fn changed_elsewhere(&mut self) -> Result<bool, StateError> {
+            Ok(false)
+        }
+    }
+
+    /// The failing input: a request echoing many assistant turns with no stored carriers read
+    /// the backend once per turn on every request (each read queued behind the writer).
+    #[test]
+    fn a_key_the_backend_lacks_is_read_once_until_it_is_written() {
+        let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let backend = CountingReads {
+            inner: MemoryBackend::new(),
+            reads: Arc::clone(&reads),
+        };
+        let store = Store::with_backend(Box::new(backend), 30, 1 << 20, 1 << 20);
+        let key = RecordKey {
+            kind: Kind::Carrier,
+            scope: "s".into(),
+            key: "k".into(),
+        };
+        let wait = Duration::from_secs(5);
+        assert_eq!(store.get(&key, wait), None);
+        assert_eq!(store.get(&key, wait), None);
+        assert_eq!(reads.load(Ordering::SeqCst), 1, "the second miss is known");
+        store.put(Record::new(Kind::Carrier, "s", "k", b"v".to_vec()));
+        assert_eq!(store.get(&key, wait).map(|r| r.value), Some(b"v".to_vec()));
+        // Forgotten from memory (another process changed the store): read again, found.
+        reload(&mut MemoryBackend::new(), &store.inner);
+        store.flush();
+        assert_eq!(store.get(&key, wait).map(|r| r.value), Some(b"v".to_vec()));
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        let mut a = Absent::default();
+        for i in 0..MAX_ABSENT_KEYS + 10 {
+            a.insert(RecordKey {
+                kind: Kind::Carrier,
+                scope: String::new(),
+                key: i.to_string(),
+            });
+        }
+        assert_eq!(a.keys.len(), MAX_ABSENT_KEYS);
     }
 }
