@@ -128,9 +128,13 @@ class Loop:
 At = Callable[[int], Any]
 
 
-def chat_loop(at: At, model: str, stream: bool, headers: dict[str, str], loop: Loop, carrier: str) -> Loop:
+def chat_loop(
+    at: At, model: str, stream: bool, headers: dict[str, str], loop: Loop, carrier: str, pad: str | None = None
+) -> Loop:
     """OpenAI Chat tool loop; ``carrier`` is what to read from each response ("reasoning_content",
-    or "thought_signature" for Gemini's extra_content) — and what the rebuilt message leaves out."""
+    or "thought_signature" for Gemini's extra_content) — and what the rebuilt message leaves out.
+    ``pad``: the ``reasoning_content`` the agent puts on its rebuilt tool-call messages instead
+    (Hermes pads DeepSeek turns with " ")."""
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_SCHEMA}}]
     messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
     for k in range(ROUNDS + 2):
@@ -174,16 +178,16 @@ def chat_loop(at: At, model: str, stream: bool, headers: dict[str, str], loop: L
             loop.text = content
             return loop
         # the agent's rebuild from the typed fields: no reasoning_content, no extra_content
-        messages.append(
-            {
-                "role": "assistant",
-                "content": content or None,
-                "tool_calls": [
-                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                    for c in calls
-                ],
-            }
-        )
+        rebuilt: dict[str, Any] = {
+            "role": "assistant",
+            "content": content or None,
+            "tool_calls": [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls
+            ],
+        }
+        if pad is not None:
+            rebuilt["reasoning_content"] = pad
+        messages.append(rebuilt)
         for c in calls:
             city = json.loads(c["arguments"])["city"]
             messages.append({"role": "tool", "tool_call_id": c["id"], "content": f"Sunny in {city}, 21 °C."})
@@ -967,3 +971,20 @@ def test_another_key_on_gemini_3_gets_the_placeholder_never_the_first_keys_signa
     delivered = [r.value for r in mock.last("POST", d.path).carriers]
     assert delivered == ["skip_thought_signature_validator", *sigs[1:]], delivered
     assert all(sigs[0].encode() not in r.body for r in mock.matching("POST", d.path)[1:]), "key A's signature reached key B's request"
+
+
+@STREAM
+def test_agent_padded_reasoning_is_replaced_by_the_captured_one(
+    restore_proxy: Proxy, mock: MockUpstream, sent: Capture, stream: bool
+) -> None:
+    """An agent that pads the turns it rebuilt with ``reasoning_content: " "`` (to dodge
+    DeepSeek's 400) sends no reasoning of its own: the captured text replaces the pad."""
+    d = DIALECTS["deepseek"]
+    with pytest.raises(openai.BadRequestError) as info:
+        chat_loop(lambda _k: d.client(mock.url, sent), DEEPSEEK_MODEL, stream, knobs("deepseek"), Loop(), "reasoning_content", pad=" ")
+    assert error_message(info.value).startswith("mock upstream (strict deepseek): the `reasoning_content`")
+    client = d.client(restore_proxy.base_url + ROUTE["deepseek"], sent)
+    loop = chat_loop(lambda _k: client, DEEPSEEK_MODEL, stream, knobs("deepseek"), Loop(), "reasoning_content", pad=" ")
+    assert loop.text
+    assert b'"reasoning_content":" "' in sent.last().body
+    assert_mock_got_carriers(mock, d, loop)
