@@ -171,6 +171,11 @@ fn restore_pass(
     {
         return None;
     }
+    // Nothing captured for this model (a provider that returns no carriers): no fingerprint
+    // can match, and only the placeholder signature could apply.
+    if !carriers.may_know(model) && !inputs.provider.wants_placeholder_signature(model) {
+        return None;
+    }
     let restored = restore::restore_parsed(
         &RestoreContext {
             dialect: ctx.dialect,

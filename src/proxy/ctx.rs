@@ -331,15 +331,22 @@ pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use std::io::Write;
-    use std::sync::Mutex;
 
-    /// A `MakeWriter` that appends every log line to a shared buffer.
-    #[derive(Clone, Default)]
-    pub(crate) struct Lines(pub Arc<Mutex<Vec<u8>>>);
+    thread_local! {
+        /// The capture buffer of this thread's [`capture`], when one runs.
+        static CAPTURED: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+    }
 
-    impl Write for Lines {
+    /// Writes to this thread's [`CAPTURED`] buffer, or nowhere.
+    struct ThreadCapture;
+
+    impl Write for ThreadCapture {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
+            CAPTURED.with(|c| {
+                if let Some(v) = c.borrow_mut().as_mut() {
+                    v.extend_from_slice(buf);
+                }
+            });
             Ok(buf.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -347,33 +354,28 @@ pub(crate) mod tests {
         }
     }
 
-    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
-        type Writer = Lines;
-        fn make_writer(&'a self) -> Self::Writer {
-            self.clone()
-        }
-    }
-
-    /// Run `f` with the JSON log format the proxy uses; returns the JSON lines written.
+    /// Run `f` with the JSON log format the proxy uses; returns the JSON lines it wrote on
+    /// this thread.
+    ///
+    /// One global subscriber for the whole test binary, writing to a per-thread buffer: with
+    /// a subscriber per capture (`with_default`), tracing's per-callsite interest cache, shared
+    /// by the tests running in parallel, could hold "never" for a callsite first hit while no
+    /// capture ran, and a capture then saw nothing (flaky on CI twice, the second time after a
+    /// first fix that rebuilt the cache).
     pub(crate) fn capture(f: impl FnOnce()) -> Vec<serde_json::Value> {
-        let lines = Lines::default();
-        let sub = tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_writer(lines.clone())
-            .finish();
-        // Tests run in parallel and tracing caches each callsite's interest: one first hit
-        // while no capturing subscriber existed could stay "never" (a flaky empty capture on
-        // CI). Captures take turns and recompute the interest once their subscriber is set.
-        static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _turn = TURN
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        tracing::subscriber::with_default(sub, || {
-            tracing::callsite::rebuild_interest_cache();
-            f()
+        static INIT: std::sync::Once = std::sync::Once::new();
+        INIT.call_once(|| {
+            let sub = tracing_subscriber::fmt()
+                .json()
+                .flatten_event(true)
+                .with_writer(|| ThreadCapture)
+                .finish();
+            tracing::subscriber::set_global_default(sub).unwrap();
         });
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        CAPTURED.with(|c| *c.borrow_mut() = Some(Vec::new()));
+        f();
+        let bytes = CAPTURED.with(|c| c.borrow_mut().take()).unwrap_or_default();
+        let text = String::from_utf8(bytes).unwrap();
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()

@@ -31,12 +31,23 @@ pub(crate) trait TurnLookup {
     /// The turn captured with fingerprint `fp` from a response of `model` (as the request
     /// named it), if this request's credential may see it. `None` when unknown.
     fn find(&self, model: &str, fp: &Fingerprint) -> Option<CapturedTurn>;
+
+    /// False when no turn of `model` was ever captured for this view, so no
+    /// [`TurnLookup::find`] can succeed (the restore pass then skips the fingerprints). True
+    /// when unknown.
+    fn may_know(&self, _model: &str) -> bool {
+        true
+    }
 }
 
 /// Knows no turn (restore off).
 impl TurnLookup for () {
     fn find(&self, _model: &str, _fp: &Fingerprint) -> Option<CapturedTurn> {
         None
+    }
+
+    fn may_know(&self, _model: &str) -> bool {
+        false
     }
 }
 
@@ -52,6 +63,19 @@ impl TurnLookup for std::collections::HashMap<Fingerprint, CapturedTurn> {
 /// the turn's fingerprint (64 hex digits), one per line: `"host\nmodel\nfingerprint"`.
 pub(crate) fn carrier_key(host: &str, model: &str, fp: &Fingerprint) -> String {
     format!("{host}\n{model}\n{fp}")
+}
+
+/// How old the index record ([`index_key`]) may get before a save writes it again, seconds.
+const INDEX_REFRESH_SECS: i64 = 86_400;
+
+/// The key of the index record that says turns of `model` through `host` were captured for
+/// the scope: `"host\nmodel\n*"` (no content; an empty value).
+fn index_key(scope: &str, host: &str, model: &str) -> RecordKey {
+    RecordKey {
+        kind: Kind::Carrier,
+        scope: scope.to_owned(),
+        key: format!("{host}\n{model}\n*"),
+    }
 }
 
 fn record_key(scope: &str, host: &str, model: &str, fp: &Fingerprint) -> RecordKey {
@@ -88,6 +112,17 @@ pub(crate) fn save(
             store.put(Record::new(Kind::Carrier, &key.scope, &key.key, sealed));
         }
         None => store.remember(Record::new(Kind::Carrier, &key.scope, &key.key, json)),
+    }
+    // Written again once a day, so retention (which goes by age) never removes the index
+    // before the turns it stands for.
+    let index = index_key(scope, host, model);
+    let stale = |r: &Record| crate::state::now_secs() - r.written_at > INDEX_REFRESH_SECS;
+    if store.get_cached(&index).is_none_or(|r| stale(&r)) {
+        let rec = Record::new(Kind::Carrier, &index.scope, &index.key, Vec::new());
+        match sealing {
+            Some(_) => store.put(rec),
+            None => store.remember(rec),
+        }
     }
     true
 }
@@ -127,26 +162,35 @@ impl<'a> StoreLookup<'a> {
     }
 }
 
+impl StoreLookup<'_> {
+    /// The record at `key`: memory, then (with a credential) the backend within the budget.
+    fn read(&self, key: &RecordKey) -> Option<Record> {
+        if let Some(r) = self.store.get_cached(key) {
+            return Some(r);
+        }
+        self.sealing?;
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let wait = left.min(Duration::from_millis(BACKEND_READ_TIMEOUT_MS));
+        self.store.get(key, wait)
+    }
+}
+
 impl TurnLookup for StoreLookup<'_> {
+    fn may_know(&self, model: &str) -> bool {
+        self.read(&index_key(self.scope, self.host, model))
+            .is_some()
+    }
+
     fn find(&self, model: &str, fp: &Fingerprint) -> Option<CapturedTurn> {
         let key = record_key(self.scope, self.host, model, fp);
+        let rec = self.read(&key)?;
         let json = match self.sealing {
-            Some(k) => {
-                let rec = match self.store.get_cached(&key) {
-                    Some(r) => r,
-                    None => {
-                        let left = self.deadline.saturating_duration_since(Instant::now());
-                        if left.is_zero() {
-                            return None;
-                        }
-                        let wait = left.min(Duration::from_millis(BACKEND_READ_TIMEOUT_MS));
-                        self.store.get(&key, wait)?
-                    }
-                };
-                seal::open(k, &seal::record_aad(&key), &rec.value)?
-            }
+            Some(k) => seal::open(k, &seal::record_aad(&key), &rec.value)?,
             // Without a credential nothing was written to disk: memory only.
-            None => self.store.get_cached(&key)?.value,
+            None => rec.value,
         };
         serde_json::from_slice(&json).ok()
     }
@@ -239,8 +283,16 @@ mod tests {
             None,
             "another model"
         );
+        // The index says which models have captured turns at all (restore skips the rest).
+        assert!(same.may_know("deepseek-chat"));
+        assert!(!same.may_know("deepseek-reasoner"));
         let other_host = StoreLookup::new(&s, "scope-a", Some(&k), "api.moonshot.ai");
         assert_eq!(other_host.find("deepseek-chat", &fp(1)), None);
+        assert!(!other_host.may_know("deepseek-chat"));
+        assert!(
+            !StoreLookup::new(&s, "scope-b", Some(&key(2)), "api.deepseek.com")
+                .may_know("deepseek-chat")
+        );
         // Another credential: another scope, another key.
         let k2 = key(2);
         let other = StoreLookup::new(&s, "scope-b", Some(&k2), "api.deepseek.com");
@@ -320,7 +372,11 @@ mod tests {
             ));
         }
         s.flush();
-        assert_eq!(rows(&o.path), 20, "stored");
+        assert_eq!(
+            rows(&o.path),
+            21,
+            "stored: 20 turns and the model's index record"
+        );
         let bytes = file_bytes(&o.path);
         for needle in [
             THOUGHT.as_bytes(),
@@ -403,7 +459,8 @@ mod tests {
             let mut cli = crate::state::SqliteBackend::open(&o.path, o.max_bytes).unwrap();
             assert_eq!(
                 crate::state::Backend::prune(&mut cli, Kind::Carrier, i64::MAX).unwrap(),
-                1
+                2,
+                "the turn and the model's index record"
             );
         }
         let deadline = Instant::now() + RELOAD_INTERVAL * 3;

@@ -184,7 +184,43 @@ fn normalize(dialect: Dialect, v: &mut Value) {
 /// Responses: an `input` item, or the string `input`; Gemini: a `contents[i]` object), as the
 /// client sends it (before any rewrite by the proxy). Bytes that are not JSON are hashed as
 /// they are (still deterministic; such a request is forwarded unchanged anyway).
+///
+/// Large messages (a tool result with a screenshot, [`MEMO_MIN_BYTES`] or more) are remembered
+/// by an xxh3-128 hash of their exact bytes ([`MEMO_ENTRIES`] of them): an agent re-sends its
+/// history every turn, and the canonical form of a megabyte of base64 costs tens of ms to
+/// build and hash. The memo only saves the work: the digest is the same either way.
 pub(crate) fn message_digest(dialect: Dialect, message_json: &[u8]) -> Digest {
+    if message_json.len() < MEMO_MIN_BYTES {
+        return compute_digest(dialect, message_json);
+    }
+    let mut raw = xxhash_rust::xxh3::Xxh3::new();
+    raw.update(dialect.as_str().as_bytes());
+    raw.update(&[0]);
+    raw.update(message_json);
+    let id = raw.digest128();
+    if let Some(d) = MEMO.lock().ok().and_then(|m| m.get(&id).copied()) {
+        return d;
+    }
+    let d = compute_digest(dialect, message_json);
+    if let Ok(mut m) = MEMO.lock() {
+        if m.len() >= MEMO_ENTRIES {
+            m.clear();
+        }
+        m.insert(id, d);
+    }
+    d
+}
+
+/// Messages at least this long (bytes) have their digest remembered ([`message_digest`]).
+pub(crate) const MEMO_MIN_BYTES: usize = 16 * 1024;
+
+/// Most digests remembered (48 bytes each); the memo starts over when full.
+pub(crate) const MEMO_ENTRIES: usize = 65_536;
+
+static MEMO: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u128, Digest>>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn compute_digest(dialect: Dialect, message_json: &[u8]) -> Digest {
     let mut h = Sha256::new();
     h.update(MESSAGE_TAG);
     match serde_json::from_slice::<Value>(message_json) {
