@@ -24,6 +24,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::turn::CapturedTurn;
 use crate::dialect::Dialect;
+use crate::json::scan;
 
 /// Version tags, part of every hash: changing a rule here changes the tag.
 const MESSAGE_TAG: &[u8] = b"cachekeeper.message.v1\0";
@@ -339,26 +340,22 @@ pub(crate) struct EchoedTurn {
     pub turn: CapturedTurn,
 }
 
-#[derive(Deserialize)]
-struct Role<'a> {
-    #[serde(borrow, default)]
-    role: Option<&'a str>,
-    #[serde(borrow, default, rename = "type")]
-    kind: Option<&'a str>,
-}
-
-/// Whether an entry is (part of) an assistant turn: Anthropic / Chat role `assistant`, Gemini
-/// role `model`; Responses a `reasoning` or `function_call` item, or an assistant `message`.
-fn is_assistant(dialect: Dialect, raw: &RawValue) -> bool {
-    let Ok(r) = serde_json::from_str::<Role<'_>>(raw.get()) else {
+/// Whether an entry (its JSON text) is (part of) an assistant turn: Anthropic / Chat role
+/// `assistant`, Gemini role `model`; Responses a `reasoning` or `function_call` item, or an
+/// assistant `message`. Read with the span scanner (a large tool result is skipped over, not
+/// decoded).
+fn is_assistant(dialect: Dialect, entry: &str) -> bool {
+    let Some(obj) = scan::object_at(entry, 0) else {
         return false;
     };
+    let field = |k: &str| obj.get(k).and_then(|m| scan::string_at(entry, &m.value));
+    let role = field("role");
     match dialect {
-        Dialect::Anthropic | Dialect::Openai => r.role == Some("assistant"),
-        Dialect::Gemini => r.role == Some("model"),
-        Dialect::OpenaiResponses => match r.kind {
+        Dialect::Anthropic | Dialect::Openai => role.as_deref() == Some("assistant"),
+        Dialect::Gemini => role.as_deref() == Some("model"),
+        Dialect::OpenaiResponses => match field("type").as_deref() {
             Some("reasoning" | "function_call") => true,
-            Some("message") | None => r.role == Some("assistant"),
+            Some("message") | None => role.as_deref() == Some("assistant"),
             Some(_) => false,
         },
     }
@@ -366,7 +363,9 @@ fn is_assistant(dialect: Dialect, raw: &RawValue) -> bool {
 
 /// Every assistant turn a request echoes that follows another entry (the message it
 /// answered), in order, with its fingerprint: what the restore side matches captured turns
-/// against. Empty when the body is not JSON or has no list.
+/// against. Empty when the body is not JSON or has no list. (Tests; the pipeline reads its one
+/// parse with [`echoed_turns_in`].)
+#[cfg(test)]
 pub(crate) fn echoed_turns(dialect: Dialect, request_body: &[u8]) -> Vec<EchoedTurn> {
     let Ok(lists) = serde_json::from_slice::<RequestLists<'_>>(request_body) else {
         return Vec::new();
@@ -379,6 +378,13 @@ pub(crate) fn echoed_turns(dialect: Dialect, request_body: &[u8]) -> Vec<EchoedT
             .and_then(|i| serde_json::from_str(i.get()).ok())
             .unwrap_or_default(),
     };
+    let entries: Vec<&str> = entries.iter().map(|e| e.get()).collect();
+    echoed_turns_in(dialect, &entries)
+}
+
+/// [`echoed_turns`] over a turn list already split into its entries' JSON texts (the
+/// pipeline's one parse: `messages`, `contents` or `input` elements, in order).
+pub(crate) fn echoed_turns_in(dialect: Dialect, entries: &[&str]) -> Vec<EchoedTurn> {
     let mut out = Vec::new();
     let mut i = 1;
     while i < entries.len() {
@@ -398,14 +404,14 @@ pub(crate) fn echoed_turns(dialect: Dialect, request_body: &[u8]) -> Vec<EchoedT
         let turn = if dialect == Dialect::OpenaiResponses {
             let items: Vec<String> = entries[i..i + len]
                 .iter()
-                .map(|e| e.get().to_owned())
+                .map(|e| (*e).to_owned())
                 .collect();
             Some(super::responses::items_turn(&items))
         } else {
-            echoed_turn(dialect, entries[i].get().as_bytes())
+            echoed_turn(dialect, entries[i].as_bytes())
         };
         if let Some(turn) = turn {
-            let prev = message_digest(dialect, entries[i - 1].get().as_bytes());
+            let prev = message_digest(dialect, entries[i - 1].as_bytes());
             out.push(EchoedTurn {
                 index: i,
                 len,

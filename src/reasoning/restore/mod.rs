@@ -28,7 +28,7 @@ use crate::json::scan::{self, Object};
 use crate::json::Edit;
 use crate::provider::ResolvedProvider;
 use crate::reasoning::carriers::TurnLookup;
-use crate::response::fingerprint::{echoed_turns, EchoedTurn};
+use crate::response::fingerprint::{echoed_turns_in, EchoedTurn};
 use crate::response::turn::CapturedTurn;
 
 /// What the restore pass reads besides the body.
@@ -195,7 +195,6 @@ pub(crate) fn restore(ctx: &RestoreContext<'_>, body: &[u8]) -> Restored {
 /// parse, [`crate::dialect::doc::Doc`]).
 pub(crate) fn restore_parsed(ctx: &RestoreContext<'_>, text: &str, top: &Object) -> Restored {
     let mut out = Restored::default();
-    let body = text.as_bytes();
     let key = list_key(ctx.dialect);
     let Some(entries) = top
         .get(key)
@@ -204,7 +203,16 @@ pub(crate) fn restore_parsed(ctx: &RestoreContext<'_>, text: &str, top: &Object)
         return out;
     };
     let list = List { text, entries };
-    let echoed = echoed_turns(ctx.dialect, body);
+    let texts: Vec<&str> = list
+        .entries
+        .iter()
+        .filter_map(|r| text.get(r.clone()))
+        .collect();
+    let echoed = if texts.len() == list.entries.len() {
+        echoed_turns_in(ctx.dialect, &texts)
+    } else {
+        Vec::new()
+    };
     // Entries whose first call got its signature back here (no placeholder there).
     let mut first_call_signed = Vec::new();
     for turn in &echoed {

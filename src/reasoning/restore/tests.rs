@@ -10,7 +10,7 @@ use super::*;
 use crate::dialect::Dialect::{self, Anthropic, Gemini, Openai, OpenaiResponses};
 use crate::json::splice;
 use crate::response::fingerprint::{
-    message_digest, request_digest, turn_fingerprint, Digest, Fingerprint,
+    echoed_turns, message_digest, request_digest, turn_fingerprint, Digest, Fingerprint,
 };
 use crate::response::testing::{body, fixture, stream};
 use crate::response::turn::{Call, Carrier, PartRef};
