@@ -29,7 +29,8 @@ const SEAL_INFO: &[u8] = b"cachekeeper carrier sealing key v1";
 /// Who a request is, for state kept on its behalf.
 #[derive(Debug, Clone)]
 pub(crate) struct Credential {
-    /// [`scope`]: hex of a hash of the credential; [`NO_CREDENTIAL`] without one.
+    /// Hex of the first 16 bytes of SHA-256 over a domain tag, the header name and the
+    /// credential; [`NO_CREDENTIAL`] without one.
     pub scope: String,
     /// The key records of this credential are sealed with; `None` without a credential (its
     /// user content stays in memory only).
@@ -55,7 +56,7 @@ fn find<'a>(
     Some(("key", key.as_bytes()))
 }
 
-/// The request's credential: its [`scope`] and its sealing key, HKDF-SHA256 (RFC 5869) with
+/// The request's credential: its scope and its sealing key, HKDF-SHA256 (RFC 5869) with
 /// the raw credential value as input keying material, [`SEAL_SALT`] + the header name as salt
 /// and [`SEAL_INFO`] as info, 32 bytes ([`KEY_BYTES`]). Both are [`NO_CREDENTIAL`] / `None`
 /// when no credential is present.
@@ -74,7 +75,7 @@ pub(crate) fn identify(headers: &http::HeaderMap, query: Option<&str>) -> Creden
 
 /// Hex of the first 16 bytes of SHA-256 over a domain tag, the header's name and its value,
 /// for the credential [`identify`] picks; [`NO_CREDENTIAL`] when none is present.
-#[cfg_attr(not(test), allow(dead_code))] // callers that need only the scope
+#[cfg(test)]
 pub(crate) fn scope(headers: &http::HeaderMap, query: Option<&str>) -> String {
     match find(headers, query) {
         Some((name, value)) => digest(name, value),

@@ -86,7 +86,7 @@ pub struct RewriteContext<'a> {
     pub images: &'a ImagesConfig,
     /// The process's transcode cache (`None`: transcode every time; the output is the same).
     pub transcodes: Option<&'a TranscodeCache>,
-    /// The credential scope of the request ([`crate::credential::scope`]): transcode cache
+    /// The credential scope of the request ([`crate::credential::identify`]): transcode cache
     /// entries are never shared across scopes. `""` when there is no credential.
     pub credential_scope: &'a str,
     /// Set when rebuilding a request after the provider rejected an image

@@ -225,7 +225,7 @@ impl Kind {
 }
 
 /// Where a record lives: its kind, the credential scope it belongs to
-/// ([`crate::credential::scope`]; `""` for records that hold no user content, such as
+/// ([`crate::credential::identify`]; `""` for records that hold no user content, such as
 /// verdicts) and its key within the kind.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct RecordKey {
