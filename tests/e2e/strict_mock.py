@@ -225,7 +225,7 @@ def encrypted_item_id(token: str) -> str | None:
 
 # Tools a strict answer may call when the request does not declare `get_weather` (a real agent's
 # own tools): read-only ones only, so an agent trial never runs a command or writes a file.
-SAFE_TOOLS = ("read", "read_file", "readfile", "view", "ls", "list", "list_directory", "list_dir", "glob", "find_files")
+SAFE_TOOLS = ("read", "read_file", "readfile", "view", "view_image", "ls", "list", "list_directory", "list_dir", "glob", "find_files")
 
 
 def _tool_decls(req: dict[str, Any]) -> list[tuple[str, Any]]:
