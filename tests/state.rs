@@ -81,7 +81,8 @@ async fn proxy_stores_sealed_carriers_that_state_lists_and_purges() {
     let proxy = start_proxy(&cfg_text).await;
     let c = client();
     let url = proxy.url("/openai/v1/chat/completions");
-    // Two credentials, two turns each (different user messages: different fingerprints),
+    // Two credentials, two turns each (different user messages: different fingerprints), and
+    // one index record per credential for the model: 6 records;
     // and one request without a credential (kept in memory only).
     for (i, auth) in ["Bearer sk-alpha-1", "Bearer sk-beta-2"].iter().enumerate() {
         for turn in 0..2 {
@@ -105,19 +106,19 @@ async fn proxy_stores_sealed_carriers_that_state_lists_and_purges() {
     let listed = ok(&cli(&cfg, &[]));
     let lines: Vec<Vec<&str>> = listed.lines().map(rows).collect();
     assert!(
-        listed.contains("4 record(s)") && listed.contains("2 credential scope(s)"),
+        listed.contains("6 record(s)") && listed.contains("2 credential scope(s)"),
         "{listed}"
     );
     assert!(
         lines
             .iter()
-            .any(|r| r.len() == 6 && r[0] == "carrier" && r[1] == "4" && r[3] == "2"),
+            .any(|r| r.len() == 6 && r[0] == "carrier" && r[1] == "6" && r[3] == "2"),
         "{listed}"
     );
     assert!(
         lines
             .iter()
-            .any(|r| r.len() == 7 && r[..4] == ["carrier", host.as_str(), "deepseek-chat", "4"]),
+            .any(|r| r.len() == 7 && r[..4] == ["carrier", host.as_str(), "deepseek-chat", "6"]),
         "{listed}"
     );
     for secret in ["sk-alpha", "sk-beta", REASONING[0], REASONING[1]] {
@@ -168,12 +169,12 @@ async fn proxy_stores_sealed_carriers_that_state_lists_and_purges() {
         purged.starts_with("purged 1 record(s) written more than 5 day(s) ago (carrier 1)"),
         "{purged}"
     );
-    assert!(ok(&cli(&cfg, &[])).contains("3 record(s)"));
+    assert!(ok(&cli(&cfg, &[])).contains("5 record(s)"));
     let purged = ok(&cli(&cfg, &["--purge", "--kind", "verdict"]));
     assert!(purged.starts_with("purged 0 record(s)"), "{purged}");
     let purged = ok(&cli(&cfg, &["--purge"]));
     assert!(
-        purged.starts_with("purged 3 record(s) (carrier 3)"),
+        purged.starts_with("purged 5 record(s) (carrier 5)"),
         "{purged}"
     );
     assert!(ok(&cli(&cfg, &[])).contains("no records in"));
@@ -268,7 +269,7 @@ async fn a_restarted_proxy_restores_from_the_file_for_the_same_key_only_until_pu
     // Purged by the CLI while it runs: within a few seconds the proxy restores nothing.
     let purged = ok(&cli(&cfg, &["--purge", "--kind", "carrier"]));
     assert!(
-        purged.starts_with("purged 2 record(s) (carrier 2)"),
+        purged.starts_with("purged 3 record(s) (carrier 3)"),
         "{purged}"
     );
     let mut forgot = false;
