@@ -27,5 +27,7 @@ pub mod rewrite;
 pub mod route;
 pub mod state;
 pub mod telemetry;
+#[cfg(test)]
+mod testing;
 pub mod texts;
 pub mod wire;

@@ -405,22 +405,7 @@ mod tests {
     use base64::Engine as _;
     use serde_json::{json, Value};
 
-    /// xorshift64*: a fixed-seed generator for the hand-rolled property tests.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn chance(&mut self, percent: u64) -> bool {
-            self.below(100) < percent
-        }
-    }
+    use crate::testing::Rng;
 
     fn b64_png(w: u32, h: u32, pad: usize) -> String {
         STANDARD.encode(fake::png(w, h, pad))

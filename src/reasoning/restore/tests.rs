@@ -852,25 +852,7 @@ fn kinds_name_every_counter() {
 
 // ---- Property: random conversations, carriers dropped at random ----
 
-/// xorshift64*: a fixed-seed generator for the hand-rolled property tests.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn upto(&mut self, n: u64) -> usize {
-        self.below(n + 1) as usize
-    }
-}
+use crate::testing::Rng;
 
 /// Text with the characters JSON writers disagree on.
 fn text(rng: &mut Rng) -> String {
