@@ -7,6 +7,13 @@
 //! - `23mb_20img`: the same with 20 screenshots: nothing to change (`body: None`).
 //! - `20kb_text`: a 20 KB request without images.
 //!
+//! Carrier restore (`restore/…`), on the 21-screenshot body whose assistant turns carried a
+//! signed thinking block each, echoed without them (as an agent that drops thinking sends it):
+//! - `restore/all_known`: all 21 thinking blocks restored, then the other passes;
+//! - `restore/none_known`: the same body, no turn known (every fingerprint computed, nothing
+//!   found: a model that has captured turns, but not these);
+//! - `restore/off`: the same body without the restore pass (`rewrite_request`).
+//!
 //! Run: `cargo bench --bench rewrite` (small sample sizes: the CI box has 2 cores).
 
 use std::hint::black_box;
@@ -16,7 +23,10 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use cachekeeper::config::ImagesConfig;
 use cachekeeper::dialect::Dialect;
-use cachekeeper::rewrite::{rewrite_request, RewriteContext};
+use cachekeeper::provider::ResolvedProvider;
+use cachekeeper::rewrite::{
+    rewrite_known, rewrite_request, KnownTurns, ReasoningInputs, RewriteContext,
+};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 /// Deterministic filler bytes (xorshift), so base64 looks like real image data.
@@ -47,6 +57,11 @@ fn screenshot(seed: u64, len: usize) -> String {
 /// An Anthropic body: a system prompt and `text_bytes` of conversation text, then `images`
 /// tool results of one ~1.1 MB screenshot each.
 fn anthropic_body(images: usize, text_bytes: usize) -> Vec<u8> {
+    anthropic_body_thinking(images, text_bytes, false)
+}
+
+/// [`anthropic_body`], each tool-use turn led by a signed thinking block when `thinking`.
+fn anthropic_body_thinking(images: usize, text_bytes: usize, thinking: bool) -> Vec<u8> {
     let mut messages = Vec::new();
     let filler = "lorem ipsum dolor sit amet ".repeat(text_bytes / 27 / 2 + 1);
     messages.push(format!(
@@ -57,7 +72,15 @@ fn anthropic_body(images: usize, text_bytes: usize) -> Vec<u8> {
     ));
     for t in 0..images {
         messages.push(format!(
-            r#"{{"role":"assistant","content":[{{"type":"tool_use","id":"toolu_{t}","name":"computer","input":{{"action":"screenshot"}}}}]}}"#
+            r#"{{"role":"assistant","content":[{}{{"type":"tool_use","id":"toolu_{t}","name":"computer","input":{{"action":"screenshot"}}}}]}}"#,
+            if thinking {
+                format!(
+                    r#"{{"type":"thinking","thinking":"Step {t}: take a screenshot to see the screen.","signature":"{}"}},"#,
+                    STANDARD.encode(noise(t as u64 + 100, 300))
+                )
+            } else {
+                String::new()
+            }
         ));
         messages.push(format!(
             r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"toolu_{t}","content":[{{"type":"text","text":"screen {t}"}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":"{}"}}}}]}}]}}"#,
@@ -125,6 +148,46 @@ fn bench(c: &mut Criterion) {
             |b, body| b.iter(|| value_round_trip(black_box(body))),
         );
     }
+    group.finish();
+
+    // Carrier restore on the computer-use body.
+    let provider = ResolvedProvider::resolve(None, "api.anthropic.com", None);
+    let restore_ctx = RewriteContext {
+        reasoning: Some(ReasoningInputs {
+            provider: &provider,
+            upstream_path: "/v1/messages",
+            droppable_params: &[],
+            anthropic_beta: None,
+            path_model: None,
+            verdicts: &(),
+            rejected: &(),
+        }),
+        ..ctx
+    };
+    let kept = anthropic_body_thinking(21, 900_000, true);
+    let dropped = anthropic_body(21, 900_000);
+    let known = KnownTurns::from_body(Dialect::Anthropic, &kept);
+    assert_eq!(known.len(), 22, "21 tool-use turns and the text turn");
+    let none = KnownTurns::from_body(Dialect::Anthropic, b"{}");
+    match rewrite_known(&restore_ctx, &known, &dropped) {
+        Ok(out) => assert_eq!(out.report.restore.thinking, 21),
+        Err(e) => panic!("restore: {e}"),
+    }
+    let mut group = c.benchmark_group("restore");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Bytes(dropped.len() as u64));
+    group.bench_function("all_known", |b| {
+        b.iter(|| rewrite_known(&restore_ctx, &known, black_box(&dropped)))
+    });
+    group.bench_function("none_known", |b| {
+        b.iter(|| rewrite_known(&restore_ctx, &none, black_box(&dropped)))
+    });
+    group.bench_function("off", |b| {
+        b.iter(|| rewrite_request(&restore_ctx, black_box(&dropped)))
+    });
     group.finish();
 }
 

@@ -28,7 +28,8 @@ use crate::provider::ResolvedProvider;
 use crate::reasoning::carriers::TurnLookup;
 use crate::reasoning::restore::{self, RestoreContext, RestoreCounts};
 use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts, Shaped};
-use crate::response::fingerprint::{message_digest, Digest};
+use crate::response::fingerprint::{echoed_turns_in, message_digest, Digest, Fingerprint};
+use crate::response::turn::CapturedTurn;
 use crate::state::rejected::SignatureLookup;
 pub(crate) use crate::state::VerdictLookup;
 use crate::state::{Field, FieldSet};
@@ -154,6 +155,61 @@ pub(crate) fn rewrite_with_restore(
     out.report.restore = counts;
     out.report.reasons.splice(0..0, reasons);
     Ok(out)
+}
+
+/// Benchmarks: the turns a body's own assistant messages carry, captured as the response
+/// side would have captured them, keyed as their echo finds them ([`rewrite_known`]).
+#[doc(hidden)]
+pub struct KnownTurns(std::collections::HashMap<Fingerprint, CapturedTurn>);
+
+impl KnownTurns {
+    /// The assistant turns `body` echoes (with the carriers it kept). Empty when `body` is not
+    /// a request of `dialect`.
+    pub fn from_body(dialect: Dialect, body: &[u8]) -> Self {
+        let turns = json::parse(body).ok().and_then(|p| {
+            let m = p.top.get(restore::list_key(dialect))?;
+            let entries = json::scan::array_at(p.text, m.value.start)?;
+            let texts: Vec<&str> = entries
+                .iter()
+                .filter_map(|r| p.text.get(r.clone()))
+                .collect();
+            Some(echoed_turns_in(dialect, &texts))
+        });
+        Self(
+            turns
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| (t.fingerprint, t.turn))
+                .collect(),
+        )
+    }
+
+    /// How many turns are known.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// No turn is known.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl TurnLookup for KnownTurns {
+    fn find(&self, _model: &str, fp: &Fingerprint) -> Option<CapturedTurn> {
+        self.0.get(fp).cloned()
+    }
+}
+
+/// Benchmarks: [`rewrite_with_restore`] with `known` as the captured turns (an empty set still
+/// computes every fingerprint: the cost of a model with captured turns, none of them these).
+#[doc(hidden)]
+pub fn rewrite_known(
+    ctx: &RewriteContext<'_>,
+    known: &KnownTurns,
+    body: &[u8],
+) -> Result<RewriteOutcome, ParseError> {
+    rewrite_with_restore(ctx, known, body)
 }
 
 /// Pass 5: the restored body, what was restored and why; `None` when nothing was.

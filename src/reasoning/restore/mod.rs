@@ -160,7 +160,7 @@ impl TurnEdit {
 }
 
 /// The list the turns live in, per dialect.
-fn list_key(dialect: Dialect) -> &'static str {
+pub(crate) fn list_key(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::Anthropic | Dialect::Openai => "messages",
         Dialect::Gemini => "contents",
