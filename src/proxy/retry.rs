@@ -284,7 +284,7 @@ fn learn_signatures(
         model = %model,
         status = 400,
         blocks = new,
-        wording = %wording.chars().take(crate::state::MAX_WORDING_CHARS).collect::<String>(),
+        wording = %crate::state::wording_excerpt(wording),
         "upstream rejected a thinking signature; the request's signed blocks are remembered as rejected, retrying once without them"
     );
     Some(Lesson::Signatures(new))
@@ -301,10 +301,7 @@ fn learn_no_restore(
     status: u16,
     error_body: &[u8],
 ) -> Option<Lesson> {
-    let wording: String = String::from_utf8_lossy(error_body)
-        .chars()
-        .take(crate::state::MAX_WORDING_CHARS)
-        .collect();
+    let wording = crate::state::wording_excerpt(&String::from_utf8_lossy(error_body));
     let learned = state.store.verdicts().learn(
         &route.host,
         model,

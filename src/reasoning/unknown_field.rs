@@ -42,7 +42,7 @@ use super::profiles::{ResolvedRoute, KEEP_THINKING_PARAMS};
 use crate::dialect::{self, Dialect};
 use crate::json::scan;
 use crate::provider::Carrier;
-use crate::state::{Field, FieldSet, MAX_WORDING_CHARS};
+use crate::state::{Field, FieldSet};
 
 /// Unknown-field phrases (lowercase), with their sources in `docs/reasoning.md#wordings`.
 pub const WORDINGS: &[&str] = &[
@@ -90,7 +90,7 @@ pub struct Detected {
     /// Message fields (carriers) and top-level parameters (dotted when nested), widened.
     pub fields: FieldSet,
     /// The message of the entry that taught the first field (at most
-    /// [`MAX_WORDING_CHARS`] chars), for logs and `verdicts`.
+    /// [`MAX_WORDING_CHARS`](crate::state::MAX_WORDING_CHARS) chars), for logs and `verdicts`.
     pub wording: String,
 }
 
@@ -128,7 +128,7 @@ pub fn detect(
     let wording = wording?;
     Some(Detected {
         fields,
-        wording: wording.trim().chars().take(MAX_WORDING_CHARS).collect(),
+        wording: crate::state::wording_excerpt(wording.trim()),
     })
 }
 

@@ -51,6 +51,11 @@ pub(crate) const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 /// ([`crate::reasoning::detect`]) truncates to the same limit.
 pub(crate) const MAX_WORDING_CHARS: usize = 500;
 
+/// `wording` cut to [`MAX_WORDING_CHARS`] chars (what is kept and logged of a provider's text).
+pub(crate) fn wording_excerpt(wording: &str) -> String {
+    wording.chars().take(MAX_WORDING_CHARS).collect()
+}
+
 /// Default bound of the in-memory read cache, bytes (sizes as [`Record::size`]).
 pub(crate) const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 

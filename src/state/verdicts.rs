@@ -18,7 +18,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{now_secs, Kind, Record, RecordKey, Store, MAX_WORDING_CHARS};
+use super::{now_secs, Kind, Record, RecordKey, Store};
 
 /// One thing a provider does not accept.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -254,7 +254,7 @@ impl VerdictKey {
 pub struct Verdict {
     /// What to omit.
     pub fields: FieldSet,
-    /// The provider's wording that taught us (at most [`MAX_WORDING_CHARS`] chars).
+    /// The provider's wording that taught us (at most [`MAX_WORDING_CHARS`](super::MAX_WORDING_CHARS) chars).
     pub wording: String,
     /// When it was last learned, Unix seconds.
     pub learned_at: i64,
@@ -354,7 +354,7 @@ impl<'a> Verdicts<'a> {
     }
 
     /// Add `fields` to the verdict for (host, model). Returns the fields that were new
-    /// (empty: nothing learned, nothing written). The wording (cut to [`MAX_WORDING_CHARS`]
+    /// (empty: nothing learned, nothing written). The wording (cut to [`MAX_WORDING_CHARS`](super::MAX_WORDING_CHARS)
     /// chars) replaces the stored one only when something was learned. Memory is updated at
     /// once; the backend by the writer thread.
     pub(crate) fn learn(
@@ -380,7 +380,7 @@ impl<'a> Verdicts<'a> {
                 return None;
             }
             verdict.fields.extend(new.iter().cloned());
-            verdict.wording = wording.chars().take(MAX_WORDING_CHARS).collect();
+            verdict.wording = super::wording_excerpt(wording);
             verdict.learned_at = now_secs();
             Some(verdict.to_record(&key))
         });
