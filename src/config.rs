@@ -70,8 +70,10 @@ pub struct ServerConfig {
     pub shutdown_grace_ms: u64,
     /// Log what the passes would change but forward the original bytes. Default false.
     pub dry_run: bool,
-    /// When set, clients must send `x-cachekeeper-token: <value>`; the header never leaves
-    /// the proxy. Default unset.
+    /// When set, clients must present it: header `x-cachekeeper-token: <value>`, or a leading
+    /// `/t/<value>/` path segment (stripped, never forwarded or logged); `/metrics` and the
+    /// dashboard also take `Authorization: Bearer <value>`; `/healthz` never needs it.
+    /// The header never leaves the proxy. Default unset.
     pub client_token: Option<String>,
     /// Extra PEM CA bundle for upstream TLS, on top of the native roots. Relative paths are
     /// resolved against the config file's folder.
@@ -466,6 +468,12 @@ impl Config {
             }
             let mut eff = self.images.with_overrides(&r.images);
             eff.clamp(&format!("{at}.images"), warnings);
+            let token_set = self.server.client_token.is_some();
+            if let Some(reserved) = crate::reserved::shadowing(&r.prefix, token_set) {
+                warnings.push(crate::reserved::shadowing_warning(
+                    &r.name, &r.prefix, reserved,
+                ));
+            }
         }
         Ok(())
     }

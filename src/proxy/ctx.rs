@@ -3,13 +3,15 @@
 //! value at the end. Nothing else carries per-request state.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use http::{Method, Uri};
+use http::{HeaderValue, Method, Uri};
 
 use crate::dialect::Dialect;
 use crate::images::recovery::ImageRejectionKind;
+use crate::metrics::{Metrics, RequestSample};
 use crate::proxy::errors::ProxyError;
+use crate::proxy::overhead_value;
 use crate::response::fingerprint::Digest;
 use crate::response::Usage;
 use crate::rewrite::RewriteReport;
@@ -69,6 +71,17 @@ pub(crate) enum Retried {
 }
 
 impl Retried {
+    /// The reason's kind, for metrics: `unknown_field`, `image`, `thinking_signatures`,
+    /// `restore`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Retried::Without(_) => "unknown_field",
+            Retried::Image(_) => "image",
+            Retried::Signatures(_) => "thinking_signatures",
+            Retried::NoRestore => "restore",
+        }
+    }
+
     /// The `retried_without=` value.
     pub(crate) fn label(&self) -> String {
         match self {
@@ -150,6 +163,16 @@ pub(crate) struct RequestCtx {
     pub answers: Option<Digest>,
     /// What the response observer read ([`crate::response`]); default until the body ends.
     pub seen: ResponseSeen,
+    /// From [`RequestCtx::started`] to handing the request to the upstream client, first
+    /// attempt (`None`: never sent).
+    pub request_overhead: Option<Duration>,
+    /// When the (last) upstream response head arrived.
+    pub upstream_head: Option<Instant>,
+    /// From [`RequestCtx::upstream_head`] to handing the response back to the client.
+    pub response_overhead: Option<Duration>,
+    /// Where the request is counted when its log line is written (`None`: nowhere, as in
+    /// tests that build a context by hand).
+    pub metrics: Option<Arc<Metrics>>,
     /// The log line has been written (exactly one per request: a context dropped without
     /// one, because the client went away before the response, writes it on drop).
     emitted: bool,
@@ -184,6 +207,10 @@ impl RequestCtx {
             sealing: None,
             answers: None,
             seen: ResponseSeen::default(),
+            request_overhead: None,
+            upstream_head: None,
+            response_overhead: None,
+            metrics: None,
             emitted: false,
         }
     }
@@ -240,7 +267,39 @@ impl RequestCtx {
         s
     }
 
-    /// Write the request's one JSON log line (target `cachekeeper::request`).
+    /// The `x-cachekeeper-overhead-ms` value: the request overhead, or for an answer the
+    /// proxy gives before sending anything upstream, the time until now.
+    pub(crate) fn overhead_header(&self) -> HeaderValue {
+        let d = self
+            .request_overhead
+            .unwrap_or_else(|| self.started.elapsed());
+        HeaderValue::from_str(&overhead_value(d)).unwrap_or(HeaderValue::from_static("0.000"))
+    }
+
+    /// What the metrics read of the request.
+    fn sample(&self, outcome: Outcome) -> RequestSample<'_> {
+        RequestSample {
+            route: self.route_name(),
+            dialect: self.dialect.map_or("-", Dialect::as_str),
+            status: self.status,
+            outcome,
+            error: self.error,
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+            response_bytes: self.response_bytes,
+            report: &self.report,
+            retry: self.retried.as_ref().map(Retried::kind),
+            generation: self.endpoint == Some(Endpoint::Generate),
+            model: self.model.as_deref(),
+            usage: &self.seen.usage,
+            collapse: None,
+            request_overhead: self.request_overhead,
+            response_overhead: self.response_overhead,
+        }
+    }
+
+    /// Write the request's one JSON log line (target `cachekeeper::request`), and count the
+    /// request in the metrics.
     pub(crate) fn emit(&mut self, outcome: Outcome) {
         if std::mem::replace(&mut self.emitted, true) {
             return;
@@ -310,6 +369,9 @@ impl RequestCtx {
             upstream_error = self.seen.upstream_error.as_deref(),
             "request"
         );
+        if let Some(m) = &self.metrics {
+            m.record(&self.sample(outcome));
+        }
     }
 }
 

@@ -38,9 +38,10 @@ pub(crate) enum ProxyError {
     /// No route prefix matches the request path. 404.
     #[error("cachekeeper: no route for path {path}; configured prefixes: {}", prefixes.join(", "))]
     NoRoute { path: String, prefixes: Vec<String> },
-    /// `[server] client_token` is set and the request lacks the right `x-cachekeeper-token`.
-    /// 401.
-    #[error("cachekeeper: missing or wrong x-cachekeeper-token header")]
+    /// `[server] client_token` is set and the request lacks the right token (header
+    /// `x-cachekeeper-token`, a `/t/<token>/` path segment, or for `/metrics` and the
+    /// dashboard `Authorization: Bearer`). 401.
+    #[error("cachekeeper: missing or wrong client token (x-cachekeeper-token header or /t/<token>/ path segment)")]
     BadClientToken,
     /// Could not connect to the upstream (refused, DNS, TLS). 502.
     #[error("cachekeeper: cannot reach upstream {upstream}: {detail}")]

@@ -3,6 +3,7 @@
 //!
 //! - [`ctx`]: the one per-request context.
 //! - [`phases`]: the phases of a request, in their documented order.
+//! - [`reserved`]: the client token and the listener's reserved paths, before any route.
 //! - [`passes`]: running the request passes off the async threads, failing open.
 //! - [`retry`]: the one retry after a 4xx the proxy can learn from.
 //! - [`observe`]: the response observer that ends every request with its log line.
@@ -13,6 +14,7 @@ pub(crate) mod errors;
 mod observe;
 mod passes;
 mod phases;
+mod reserved;
 mod retry;
 mod send;
 
@@ -24,6 +26,7 @@ use tokio::net::TcpListener;
 
 use crate::config::{Loaded, ReasoningConfig, ServerConfig};
 use crate::images::cache::TranscodeCache;
+use crate::metrics::Metrics;
 use crate::route::RouteTable;
 use crate::state::{Store, StoreOptions};
 use crate::wire::upstream::{self, HttpClient};
@@ -32,6 +35,15 @@ use crate::wire::upstream::{self, HttpClient};
 pub(crate) const REWRITES_HEADER: &str = "x-cachekeeper-rewrites";
 /// Request header carrying the client token when `[server] client_token` is set.
 pub(crate) const TOKEN_HEADER: &str = "x-cachekeeper-token";
+/// Response header on every response: the request overhead (from receiving the request to
+/// handing it to the upstream client; for the proxy's own answers, to the answer), in ms
+/// with 3 decimals ([`overhead_value`]).
+pub(crate) const OVERHEAD_HEADER: &str = "x-cachekeeper-overhead-ms";
+
+/// The [`OVERHEAD_HEADER`] value of a duration: milliseconds with 3 decimals (`0.412`).
+pub(crate) fn overhead_value(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1000.0)
+}
 
 /// Shared, read-only state of a running proxy.
 pub(crate) struct AppState {
@@ -45,6 +57,8 @@ pub(crate) struct AppState {
     pub passes: tokio::sync::Semaphore,
     /// Transcoded images, shared by all requests (bounded by `[images] transcode_cache_bytes`).
     pub transcodes: Arc<TranscodeCache>,
+    /// The metrics every request is counted in (`GET /metrics`).
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why the server could not start.
@@ -96,6 +110,7 @@ impl Server {
                 store,
                 passes: tokio::sync::Semaphore::new(concurrent_passes()),
                 transcodes: Arc::new(TranscodeCache::new(cfg.images.transcode_cache_bytes)),
+                metrics: Arc::new(Metrics::new()),
             }),
         })
     }

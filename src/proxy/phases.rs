@@ -1,6 +1,8 @@
 //! The life of one request, as named phases over one [`RequestCtx`], in this order:
 //!
-//! 1. **route** ([`route`]): `/healthz`; the client token; `CONNECT` refused; longest-prefix
+//! 0. **reserved** ([`reserved`]): the client token checked and a `/t/<token>` segment
+//!    stripped; `/healthz`, `/metrics` and the dashboard answered before any route.
+//! 1. **route** ([`route`]): the client token's verdict; `CONNECT` refused; longest-prefix
 //!    route match (404 listing the prefixes); the path's dialect and endpoint class.
 //!    WebSocket upgrades leave here for [`upgrade`].
 //! 2. **read body** ([`read_body`]): generation paths (POST) are read up to
@@ -33,9 +35,10 @@ use crate::proxy::ctx::{ms_since, BodyFate, RequestCtx};
 use crate::proxy::errors::ProxyError;
 use crate::proxy::observe::{Observing, ResponseObserver};
 use crate::proxy::passes::{self, Plan};
+use crate::proxy::reserved;
 use crate::proxy::retry::{self, Replay};
 use crate::proxy::send::{classify_client_error, send, upstream_label};
-use crate::proxy::{AppState, REWRITES_HEADER, TOKEN_HEADER};
+use crate::proxy::{AppState, OVERHEAD_HEADER, REWRITES_HEADER};
 use crate::route::{error_dialect_for_path, model_from_path, Endpoint, Route};
 use crate::telemetry::Outcome;
 use crate::wire::body::{self, ReadBody};
@@ -44,20 +47,27 @@ use crate::wire::upstream::{self, UpstreamBody};
 use crate::wire::{tunnel, ResponseBody};
 
 /// One request, through every phase. Never fails: errors become responses in the dialect's
-/// shape.
+/// shape. The client token is checked (and a `/t/<token>` segment stripped) first; the
+/// reserved paths ([`crate::reserved`]) are answered before any route is matched.
 pub(crate) async fn handle(
     state: Arc<AppState>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
-    if req.uri().path() == "/healthz" && matches!(*req.method(), Method::GET | Method::HEAD) {
-        return Ok(text_response(StatusCode::OK, "ok\n"));
+    let started = Instant::now();
+    let admission = reserved::admit(&state, &mut req);
+    if let Some(which) = crate::reserved::classify(req.uri().path()) {
+        return Ok(reserved::serve(&state, which, &req, admission, started).await);
     }
     let mut ctx = RequestCtx::new(req.method(), req.uri());
-    Ok(match proxy(&state, &mut ctx, req).await {
-        Ok(Flow::Respond(resp)) => respond(&state, ctx, resp),
-        Ok(Flow::Done(resp)) => resp,
-        Err(err) => fail(ctx, err),
-    })
+    ctx.started = started;
+    ctx.metrics = Some(Arc::clone(&state.metrics));
+    Ok(
+        match proxy(&state, &mut ctx, req, admission.proxied()).await {
+            Ok(Flow::Respond(resp)) => respond(&state, ctx, resp),
+            Ok(Flow::Done(resp)) => resp,
+            Err(err) => fail(ctx, err),
+        },
+    )
 }
 
 /// How the phases before "respond" ended.
@@ -73,8 +83,9 @@ async fn proxy(
     state: &AppState,
     ctx: &mut RequestCtx,
     req: Request<Incoming>,
+    token_ok: bool,
 ) -> Result<Flow, ProxyError> {
-    let (route, uri) = route(state, ctx, &req)?;
+    let (route, uri) = route(state, ctx, &req, token_ok)?;
     if tunnel::is_upgrade(&req) {
         return Ok(Flow::Done(upgrade(state, ctx.take(), req, uri).await));
     }
@@ -110,7 +121,9 @@ async fn proxy(
             (body, None, Some(replay))
         }
     };
-    ctx.upstream_started = Some(Instant::now());
+    let now = Instant::now();
+    ctx.upstream_started = Some(now);
+    ctx.request_overhead = Some(now.duration_since(ctx.started));
     let resp = send(state, &uri, parts.method, headers, outgoing, upload_done).await?;
     let resp = match replay {
         Some(replay) if resp.status().is_client_error() && !ctx.dry_run() => {
@@ -119,26 +132,26 @@ async fn proxy(
         _ => resp,
     };
     ctx.ttfb_ms = ctx.upstream_started.map(ms_since);
+    ctx.upstream_head = Some(Instant::now());
     Ok(Flow::Respond(resp))
 }
 
-/// Phase 1: client token, method, route, path class. Returns the route and the upstream URI.
+/// Phase 1: client token (`token_ok`: [`reserved::admit`]'s verdict), method, route, path
+/// class. Returns the route and the upstream URI.
 fn route(
     state: &AppState,
     ctx: &mut RequestCtx,
     req: &Request<Incoming>,
+    token_ok: bool,
 ) -> Result<(Arc<Route>, http::Uri), ProxyError> {
-    if let Some(expected) = &state.server.client_token {
-        let given = req.headers().get(TOKEN_HEADER).map(HeaderValue::as_bytes);
-        if !given.is_some_and(|g| constant_time_eq(g, expected.as_bytes())) {
-            // The log line names the route the request would have taken (the client is
-            // told nothing about the routes).
-            ctx.route = state
-                .routes
-                .find(&ctx.path, req.uri().query())
-                .map(|m| m.route);
-            return Err(ProxyError::BadClientToken);
-        }
+    if !token_ok {
+        // The log line names the route the request would have taken (the client is told
+        // nothing about the routes).
+        ctx.route = state
+            .routes
+            .find(&ctx.path, req.uri().query())
+            .map(|m| m.route);
+        return Err(ProxyError::BadClientToken);
     }
     if req.method() == Method::CONNECT {
         return Err(ProxyError::MethodNotAllowed(req.method().to_string()));
@@ -268,6 +281,7 @@ fn respond(
     if let Ok(v) = HeaderValue::from_str(&ctx.rewrites_header()) {
         parts.headers.insert(REWRITES_HEADER, v);
     }
+    parts.headers.insert(OVERHEAD_HEADER, ctx.overhead_header());
     let idle = Duration::from_millis(state.server.idle_timeout_ms);
     // A generation's successful response is observed (usage, carriers); anything else only
     // counted.
@@ -281,6 +295,7 @@ fn respond(
                 .and_then(|v| v.to_str().ok());
             Observing::new(dialect, event_stream, encoding, state.store.clone())
         });
+    ctx.response_overhead = ctx.upstream_head.map(|t| t.elapsed());
     let observed = ObservedBody::new(
         body,
         idle,
@@ -312,6 +327,8 @@ fn fail(mut ctx: RequestCtx, err: ProxyError) -> Response<ResponseBody> {
     if let Ok(v) = HeaderValue::from_str(&format!("proxy_error={}", err.label())) {
         resp.headers_mut().insert(REWRITES_HEADER, v);
     }
+    resp.headers_mut()
+        .insert(OVERHEAD_HEADER, ctx.overhead_header());
     resp
 }
 
@@ -336,6 +353,7 @@ async fn upgrade(
     *up.uri_mut() = uri.clone();
     *up.version_mut() = Version::HTTP_11;
     *up.headers_mut() = headers;
+    ctx.request_overhead = Some(ctx.started.elapsed());
     let resp = match state.client.request(up).await {
         Ok(r) => r,
         Err(e) => {
@@ -345,6 +363,7 @@ async fn upgrade(
         }
     };
     ctx.ttfb_ms = Some(ms_since(ctx.started));
+    ctx.upstream_head = Some(Instant::now());
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         let resp = resp.map(|b| {
             b.map_err(|e| Box::new(e) as upstream::BoxError)
@@ -363,8 +382,11 @@ async fn upgrade(
         upstream_upgrade,
         ctx.route_name().to_owned(),
     ));
+    let overhead = ctx.overhead_header();
+    ctx.response_overhead = ctx.upstream_head.map(|t| t.elapsed());
     ctx.emit(Outcome::Upgraded);
-    let (rparts, _) = resp.into_parts();
+    let (mut rparts, _) = resp.into_parts();
+    rparts.headers.insert(OVERHEAD_HEADER, overhead);
     Response::from_parts(
         rparts,
         Empty::<Bytes>::new()
@@ -373,19 +395,6 @@ async fn upgrade(
     )
 }
 
-fn text_response(status: StatusCode, text: &'static str) -> Response<ResponseBody> {
-    let mut r = Response::new(full_body(Bytes::from_static(text.as_bytes())));
-    *r.status_mut() = status;
-    r
-}
-
-fn full_body(b: Bytes) -> ResponseBody {
+pub(super) fn full_body(b: Bytes) -> ResponseBody {
     Full::new(b).map_err(|never| match never {}).boxed_unsync()
-}
-
-/// Compare the client token by digest, so neither its length nor its content leaks through
-/// timing.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(a) == Sha256::digest(b)
 }

@@ -1,0 +1,737 @@
+//! The proxy's metrics, served at `GET /metrics` in the Prometheus text format (version
+//! 0.0.4), through the Prometheus project's Rust client (`prometheus-client`). This module
+//! owns every metric name; `docs/metrics.md` lists them for users.
+//!
+//! Each request is recorded once, when its log line is written ([`Metrics::record`], called
+//! from the request context's `emit`), from a [`RequestSample`] of what the line says.
+//!
+//! Labels are bounded: route names come from the config; dialect, status class, outcome,
+//! error kind, pass, retry reason and collapse cause from fixed lists in the code; model
+//! names are capped to the first [`MAX_MODEL_LABELS`] distinct models seen (the rest are
+//! [`OTHER_MODEL`]). No label ever holds a session id, a credential, a path or a query.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::response::Usage;
+use crate::rewrite::RewriteReport;
+use crate::telemetry::Outcome;
+
+/// Distinct model names that get a label of their own: the first this many seen since the
+/// proxy started; later ones are counted under [`OTHER_MODEL`]. Bounds the series per route
+/// whatever clients put in `model`.
+pub(crate) const MAX_MODEL_LABELS: usize = 20;
+/// A model name longer than this (bytes) is counted under [`OTHER_MODEL`]: no real model id
+/// comes close, and a label is kept in memory for the proxy's life.
+pub(crate) const MAX_MODEL_LABEL_BYTES: usize = 128;
+/// The model label of every model past the cap.
+pub(crate) const OTHER_MODEL: &str = "other";
+/// The model label of a request that named no model.
+const NO_MODEL: &str = "-";
+
+/// The overhead histograms' first bucket bound, seconds (50 µs: a request with nothing to
+/// rewrite spends tens of µs in the proxy).
+pub(crate) const OVERHEAD_BUCKET_START_S: f64 = 50e-6;
+/// Each bucket bound doubles the previous one.
+const OVERHEAD_BUCKET_FACTOR: f64 = 2.0;
+/// Bucket count: 50 µs × 2^18 ≈ 13.1 s, the first bound past 10 s (a large image batch to
+/// transcode can take seconds).
+const OVERHEAD_BUCKETS: u16 = 19;
+
+/// The content type of [`Metrics::encode`]'s text.
+pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+type Labels<const N: usize> = [(&'static str, String); N];
+type Counters<const N: usize> = Family<Labels<N>, Counter>;
+type Histograms = Family<Labels<1>, Histogram, fn() -> Histogram>;
+
+/// What one request's log line says, as the metrics read it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestSample<'a> {
+    /// The route's name from the config, `-` before routing.
+    pub route: &'a str,
+    /// The body's wire format (`anthropic`, `openai`, `gemini`), `-` when unknown.
+    pub dialect: &'a str,
+    /// Status sent to the client (0: none was sent).
+    pub status: u16,
+    /// How the request ended.
+    pub outcome: Outcome,
+    /// The proxy's own error, or how the response body broke (a fixed label).
+    pub error: Option<&'static str>,
+    /// Request body bytes received from the client.
+    pub bytes_in: u64,
+    /// Request body bytes sent upstream (the last attempt's).
+    pub bytes_out: u64,
+    /// Response body bytes sent to the client.
+    pub response_bytes: u64,
+    /// What the passes did (the last run's).
+    pub report: &'a RewriteReport,
+    /// Why the one retry was sent: `unknown_field`, `image`, `thinking_signatures`,
+    /// `restore`.
+    pub retry: Option<&'static str>,
+    /// The request is a generation (not `count_tokens`, not a tunnelled path).
+    pub generation: bool,
+    /// The model the request named.
+    pub model: Option<&'a str>,
+    /// The usage the response reported.
+    pub usage: &'a Usage,
+    /// The turn's prefix collapse: its cause (`Cause::as_str`) and cache-write tokens.
+    pub collapse: Option<(&'static str, Option<u64>)>,
+    /// From receiving the request to handing it to the upstream client (first attempt).
+    pub request_overhead: Option<Duration>,
+    /// From the upstream's response head arriving to the response being handed back to the
+    /// client.
+    pub response_overhead: Option<Duration>,
+}
+
+/// Every metric of the proxy, and the registry that encodes them.
+pub(crate) struct Metrics {
+    /// Also holds `cachekeeper_build_info{version}` (always 1).
+    registry: Registry,
+    models: ModelLabels,
+    /// `cachekeeper_requests_total{route, dialect, status_class, outcome}`: requests, counted
+    /// when their log line is written.
+    requests: Counters<4>,
+    /// `cachekeeper_proxy_errors_total{route, kind}`: the proxy's own errors and broken
+    /// response bodies, by the log line's `error` (`no_route`, `upstream_connect`,
+    /// `upstream_broken`, `idle_timeout`, ...).
+    errors: Counters<2>,
+    /// `cachekeeper_request_received_bytes_total{route}`: request body bytes from clients.
+    bytes_received: Counters<1>,
+    /// `cachekeeper_request_forwarded_bytes_total{route}`: request body bytes sent upstream.
+    bytes_forwarded: Counters<1>,
+    /// `cachekeeper_response_bytes_total{route}`: response body bytes sent to clients.
+    response_bytes: Counters<1>,
+    /// `cachekeeper_rewrites_total{route, pass}`: each non-zero counter of
+    /// `RewriteReport::counters` (the names of the log line and `x-cachekeeper-rewrites`),
+    /// added by its value.
+    rewrites: Counters<2>,
+    /// `cachekeeper_retries_total{route, reason}`: the one retry, by why it was sent.
+    retries: Counters<2>,
+    /// `cachekeeper_carriers_restored_total{route}`: assistant turns whose reasoning
+    /// carriers restore put back (the report's `reasoning_restored`).
+    carriers_restored: Counters<1>,
+    /// `cachekeeper_cache_read_tokens_total{route, model}`: prompt tokens read from the
+    /// provider's cache, as reported.
+    cache_read_tokens: Counters<2>,
+    /// `cachekeeper_cache_write_tokens_total{route, model}`: prompt tokens written to the
+    /// cache (all TTLs), as reported.
+    cache_write_tokens: Counters<2>,
+    /// `cachekeeper_uncached_input_tokens_total{route, model}`: prompt tokens neither read
+    /// nor written.
+    uncached_input_tokens: Counters<2>,
+    /// `cachekeeper_output_tokens_total{route, model}`: generated tokens (reasoning
+    /// included).
+    output_tokens: Counters<2>,
+    /// `cachekeeper_usage_not_reported_total{route}`: generation responses delivered whole
+    /// (2xx) that reported no usage number at all.
+    usage_not_reported: Counters<1>,
+    /// `cachekeeper_prefix_collapses_total{route, cause}`: turns whose forwarded
+    /// prompt-cache prefix changed before the previous turn's end.
+    collapses: Counters<2>,
+    /// `cachekeeper_collapse_write_tokens_total{route, cause}`: the cache-write tokens of
+    /// those turns, as reported.
+    collapse_write_tokens: Counters<2>,
+    /// `cachekeeper_request_overhead_seconds{route}`: from receiving a request to handing
+    /// it to the upstream client (first attempt).
+    request_overhead: Histograms,
+    /// `cachekeeper_response_overhead_seconds{route}`: from the upstream's response head
+    /// to handing the response back to the client. Neither histogram holds the model's time.
+    response_overhead: Histograms,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn overhead_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(
+        OVERHEAD_BUCKET_START_S,
+        OVERHEAD_BUCKET_FACTOR,
+        OVERHEAD_BUCKETS,
+    ))
+}
+
+impl Metrics {
+    /// Every metric at zero, registered.
+    pub(crate) fn new() -> Self {
+        let mut registry = Registry::default();
+        // Always one sample, so a scrape of a proxy that has seen no request is not empty.
+        registry.register(
+            "cachekeeper_build",
+            "The running cachekeeper's version",
+            Info::new([("version", env!("CARGO_PKG_VERSION"))]),
+        );
+        let tokens = || Unit::Other("tokens".to_owned());
+        let requests = counter(
+            &mut registry,
+            "cachekeeper_requests",
+            "Requests, by route, dialect, status class and how they ended",
+            None,
+        );
+        let errors = counter(
+            &mut registry,
+            "cachekeeper_proxy_errors",
+            "The proxy's own errors and broken response bodies, by kind",
+            None,
+        );
+        let bytes_received = counter(
+            &mut registry,
+            "cachekeeper_request_received",
+            "Request body bytes received from clients",
+            Some(Unit::Bytes),
+        );
+        let bytes_forwarded = counter(
+            &mut registry,
+            "cachekeeper_request_forwarded",
+            "Request body bytes sent upstream (after the passes)",
+            Some(Unit::Bytes),
+        );
+        let response_bytes = counter(
+            &mut registry,
+            "cachekeeper_response",
+            "Response body bytes sent to clients",
+            Some(Unit::Bytes),
+        );
+        let rewrites = counter(
+            &mut registry,
+            "cachekeeper_rewrites",
+            "What the request passes saw and did, by counter of x-cachekeeper-rewrites",
+            None,
+        );
+        let retries = counter(
+            &mut registry,
+            "cachekeeper_retries",
+            "Retries sent, by reason (unknown_field, image, thinking_signatures, restore)",
+            None,
+        );
+        let carriers_restored = counter(
+            &mut registry,
+            "cachekeeper_carriers_restored",
+            "Assistant turns whose reasoning carriers were restored",
+            None,
+        );
+        let cache_read_tokens = counter(
+            &mut registry,
+            "cachekeeper_cache_read",
+            "Prompt tokens read from the provider's cache, as reported",
+            Some(tokens()),
+        );
+        let cache_write_tokens = counter(
+            &mut registry,
+            "cachekeeper_cache_write",
+            "Prompt tokens written to the provider's cache (all TTLs), as reported",
+            Some(tokens()),
+        );
+        let uncached_input_tokens = counter(
+            &mut registry,
+            "cachekeeper_uncached_input",
+            "Prompt tokens neither read from nor written to the cache, as reported",
+            Some(tokens()),
+        );
+        let output_tokens = counter(
+            &mut registry,
+            "cachekeeper_output",
+            "Generated tokens (reasoning included), as reported",
+            Some(tokens()),
+        );
+        let usage_not_reported = counter(
+            &mut registry,
+            "cachekeeper_usage_not_reported",
+            "Generation responses delivered whole that reported no usage",
+            None,
+        );
+        let collapses = counter(
+            &mut registry,
+            "cachekeeper_prefix_collapses",
+            "Turns whose prompt-cache prefix changed before the previous turn's end, by cause",
+            None,
+        );
+        let collapse_write_tokens = counter(
+            &mut registry,
+            "cachekeeper_collapse_write",
+            "Cache-write tokens of prefix-collapse turns, by cause",
+            Some(tokens()),
+        );
+        let request_overhead: Histograms = Family::new_with_constructor(overhead_histogram);
+        registry.register_with_unit(
+            "cachekeeper_request_overhead",
+            "Time from receiving a request to handing it to the upstream client",
+            Unit::Seconds,
+            request_overhead.clone(),
+        );
+        let response_overhead: Histograms = Family::new_with_constructor(overhead_histogram);
+        registry.register_with_unit(
+            "cachekeeper_response_overhead",
+            "Time from the upstream's response head to handing the response to the client",
+            Unit::Seconds,
+            response_overhead.clone(),
+        );
+        Self {
+            registry,
+            models: ModelLabels::default(),
+            requests,
+            errors,
+            bytes_received,
+            bytes_forwarded,
+            response_bytes,
+            rewrites,
+            retries,
+            carriers_restored,
+            cache_read_tokens,
+            cache_write_tokens,
+            uncached_input_tokens,
+            output_tokens,
+            usage_not_reported,
+            collapses,
+            collapse_write_tokens,
+            request_overhead,
+            response_overhead,
+        }
+    }
+
+    /// Count one request (call once, when its log line is written).
+    pub(crate) fn record(&self, s: &RequestSample<'_>) {
+        let route = || ("route", s.route.to_owned());
+        self.requests
+            .get_or_create(&[
+                route(),
+                ("dialect", s.dialect.to_owned()),
+                ("status_class", status_class(s.status).to_owned()),
+                ("outcome", s.outcome.as_str().to_owned()),
+            ])
+            .inc();
+        if let Some(kind) = s.error {
+            self.errors
+                .get_or_create(&[route(), ("kind", kind.to_owned())])
+                .inc();
+        }
+        add(&self.bytes_received, [route()], s.bytes_in);
+        add(&self.bytes_forwarded, [route()], s.bytes_out);
+        add(&self.response_bytes, [route()], s.response_bytes);
+        for (pass, n) in s.report.counters() {
+            add(
+                &self.rewrites,
+                [route(), ("pass", pass.to_owned())],
+                n as u64,
+            );
+        }
+        if let Some(reason) = s.retry {
+            self.retries
+                .get_or_create(&[route(), ("reason", reason.to_owned())])
+                .inc();
+        }
+        add(
+            &self.carriers_restored,
+            [route()],
+            s.report.restore.turns as u64,
+        );
+        if s.generation {
+            self.record_usage(s);
+        }
+        if let Some((cause, write_tokens)) = s.collapse {
+            let labels = [route(), ("cause", cause.to_owned())];
+            self.collapses.get_or_create(&labels).inc();
+            if let Some(n) = write_tokens {
+                add(&self.collapse_write_tokens, labels, n);
+            }
+        }
+        if let Some(d) = s.request_overhead {
+            self.request_overhead
+                .get_or_create(&[route()])
+                .observe(d.as_secs_f64());
+        }
+        if let Some(d) = s.response_overhead {
+            self.response_overhead
+                .get_or_create(&[route()])
+                .observe(d.as_secs_f64());
+        }
+    }
+
+    /// The token counters of a generation: each number the provider reported, added; a
+    /// response delivered whole with none counts as `usage_not_reported`.
+    fn record_usage(&self, s: &RequestSample<'_>) {
+        let u = s.usage;
+        if *u == Usage::default() {
+            if s.outcome == Outcome::Complete && (200..300).contains(&s.status) {
+                self.usage_not_reported
+                    .get_or_create(&[("route", s.route.to_owned())])
+                    .inc();
+            }
+            return;
+        }
+        let labels = [
+            ("route", s.route.to_owned()),
+            ("model", self.models.label(s.model)),
+        ];
+        for (family, n) in [
+            (&self.cache_read_tokens, u.cache_read_tokens),
+            (&self.cache_write_tokens, u.cache_write_tokens),
+            (&self.uncached_input_tokens, u.uncached_input_tokens),
+            (&self.output_tokens, u.output_tokens),
+        ] {
+            if let Some(n) = n {
+                family.get_or_create(&labels).inc_by(n);
+            }
+        }
+    }
+
+    /// Every metric in the Prometheus text format ([`CONTENT_TYPE`]).
+    pub(crate) fn encode(&self) -> String {
+        let mut out = String::with_capacity(8 << 10);
+        // Writing into a String cannot fail; an encoder error would leave a partial text.
+        if prometheus_text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+/// A counter family, registered (`unit`: appended to the name, before `_total`).
+fn counter<const N: usize>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+) -> Counters<N> {
+    let family = Family::default();
+    match unit {
+        Some(u) => registry.register_with_unit(name, help, u, family.clone()),
+        None => registry.register(name, help, family.clone()),
+    }
+    family
+}
+
+/// Add `n` to the counter with `labels`; a zero creates no series.
+fn add<const N: usize>(family: &Counters<N>, labels: Labels<N>, n: u64) {
+    if n > 0 {
+        family.get_or_create(&labels).inc_by(n);
+    }
+}
+
+/// `1xx` … `5xx`; `none` when no status was sent (the client left first).
+fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "none",
+    }
+}
+
+/// The models that have a label of their own (the first [`MAX_MODEL_LABELS`] seen).
+#[derive(Debug, Default)]
+struct ModelLabels {
+    seen: Mutex<Vec<String>>,
+}
+
+impl ModelLabels {
+    /// The label of `model`: itself while under the cap, else [`OTHER_MODEL`]; `-` when no
+    /// model was named.
+    fn label(&self, model: Option<&str>) -> String {
+        let Some(model) = model else {
+            return NO_MODEL.to_owned();
+        };
+        if model.len() > MAX_MODEL_LABEL_BYTES {
+            return OTHER_MODEL.to_owned();
+        }
+        let Ok(mut seen) = self.seen.lock() else {
+            return OTHER_MODEL.to_owned();
+        };
+        if seen.iter().any(|m| m == model) {
+            return model.to_owned();
+        }
+        if seen.len() < MAX_MODEL_LABELS {
+            seen.push(model.to_owned());
+            return model.to_owned();
+        }
+        OTHER_MODEL.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn sample<'a>(report: &'a RewriteReport, usage: &'a Usage) -> RequestSample<'a> {
+        RequestSample {
+            route: "anthropic",
+            dialect: "anthropic",
+            status: 200,
+            outcome: Outcome::Complete,
+            error: None,
+            bytes_in: 100,
+            bytes_out: 90,
+            response_bytes: 500,
+            report,
+            retry: None,
+            generation: true,
+            model: Some("claude-x"),
+            usage,
+            collapse: None,
+            request_overhead: Some(Duration::from_micros(120)),
+            response_overhead: Some(Duration::from_micros(30)),
+        }
+    }
+
+    /// The value of the sample line `name{labels}` (labels as encoded, in order).
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn a_request_is_counted_with_its_tokens_bytes_and_passes() {
+        let m = Metrics::new();
+        let mut report = RewriteReport::default();
+        report.images.seen = 3;
+        report.images.retired = 2;
+        report.restore.turns = 4;
+        let usage = Usage {
+            uncached_input_tokens: Some(10),
+            cache_read_tokens: Some(1000),
+            cache_write_tokens: None,
+            output_tokens: Some(7),
+            ..Usage::default()
+        };
+        m.record(&sample(&report, &usage));
+        let mut s = sample(&report, &usage);
+        s.retry = Some("image");
+        s.collapse = Some(("eviction", Some(1234)));
+        m.record(&s);
+        let t = m.encode();
+        let rc = r#"{route="anthropic",model="claude-x"}"#;
+        assert_eq!(
+            value(&t, &format!("cachekeeper_cache_read_tokens_total{rc}")),
+            Some(2000.0),
+            "{t}"
+        );
+        assert_eq!(
+            value(&t, &format!("cachekeeper_uncached_input_tokens_total{rc}")),
+            Some(20.0)
+        );
+        assert_eq!(
+            value(&t, &format!("cachekeeper_output_tokens_total{rc}")),
+            Some(14.0)
+        );
+        // Not reported: no series at all, never a 0 that reads as "reported zero".
+        assert!(!t.contains("cachekeeper_cache_write_tokens_total{"), "{t}");
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_requests_total{route="anthropic",dialect="anthropic",status_class="2xx",outcome="complete"}"#
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_request_received_bytes_total{route="anthropic"}"#
+            ),
+            Some(200.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_rewrites_total{route="anthropic",pass="images_retired"}"#
+            ),
+            Some(4.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_rewrites_total{route="anthropic",pass="images_seen"}"#
+            ),
+            Some(6.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_carriers_restored_total{route="anthropic"}"#
+            ),
+            Some(8.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_retries_total{route="anthropic",reason="image"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_prefix_collapses_total{route="anthropic",cause="eviction"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_collapse_write_tokens_total{route="anthropic",cause="eviction"}"#
+            ),
+            Some(1234.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_request_overhead_seconds_count{route="anthropic"}"#
+            ),
+            Some(2.0)
+        );
+        // 120 µs falls in the (100 µs, 200 µs] bucket.
+        let bucket = |le: &str| {
+            t.lines()
+                .find(|l| {
+                    l.starts_with("cachekeeper_request_overhead_seconds_bucket{")
+                        && l.contains(&format!("le=\"{le}\""))
+                        && l.contains(r#"route="anthropic""#)
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .map(str::to_owned)
+        };
+        assert_eq!(bucket("0.0001").as_deref(), Some("0"), "{t}");
+        assert_eq!(bucket("0.0002").as_deref(), Some("2"), "{t}");
+        assert_eq!(bucket("+Inf").as_deref(), Some("2"), "{t}");
+        assert!(t.contains("# TYPE cachekeeper_request_overhead_seconds histogram"));
+    }
+
+    #[test]
+    fn overhead_buckets_resolve_50_microseconds_to_10_seconds() {
+        let bounds: Vec<f64> = exponential_buckets(
+            OVERHEAD_BUCKET_START_S,
+            OVERHEAD_BUCKET_FACTOR,
+            OVERHEAD_BUCKETS,
+        )
+        .collect();
+        assert!((bounds[0] - 50e-6).abs() < 1e-12);
+        let last = bounds[bounds.len() - 1];
+        assert!(last >= 10.0, "{last}");
+        assert!(
+            bounds[bounds.len() - 2] < 10.0,
+            "no bucket past the first ≥ 10 s"
+        );
+    }
+
+    #[test]
+    fn usage_not_reported_counts_whole_2xx_generations_only() {
+        let m = Metrics::new();
+        let report = RewriteReport::default();
+        let none = Usage::default();
+        m.record(&sample(&report, &none));
+        let mut broken = sample(&report, &none);
+        broken.outcome = Outcome::UpstreamBroken;
+        m.record(&broken);
+        let mut not_generation = sample(&report, &none);
+        not_generation.generation = false;
+        m.record(&not_generation);
+        let t = m.encode();
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_usage_not_reported_total{route="anthropic"}"#
+            ),
+            Some(1.0),
+            "{t}"
+        );
+        assert!(!t.contains("cachekeeper_output_tokens_total{"));
+    }
+
+    #[test]
+    fn model_labels_are_capped_and_long_names_are_other() {
+        let m = Metrics::new();
+        let report = RewriteReport::default();
+        let usage = Usage {
+            output_tokens: Some(1),
+            ..Usage::default()
+        };
+        let names: Vec<String> = (0..MAX_MODEL_LABELS + 5).map(|i| format!("m{i}")).collect();
+        for name in &names {
+            let mut s = sample(&report, &usage);
+            s.model = Some(name);
+            m.record(&s);
+        }
+        let long = "x".repeat(MAX_MODEL_LABEL_BYTES + 1);
+        let mut s = sample(&report, &usage);
+        s.model = Some(&long);
+        m.record(&s);
+        // A model seen before the cap filled keeps its label.
+        let mut s = sample(&report, &usage);
+        s.model = Some("m0");
+        m.record(&s);
+        let t = m.encode();
+        let series = t
+            .lines()
+            .filter(|l| l.starts_with("cachekeeper_output_tokens_total{"))
+            .count();
+        assert_eq!(series, MAX_MODEL_LABELS + 1, "{t}");
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_output_tokens_total{route="anthropic",model="other"}"#
+            ),
+            Some(6.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_output_tokens_total{route="anthropic",model="m0"}"#
+            ),
+            Some(2.0)
+        );
+        assert!(!t.contains(&long));
+    }
+
+    #[test]
+    fn errors_and_status_classes() {
+        let m = Metrics::new();
+        let report = RewriteReport::default();
+        let usage = Usage::default();
+        let mut s = sample(&report, &usage);
+        s.route = "-";
+        s.dialect = "-";
+        s.status = 404;
+        s.outcome = Outcome::ProxyError;
+        s.error = Some("no_route");
+        s.generation = false;
+        s.request_overhead = None;
+        s.response_overhead = None;
+        m.record(&s);
+        let t = m.encode();
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_proxy_errors_total{route="-",kind="no_route"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"cachekeeper_requests_total{route="-",dialect="-",status_class="4xx",outcome="proxy_error"}"#
+            ),
+            Some(1.0)
+        );
+        assert!(!t.contains(r#"cachekeeper_request_overhead_seconds_count{route="-"}"#));
+        assert_eq!(status_class(0), "none");
+        assert_eq!(status_class(101), "1xx");
+    }
+}
