@@ -208,9 +208,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def launch_proxy(tmp: Path, routes_toml: str) -> Iterator[Proxy]:
+def launch_proxy(tmp: Path, routes_toml: str, server_toml: str = "") -> Iterator[Proxy]:
     """Run another cachekeeper with the given ``[[routes]]`` TOML (for route options the
-    session proxy does not set); its logs stay in ``tmp``."""
+    session proxy does not set) and extra ``[server]`` keys; its logs stay in ``tmp``."""
     binary = _binary()
     listen = f"127.0.0.1:{_free_port()}"
     config = tmp / "proxy.toml"
@@ -218,6 +218,7 @@ def launch_proxy(tmp: Path, routes_toml: str) -> Iterator[Proxy]:
         f"""# written by tests/e2e/conftest.py (launch_proxy)
 [server]
 listen = "{listen}"
+{server_toml}
 
 [state]
 path = "{tmp / 'cachekeeper.db'}"
