@@ -47,6 +47,9 @@ pub struct Config {
     pub images: ImagesConfig,
     pub reasoning: ReasoningConfig,
     pub routes: Vec<RouteConfig>,
+    /// `[[pricing]]`: money per model for `report` and the dashboard (optional;
+    /// `docs/accounting.md#pricing`).
+    pub pricing: Vec<crate::accounting::pricing::PriceEntry>,
 }
 
 /// `[server]`: the listener, timeouts and body limits.
@@ -391,6 +394,11 @@ impl Config {
                 "no [[routes]]: add at least one (name, prefix, upstream); see the shipped proxy.toml"
                     .to_owned(),
             );
+        }
+        for (i, p) in self.pricing.iter().enumerate() {
+            if let Some(problem) = p.problem() {
+                return invalid(format!("pricing[{i}] (model = {:?}): {problem}", p.model));
+            }
         }
         let mut seen = std::collections::HashSet::new();
         let mut names = std::collections::HashSet::new();

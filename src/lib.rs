@@ -13,9 +13,11 @@
 //! Modules are `pub` only where the binary, the integration tests or the benchmarks use them.
 #![forbid(unsafe_code)]
 
+pub mod accounting;
 pub mod cli;
 pub mod config;
 pub(crate) mod credential;
+pub(crate) mod dashboard;
 pub mod dialect;
 pub mod images;
 pub(crate) mod json;

@@ -470,6 +470,15 @@ pub(crate) const PROVIDERS: &[Provider] = &[
 const LOCAL: Provider = row("local", &[], &[RC, R], Native);
 const DEFAULT: Provider = row("default", &[], &[RC], Strip);
 
+impl Provider {
+    /// The cache rule for `model` (first rule whose prefix the model's leaf name, lowercased
+    /// and without a `vendor/` part, starts with), if the row has one.
+    pub(crate) fn cache_rule(&self, model: &str) -> Option<&'static CacheRule> {
+        let leaf = model_leaf(model);
+        self.cache.iter().find(|r| leaf.starts_with(r.models))
+    }
+}
+
 /// The row called `name`, if any.
 pub(crate) fn by_name(name: &str) -> Option<&'static Provider> {
     PROVIDERS.iter().find(|p| p.name == name)
@@ -591,8 +600,7 @@ impl ResolvedProvider {
     /// with), if the row has one.
     #[cfg(test)]
     pub(crate) fn cache_rule(&self, model: &str) -> Option<&'static CacheRule> {
-        let leaf = model_leaf(model);
-        self.row.cache.iter().find(|r| leaf.starts_with(r.models))
+        self.row.cache_rule(model)
     }
 }
 
@@ -680,7 +688,6 @@ fn is_local_v6(ip: Ipv6Addr) -> bool {
 // ---- Model names: the one set of tests ---------------------------------------------------
 
 /// The model name lowercased, without a vendor prefix (`moonshotai/kimi-k2` → `kimi-k2`).
-#[cfg(test)]
 fn model_leaf(model: &str) -> String {
     let m = model.to_ascii_lowercase();
     m.rsplit('/').next().unwrap_or("").to_owned()

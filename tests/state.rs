@@ -105,8 +105,9 @@ async fn proxy_stores_sealed_carriers_that_state_lists_and_purges() {
     let host = mock.url().trim_start_matches("http://").to_owned();
     let listed = ok(&cli(&cfg, &[]));
     let lines: Vec<Vec<&str>> = listed.lines().map(rows).collect();
+    // 6 carriers; 5 sessions (scoped) and their 5 turns (scope "").
     assert!(
-        listed.contains("6 record(s)") && listed.contains("2 credential scope(s)"),
+        listed.contains(" 16 record(s)") && listed.contains("2 credential scope(s)"),
         "{listed}"
     );
     assert!(
@@ -169,12 +170,12 @@ async fn proxy_stores_sealed_carriers_that_state_lists_and_purges() {
         purged.starts_with("purged 1 record(s) written more than 5 day(s) ago (carrier 1)"),
         "{purged}"
     );
-    assert!(ok(&cli(&cfg, &[])).contains("5 record(s)"));
+    assert!(ok(&cli(&cfg, &[])).contains(" 15 record(s)"));
     let purged = ok(&cli(&cfg, &["--purge", "--kind", "verdict"]));
     assert!(purged.starts_with("purged 0 record(s)"), "{purged}");
     let purged = ok(&cli(&cfg, &["--purge"]));
     assert!(
-        purged.starts_with("purged 5 record(s) (carrier 5)"),
+        purged.starts_with("purged 15 record(s) (carrier 5, session 5, usage 5)"),
         "{purged}"
     );
     assert!(ok(&cli(&cfg, &[])).contains("no records in"));

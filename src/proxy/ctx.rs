@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Method, Uri};
 
+use crate::accounting::session::{turn_record, SessionTracker};
+use crate::accounting::TurnAccount;
 use crate::dialect::Dialect;
 use crate::images::recovery::ImageRejectionKind;
 use crate::metrics::{Metrics, RequestSample};
@@ -107,6 +109,8 @@ pub(crate) struct ResponseSeen {
     pub upstream_error: Option<String>,
     /// Why observing stopped early ([`crate::wire::tee::Tee::stopped`]), if it did.
     pub observe_error: Option<&'static str>,
+    /// The response's id (OpenAI Responses), for `previous_response_id` session chains.
+    pub response_id: Option<String>,
 }
 
 /// The request's context.
@@ -173,6 +177,15 @@ pub(crate) struct RequestCtx {
     /// Where the request is counted when its log line is written (`None`: nowhere, as in
     /// tests that build a context by hand).
     pub metrics: Option<Arc<Metrics>>,
+    /// When the request arrived, Unix ms (the turn's time).
+    pub arrived_ms: i64,
+    /// The generation turn this request is (phase "rewrite"; `None` for requests that are no
+    /// turn: other paths, unparsed bodies, `count_tokens`).
+    pub turn: Option<TurnAccount>,
+    /// Where the finished turn is recorded (set with `turn`).
+    pub sessions: Option<Arc<SessionTracker>>,
+    /// The response is an event stream (phase "respond").
+    pub streamed: bool,
     /// The log line has been written (exactly one per request: a context dropped without
     /// one, because the client went away before the response, writes it on drop).
     emitted: bool,
@@ -211,6 +224,10 @@ impl RequestCtx {
             upstream_head: None,
             response_overhead: None,
             metrics: None,
+            arrived_ms: now_ms(),
+            turn: None,
+            sessions: None,
+            streamed: false,
             emitted: false,
         }
     }
@@ -305,6 +322,9 @@ impl RequestCtx {
             return;
         }
         let total_ms = ms_since(self.started);
+        self.finish_turn();
+        let turn = self.turn.as_ref();
+        let collapse = turn.and_then(|t| t.collapse.as_ref());
         let r = &self.report;
         let c = &r.shape;
         let retried = self.retried.as_ref().map(Retried::label);
@@ -367,11 +387,46 @@ impl RequestCtx {
             turn_captured = self.seen.turn_captured,
             observe_error = self.seen.observe_error,
             upstream_error = self.seen.upstream_error.as_deref(),
+            session = turn.map(|t| t.session.as_str()),
+            turn = turn.map(|t| t.turn),
+            collapse_at = collapse.map(|c| c.at.as_str()),
+            collapse_cause = collapse.map(|c| c.cause.as_str()),
+            collapse_write_tokens = collapse.and_then(|c| c.write_tokens),
             "request"
         );
         if let Some(m) = &self.metrics {
             m.record(&self.sample(outcome));
         }
+    }
+
+    /// The turn has ended: its collapse gets the write tokens the provider reported, and its
+    /// record goes to the store (queued; no I/O here).
+    fn finish_turn(&mut self) {
+        let Some(turn) = self.turn.as_mut() else {
+            return;
+        };
+        if let Some(c) = turn.collapse.as_mut() {
+            c.write_tokens = self.seen.usage.cache_write_tokens;
+        }
+        let (Some(sessions), Some(route)) = (self.sessions.as_ref(), self.route.as_deref()) else {
+            return;
+        };
+        let record = turn_record(
+            turn,
+            self.arrived_ms,
+            &route.name,
+            route.provider.row.name,
+            self.model.as_deref().unwrap_or(""),
+            self.streamed,
+            self.status,
+            self.seen.usage,
+            &self.report,
+        );
+        sessions.end(
+            &self.credential_scope,
+            self.seen.response_id.as_deref(),
+            &record,
+        );
     }
 }
 
@@ -381,6 +436,14 @@ impl Drop for RequestCtx {
         // body was read, the passes ran, or the upstream was thinking).
         self.emit(Outcome::ClientDisconnected);
     }
+}
+
+/// Now, Unix ms.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 /// Milliseconds since `t`, saturating.

@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use crate::accounting::pricing::Pricing;
+use crate::accounting::session::SessionTracker;
 use crate::config::{Loaded, ReasoningConfig, ServerConfig};
 use crate::images::cache::TranscodeCache;
 use crate::metrics::Metrics;
@@ -59,6 +61,11 @@ pub(crate) struct AppState {
     pub transcodes: Arc<TranscodeCache>,
     /// The metrics every request is counted in (`GET /metrics`).
     pub metrics: Arc<Metrics>,
+    /// Sessions, turns and prefix collapses (cache accounting).
+    pub sessions: Arc<SessionTracker>,
+    /// `[[pricing]]`, for the dashboard.
+    #[allow(dead_code)] // read by the dashboard's dispatch (being built)
+    pub pricing: Arc<Pricing>,
 }
 
 /// Why the server could not start.
@@ -107,10 +114,12 @@ impl Server {
                 client,
                 server: cfg.server.clone(),
                 reasoning: cfg.reasoning.clone(),
-                store,
                 passes: tokio::sync::Semaphore::new(concurrent_passes()),
                 transcodes: Arc::new(TranscodeCache::new(cfg.images.transcode_cache_bytes)),
                 metrics: Arc::new(Metrics::new()),
+                sessions: Arc::new(SessionTracker::new(store.clone())),
+                pricing: Arc::new(Pricing::new(&cfg.pricing)),
+                store,
             }),
         })
     }

@@ -98,6 +98,7 @@ impl ResponseObserver {
         seen.usage = observed.usage;
         seen.reasoning_seen = observed.reasoning_seen;
         seen.upstream_error.clone_from(&observed.error);
+        seen.response_id.clone_from(&observed.response_id);
         let (Some(turn), Some(answers), Some(model), Some(route)) = (
             observed.turn.as_ref(),
             self.ctx.answers.as_ref(),

@@ -7,6 +7,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 
+use crate::accounting::prefix::{DigestKey, Prefix};
+use crate::accounting::session::{SessionTracker, TurnInput};
+use crate::accounting::TurnAccount;
 use crate::dialect::Dialect;
 use crate::images::cache::TranscodeCache;
 use crate::images::recovery::ImageRejectionKind;
@@ -50,6 +53,13 @@ pub(crate) struct Plan {
     pub transcodes: Arc<TranscodeCache>,
     /// `[server] max_rewrite_bytes`: the most a body may decode to.
     pub limit: u64,
+    /// Sessions and turns (cache accounting), for a generation request; `None` for the
+    /// other parsed paths (`count_tokens`, ...).
+    pub sessions: Option<Arc<SessionTracker>>,
+    /// The client's `x-cachekeeper-session` value.
+    pub client_session: Option<String>,
+    /// When the request arrived, Unix ms.
+    pub arrived_ms: i64,
 }
 
 /// What one run of the passes decided.
@@ -66,6 +76,11 @@ pub(crate) struct Passed {
     /// The digest of the message the response answers, as the client sent it
     /// ([`crate::response::fingerprint::message_digest`]); `None` when the body was not read.
     pub answers: Option<Digest>,
+    /// The turn this request began (the first run of a generation request whose body
+    /// parsed); `None` otherwise.
+    pub turn: Option<TurnAccount>,
+    /// The forwarded positions of a generation request (what the next turn compares with).
+    pub forwarded_prefix: Option<Prefix>,
 }
 
 impl Passed {
@@ -77,6 +92,8 @@ impl Passed {
             set_headers: Vec::new(),
             reasoning_route: None,
             answers: None,
+            turn: None,
+            forwarded_prefix: None,
         }
     }
 
@@ -102,7 +119,8 @@ impl Passed {
 }
 
 /// Run the passes on `original` (the client's body as received, still encoded) and decide
-/// which bytes go upstream. `recovery` is set when rebuilding after an image rejection. A
+/// which bytes go upstream. `recovery` is set when rebuilding after an image rejection;
+/// `begin_turn` on the first run of a request (a retry is not a turn of its own). A
 /// (host, model) learned to see no images gets its images replaced up front: the first run
 /// tells the model, a second run replaces them.
 ///
@@ -113,6 +131,7 @@ pub(crate) async fn run(
     permits: &tokio::sync::Semaphore,
     original: Bytes,
     recovery: Option<ImageRejectionKind>,
+    begin_turn: bool,
 ) -> Passed {
     // Closed only if the state is torn down; then run unbounded rather than fail.
     let _permit = permits.acquire().await.ok();
@@ -121,13 +140,13 @@ pub(crate) async fn run(
     let joined = tokio::task::spawn_blocking(move || {
         let decoded = crate::wire::body::decode(job.encoding.as_deref(), &input, job.limit)?;
         Some(run_blocking(&job, &decoded, recovery).map(|outcome| {
-            let answers = outcome.answers;
-            (outcome, answers)
+            let accounted = account(&job, &decoded, &outcome, begin_turn);
+            (outcome, accounted)
         }))
     })
     .await;
     let route = &plan.route.name;
-    let (outcome, answers) = match joined {
+    let (outcome, (turn, forwarded_prefix)) = match joined {
         Ok(Some(Ok(done))) => done,
         Ok(Some(Err(e))) => {
             tracing::info!(target: "cachekeeper::rewrite", route = %route, reason = %e, "body left unchanged");
@@ -157,7 +176,54 @@ pub(crate) async fn run(
         report: outcome.report,
         set_headers: outcome.set_headers,
         reasoning_route: outcome.reasoning_route,
-        answers,
+        answers: outcome.answers,
+        turn,
+        forwarded_prefix,
+    }
+}
+
+/// Cache accounting of a generation request (on the passes' blocking thread): the first run
+/// begins its turn; a retry's run only digests what it forwards. Fails open: a body whose
+/// positions cannot be read is no turn.
+fn account(
+    plan: &Plan,
+    decoded: &[u8],
+    outcome: &RewriteOutcome,
+    begin_turn: bool,
+) -> (Option<TurnAccount>, Option<Prefix>) {
+    let Some(sessions) = &plan.sessions else {
+        return (None, None);
+    };
+    let forwarded = match &outcome.body {
+        Some(b) if !plan.route.dry_run => b.as_slice(),
+        _ => decoded,
+    };
+    let key = DigestKey::for_credential(plan.sealing.as_ref());
+    if !begin_turn {
+        return (None, Prefix::of(plan.dialect, forwarded, &key));
+    }
+    let model = outcome
+        .report
+        .model
+        .as_deref()
+        .or(plan.path_model.as_deref())
+        .unwrap_or("");
+    let input = TurnInput {
+        dialect: plan.dialect,
+        route: &plan.route.name,
+        provider: &plan.route.provider,
+        model,
+        scope: &plan.credential_scope,
+        key: &key,
+        client_session: plan.client_session.as_deref(),
+        client: decoded,
+        forwarded,
+        report: &outcome.report,
+        now_ms: plan.arrived_ms,
+    };
+    match sessions.begin(&input) {
+        Some((turn, prefix)) => (Some(turn), Some(prefix)),
+        None => (None, None),
     }
 }
 

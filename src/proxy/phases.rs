@@ -30,6 +30,7 @@ use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 
+use crate::accounting::session::SESSION_HEADER;
 use crate::dialect::Dialect;
 use crate::proxy::ctx::{ms_since, BodyFate, RequestCtx};
 use crate::proxy::errors::ProxyError;
@@ -91,22 +92,33 @@ async fn proxy(
     }
     let (parts, incoming) = req.into_parts();
     let mut headers = parts.headers;
+    // Read before the proxy's own headers are dropped.
+    let client_session = headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     upstream::upstream_request_headers(&mut headers, false);
     let parse = parts.method == Method::POST && ctx.endpoint.is_some();
     let read = read_body(state, ctx, &headers, incoming, parse).await?;
     let (outgoing, upload_done, replay) = match read {
         Read::Streamed(body, done) => (body, Some(done), None),
         Read::Buffered(original) => {
-            let plan = Arc::new(plan(state, ctx, route, &headers, uri.clone()));
+            let mut plan = plan(state, ctx, route, &headers, uri.clone());
+            plan.client_session = client_session;
+            let plan = Arc::new(plan);
             ctx.credential_scope = plan.credential_scope.clone();
             ctx.sealing = plan.sealing.clone();
             let client_headers = headers.clone();
-            let passed = passes::run(&plan, &state.passes, original.clone(), None).await;
+            let passed = passes::run(&plan, &state.passes, original.clone(), None, true).await;
             passed.apply_headers(&mut headers);
             ctx.body = passed.fate;
             ctx.bytes_out = passed.sent.len() as u64;
             ctx.report = passed.report.clone();
             ctx.answers = passed.answers;
+            if let Some(turn) = passed.turn.clone() {
+                ctx.turn = Some(turn);
+                ctx.sessions = Some(Arc::clone(&state.sessions));
+            }
             if let Some(m) = &ctx.report.model {
                 ctx.model = Some(m.clone());
             }
@@ -248,6 +260,9 @@ fn plan(
         limit: state.server.max_rewrite_bytes,
         upstream_uri,
         route,
+        sessions: (ctx.endpoint == Some(Endpoint::Generate)).then(|| Arc::clone(&state.sessions)),
+        client_session: None,
+        arrived_ms: ctx.arrived_ms,
     }
 }
 
@@ -266,6 +281,7 @@ fn respond(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().starts_with("text/event-stream"));
+    ctx.streamed = event_stream;
     // A plain-text error event cannot be appended inside a compressed stream: such a stream
     // is aborted instead when it breaks.
     let may_append = event_stream && !parts.headers.contains_key(header::CONTENT_ENCODING);

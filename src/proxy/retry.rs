@@ -132,9 +132,21 @@ pub(crate) async fn on_error_status(
         Lesson::Image(kind) => Some(*kind),
         Lesson::UnknownFields(_) | Lesson::Signatures(_) | Lesson::NoRestore => None,
     };
-    let passed = passes::run(&replay.plan, &state.passes, replay.original, recovery).await;
+    let passed = passes::run(
+        &replay.plan,
+        &state.passes,
+        replay.original,
+        recovery,
+        false,
+    )
+    .await;
     if passed.sent == replay.first.sent {
         return as_it_came(head, rest);
+    }
+    if let (Some(turn), Some(prefix)) = (&ctx.turn, passed.forwarded_prefix.clone()) {
+        state
+            .sessions
+            .replace_forwarded(&ctx.credential_scope, turn, prefix);
     }
     ctx.retried = Some(match lesson {
         Lesson::UnknownFields(fields) => Retried::Without(fields),

@@ -61,6 +61,9 @@ pub(crate) struct Observed {
     /// The last `sequence_number` a Responses stream carried, so an error event the proxy
     /// appends when the stream breaks continues the numbering.
     pub sequence_number: Option<u64>,
+    /// The response's `id` (OpenAI Responses only): what a later request's
+    /// `previous_response_id` names, so the two are one session.
+    pub response_id: Option<String>,
 }
 
 /// The observer of one response, per dialect.

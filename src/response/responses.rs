@@ -48,6 +48,13 @@ struct Terminal<'a> {
     response: WithOutput<'a>,
 }
 
+/// Keep the response's `id` (the first one seen).
+fn note_id(out: &mut Observed, id: Option<&str>) {
+    if out.response_id.is_none() {
+        out.response_id = id.filter(|i| !i.is_empty()).map(str::to_owned);
+    }
+}
+
 /// The raw items of a response object's `output` (`None` when it is not a list).
 fn raw_output(w: WithOutput<'_>) -> Option<Vec<String>> {
     w.output
@@ -65,6 +72,7 @@ impl Stream {
         match kind {
             "response.created" | "response.in_progress" => {
                 note_model(out, str_field(response, "model"));
+                note_id(out, str_field(response, "id"));
             }
             "response.output_item.done" => {
                 let index = v.get("output_index").and_then(Value::as_u64);
@@ -75,6 +83,7 @@ impl Stream {
             }
             "response.completed" | "response.incomplete" | "response.failed" => {
                 note_model(out, str_field(response, "model"));
+                note_id(out, str_field(response, "id"));
                 if let Some(u) = response.get("usage").and_then(usage::responses) {
                     out.usage = u;
                 }
@@ -103,6 +112,7 @@ impl Stream {
             }
         }
         note_model(out, str_field(&v, "model"));
+        note_id(out, str_field(&v, "id"));
         if let Some(u) = v.get("usage").and_then(usage::responses) {
             out.usage = u;
         }

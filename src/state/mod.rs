@@ -340,6 +340,9 @@ enum Op {
     Delete(RecordKey),
     /// Read through to the backend; the answer goes to the sender (`None`: the read failed).
     Get(RecordKey, mpsc::Sender<Option<Option<Record>>>),
+    /// Every stored record of the kind ([`Backend::scan`]) goes to the sender (`None`: the
+    /// read failed).
+    Scan(Kind, mpsc::Sender<Option<Vec<Record>>>),
     /// The backend's total size ([`Backend::total_bytes`]) goes to the sender.
     #[cfg_attr(not(test), allow(dead_code))]
     TotalBytes(mpsc::Sender<Option<u64>>),
@@ -609,6 +612,16 @@ impl Store {
         self.cache().map(|c| c.scan(kind)).unwrap_or_default()
     }
 
+    /// Every stored record of `kind`, sorted by key, after every write sent so far (read
+    /// through the writer thread); waits at most `timeout`. `None` when the backend cannot
+    /// say in time. For the report and the dashboard, never the request path.
+    pub(crate) fn scan(&self, kind: Kind, timeout: Duration) -> Option<Vec<Record>> {
+        let tx = self.tx.as_ref()?;
+        let (reply_tx, reply_rx) = mpsc::channel();
+        tx.send(Op::Scan(kind, reply_tx)).ok()?;
+        reply_rx.recv_timeout(timeout).ok()?
+    }
+
     #[cfg_attr(not(test), allow(dead_code))] // the record API: see `Record::new`
     /// Bytes held by the read cache ([`Record::size`] summed).
     pub(crate) fn cached_bytes(&self) -> u64 {
@@ -744,6 +757,9 @@ fn writer_loop(
             }
             Ok(Op::Get(key, reply)) => {
                 let _ = reply.send(backend.get(&key).ok());
+            }
+            Ok(Op::Scan(kind, reply)) => {
+                let _ = reply.send(backend.scan(kind).ok());
             }
             Ok(Op::TotalBytes(reply)) => {
                 let _ = reply.send(backend.total_bytes().ok());

@@ -51,6 +51,16 @@ impl SealKey {
         Self(bytes)
     }
 
+    /// A 32-byte key for another purpose, derived from this one by HKDF-SHA256 (this key as
+    /// input keying material, no salt, `info` naming the purpose), so one credential's
+    /// purposes never share a key.
+    pub(crate) fn subkey(&self, info: &[u8]) -> [u8; KEY_BYTES] {
+        let mut okm = [0u8; KEY_BYTES];
+        // 32 bytes is far below HKDF-SHA256's 8160-byte limit: expand cannot fail.
+        let _ = hkdf::Hkdf::<sha2::Sha256>::new(None, &self.0).expand(info, &mut okm);
+        okm
+    }
+
     fn cipher(&self) -> XChaCha20Poly1305 {
         XChaCha20Poly1305::new(&self.0.into())
     }

@@ -1,0 +1,2 @@
+//! An exact-prefix prompt-cache model for `cachekeeper replay` (built in parallel; see
+//! `docs/accounting.md`).

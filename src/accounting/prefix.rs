@@ -1,0 +1,468 @@
+//! A request's positions in the provider's cache order — `tools`, then `system`, then each
+//! message (`messages[N]`) — whatever the order of the body's keys, each reduced to a keyed
+//! 16-byte digest, and the first position where two turns differ
+//! (`docs/accounting.md#positions`).
+//!
+//! Per dialect: Anthropic `tools` / `system` / `messages`; OpenAI Chat `tools` / — /
+//! `messages` (its system and developer messages are messages, flagged); OpenAI Responses
+//! `tools` / `instructions` / `input` (a string `input` is `messages[0]`); Gemini `tools` /
+//! `systemInstruction` / `contents`.
+//!
+//! A digest ignores every `cache_control` member at any depth (clients move their markers
+//! every turn) and the JSON whitespace between tokens; everything else counts byte for byte
+//! (scalars as sent, keys decoded). The system digest comes in two kinds: with and without
+//! Claude Code's billing line ([`super::volatile`]), so a caller can ignore it where the
+//! provider does. Digests are keyed ([`DigestKey`], derived from the credential), so a stored
+//! digest says nothing about the text without the credential.
+
+use std::ops::Range;
+
+use sha2::{Digest as _, Sha256};
+use xxhash_rust::xxh3::Xxh3;
+
+use super::volatile;
+use crate::dialect::Dialect;
+use crate::json::{self, scan};
+use crate::state::seal::SealKey;
+
+/// HKDF info of the digest key derived from a credential's sealing key.
+const DIGEST_KEY_INFO: &[u8] = b"cachekeeper prefix digest key v1";
+
+/// The key the digests of one credential are made with: derived from its sealing key, or
+/// all zeros for requests without a credential (their digests are shared by every such
+/// client, as their records are).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct DigestKey([u8; 32]);
+
+impl DigestKey {
+    /// The key for a request whose credential has `sealing` (`None`: no credential).
+    pub(crate) fn for_credential(sealing: Option<&SealKey>) -> Self {
+        Self(sealing.map_or([0; 32], |k| k.subkey(DIGEST_KEY_INFO)))
+    }
+
+    /// A digest of `tag` and `parts`, keyed: the first 16 bytes of SHA-256(key ‖ tag ‖ parts).
+    pub(crate) fn digest(&self, tag: &[u8], parts: &[&[u8]]) -> PosDigest {
+        let mut h = Sha256::new();
+        h.update(self.0);
+        h.update((tag.len() as u64).to_le_bytes());
+        h.update(tag);
+        for p in parts {
+            h.update((p.len() as u64).to_le_bytes());
+            h.update(p);
+        }
+        let full = h.finalize();
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&full[..16]);
+        out
+    }
+}
+
+impl std::fmt::Debug for DigestKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DigestKey(..)")
+    }
+}
+
+/// One position's keyed digest.
+pub(crate) type PosDigest = [u8; 16];
+
+/// A position in cache order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Position {
+    Tools,
+    System,
+    /// The message (Gemini content, Responses input item) at this index.
+    Message(usize),
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Position::Tools => f.write_str("tools"),
+            Position::System => f.write_str("system"),
+            Position::Message(i) => write!(f, "messages[{i}]"),
+        }
+    }
+}
+
+/// A request's positions, digested.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Prefix {
+    /// `tools` (absent when the request has none).
+    pub tools: Option<PosDigest>,
+    /// The system prompt as sent.
+    pub system: Option<PosDigest>,
+    /// The system prompt without Claude Code's billing line (= `system` when it has none;
+    /// `None` when the billing line was all of it).
+    pub system_stable: Option<PosDigest>,
+    /// One digest per message.
+    pub messages: Vec<PosDigest>,
+    /// Which messages are system prompts in the list (OpenAI Chat `system` / `developer`).
+    pub system_like: Vec<bool>,
+    /// Index of the first user message (the first turn), if any.
+    pub first_user: Option<usize>,
+}
+
+impl Prefix {
+    /// The positions of `body` read as `dialect`; `None` when it is not a JSON object.
+    pub(crate) fn of(dialect: Dialect, body: &[u8], key: &DigestKey) -> Option<Prefix> {
+        let parsed = json::parse(body).ok()?;
+        Some(Self::of_parsed(dialect, parsed.text, &parsed.top, key))
+    }
+
+    /// The positions of an already parsed body (`top`: its top-level object).
+    pub(crate) fn of_parsed(
+        dialect: Dialect,
+        text: &str,
+        top: &scan::Object,
+        key: &DigestKey,
+    ) -> Prefix {
+        let member = |names: &[&str]| top.get_any(names).map(|m| m.value.clone());
+        let (system_key, list_key): (&[&str], &[&str]) = match dialect {
+            Dialect::Anthropic => (&["system"], &["messages"]),
+            Dialect::Openai => (&[], &["messages"]),
+            Dialect::OpenaiResponses => (&["instructions"], &["input"]),
+            Dialect::Gemini => (&["systemInstruction", "system_instruction"], &["contents"]),
+        };
+        let tools = member(&["tools"]).map(|r| key.digest(b"tools", &[&canonical(text, &r)]));
+        let (system, system_stable) = match member(system_key) {
+            None => (None, None),
+            Some(r) => system_digests(dialect, text, &r, key),
+        };
+        let mut messages = Vec::new();
+        let mut system_like = Vec::new();
+        let mut first_user = None;
+        if let Some(list) = member(list_key) {
+            let elements = if scan::slice(text, &list).starts_with('[') {
+                scan::array_at(text, list.start).unwrap_or_default()
+            } else {
+                // A string `input` (Responses) is one user message.
+                vec![list]
+            };
+            for (i, el) in elements.iter().enumerate() {
+                let role = role_of(dialect, text, el);
+                if first_user.is_none() && role.as_deref() == Some("user") {
+                    first_user = Some(i);
+                }
+                system_like.push(matches!(role.as_deref(), Some("system" | "developer")));
+                messages.push(key.digest(b"message", &[&canonical(text, el)]));
+            }
+        }
+        Prefix {
+            tools,
+            system,
+            system_stable,
+            messages,
+            system_like,
+            first_user,
+        }
+    }
+
+    /// The first position both turns have whose digests differ, in cache order (`tools` and
+    /// `system` count as present in both when either has them); `None` when `self` keeps all
+    /// of `prev` that it has — an appended turn, the same request again, or a shorter one.
+    /// `ignore_billing_line`: compare the system prompts without Claude Code's billing line.
+    pub(crate) fn first_difference(
+        &self,
+        prev: &Prefix,
+        ignore_billing_line: bool,
+    ) -> Option<Position> {
+        if self.tools != prev.tools {
+            return Some(Position::Tools);
+        }
+        let system = |p: &Prefix| {
+            if ignore_billing_line {
+                p.system_stable
+            } else {
+                p.system
+            }
+        };
+        if system(self) != system(prev) {
+            return Some(Position::System);
+        }
+        self.messages
+            .iter()
+            .zip(&prev.messages)
+            .position(|(a, b)| a != b)
+            .map(Position::Message)
+    }
+
+    /// Whether the message at `index` is a system prompt in the list.
+    pub(crate) fn is_system_like(&self, index: usize) -> bool {
+        self.system_like.get(index).copied().unwrap_or(false)
+    }
+
+    /// The digest that names this request's session: tools, system prompt (without the
+    /// billing line) and the messages up to and including the first user message, with the
+    /// route and model (`None`: no message at all).
+    pub(crate) fn session_anchor(
+        &self,
+        key: &DigestKey,
+        route: &str,
+        model: &str,
+    ) -> Option<PosDigest> {
+        let last = self
+            .first_user
+            .unwrap_or(self.messages.len().checked_sub(1)?);
+        let mut parts: Vec<&[u8]> = vec![route.as_bytes(), model.as_bytes()];
+        let none: &[u8] = b"";
+        parts.push(self.tools.as_ref().map_or(none, |d| d.as_slice()));
+        parts.push(self.system_stable.as_ref().map_or(none, |d| d.as_slice()));
+        for m in self.messages.iter().take(last + 1) {
+            parts.push(m.as_slice());
+        }
+        Some(key.digest(b"session", &parts))
+    }
+}
+
+/// The system digests (as sent, without the billing line).
+fn system_digests(
+    dialect: Dialect,
+    text: &str,
+    r: &Range<usize>,
+    key: &DigestKey,
+) -> (Option<PosDigest>, Option<PosDigest>) {
+    let full = canonical(text, r);
+    let billing = (dialect == Dialect::Anthropic)
+        .then(|| volatile::billing_block(text, r))
+        .flatten();
+    let Some(billing) = billing else {
+        let d = key.digest(b"system", &[&full]);
+        return (Some(d), Some(d));
+    };
+    // The same array without its first element.
+    let rest: Vec<Range<usize>> = scan::array_at(text, r.start)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|el| *el != billing)
+        .collect();
+    let stable = if rest.is_empty() {
+        None
+    } else {
+        let mut h = Xxh3::new();
+        h.update(b"[");
+        for (i, el) in rest.iter().enumerate() {
+            if i > 0 {
+                h.update(b",");
+            }
+            feed(text, el, &mut h);
+        }
+        h.update(b"]");
+        Some(h.digest128().to_le_bytes())
+    };
+    // `stable` is digested from the same canonical form the full array would have had
+    // without its first element, so a client that drops the line keeps its digest.
+    (
+        Some(key.digest(b"system", &[&full])),
+        stable.map(|s| key.digest(b"system", &[&s])),
+    )
+}
+
+/// The role of a list element (`role`; Gemini's absent role is the user's; a Responses item
+/// of another type has none).
+fn role_of(dialect: Dialect, text: &str, el: &Range<usize>) -> Option<String> {
+    if dialect == Dialect::OpenaiResponses && scan::slice(text, el).starts_with('"') {
+        return Some("user".to_owned());
+    }
+    let obj = scan::object_at(text, el.start)?;
+    match obj
+        .get("role")
+        .and_then(|m| scan::string_at(text, &m.value))
+    {
+        Some(r) => Some(r),
+        None if dialect == Dialect::Gemini => Some("user".to_owned()),
+        None => None,
+    }
+}
+
+/// The xxh3-128 of the value at `r` in canonical form, as 16 bytes.
+fn canonical(text: &str, r: &Range<usize>) -> [u8; 16] {
+    let mut h = Xxh3::new();
+    feed(text, r, &mut h);
+    h.digest128().to_le_bytes()
+}
+
+/// Feed the value at `r` to `h` in canonical form: objects and arrays by their structure
+/// (keys decoded, no whitespace, `cache_control` members left out), scalars as sent.
+fn feed(text: &str, r: &Range<usize>, h: &mut Xxh3) {
+    let raw = scan::slice(text, r);
+    match raw.as_bytes().first() {
+        Some(b'{') => match scan::object_at(text, r.start) {
+            Some(obj) => {
+                h.update(b"{");
+                let mut first = true;
+                for m in obj.members.iter().filter(|m| m.key != "cache_control") {
+                    if !first {
+                        h.update(b",");
+                    }
+                    first = false;
+                    // Length-prefixed key, then the value.
+                    h.update(&(m.key.len() as u64).to_le_bytes());
+                    h.update(m.key.as_bytes());
+                    h.update(b":");
+                    feed(text, &m.value, h);
+                }
+                h.update(b"}");
+            }
+            None => h.update(raw.as_bytes()),
+        },
+        Some(b'[') => match scan::array_at(text, r.start) {
+            Some(elements) => {
+                h.update(b"[");
+                for (i, el) in elements.iter().enumerate() {
+                    if i > 0 {
+                        h.update(b",");
+                    }
+                    feed(text, el, h);
+                }
+                h.update(b"]");
+            }
+            None => h.update(raw.as_bytes()),
+        },
+        _ => h.update(raw.as_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn key() -> DigestKey {
+        DigestKey::for_credential(None)
+    }
+
+    fn of(dialect: Dialect, body: &str) -> Prefix {
+        Prefix::of(dialect, body.as_bytes(), &key()).unwrap()
+    }
+
+    const BILLING: &str = r#"{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.197.014; cc_entrypoint=sdk-cli; cch=a4c23;"}"#;
+
+    #[test]
+    fn markers_whitespace_and_key_order_do_not_count() {
+        let a = of(
+            Dialect::Anthropic,
+            r#"{"model":"m","system":[{"type":"text","text":"S","cache_control":{"type":"ephemeral"}}],"tools":[{"name":"t"}],"messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}]}"#,
+        );
+        let b = of(
+            Dialect::Anthropic,
+            r#"{ "messages": [ {"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role":"assistant","content":"ok"} ], "tools": [{"name": "t", "cache_control": {"type": "ephemeral"}}], "system": [{"type": "text", "text": "S"}], "model": "m" }"#,
+        );
+        assert_eq!(b.first_difference(&a, false), None);
+        assert_eq!(a.messages[0], b.messages[0]);
+        assert_eq!(a.tools, b.tools);
+        assert_eq!(a.first_user, Some(0));
+    }
+
+    #[test]
+    fn the_first_changed_position_in_cache_order() {
+        let base = r#"{"system":"S","tools":[{"name":"t"}],"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"},{"role":"assistant","content":"d"}]}"#;
+        let p = of(Dialect::Anthropic, base);
+        let edit3 = base.replace("\"d\"", "\"D\"");
+        assert_eq!(
+            of(Dialect::Anthropic, &edit3).first_difference(&p, false),
+            Some(Position::Message(3))
+        );
+        // Tools come first in cache order even when the body lists them after messages.
+        let both = edit3.replace("\"t\"", "\"t2\"");
+        assert_eq!(
+            of(Dialect::Anthropic, &both).first_difference(&p, false),
+            Some(Position::Tools)
+        );
+        let sys = base.replace("\"S\"", "\"S2\"");
+        assert_eq!(
+            of(Dialect::Anthropic, &sys).first_difference(&p, false),
+            Some(Position::System)
+        );
+        // A scalar's bytes count as sent: an escape is a change.
+        let esc = base.replace("\"c\"", "\"\\u0063\"");
+        assert_eq!(
+            of(Dialect::Anthropic, &esc).first_difference(&p, false),
+            Some(Position::Message(2))
+        );
+        // Appending or truncating is no difference.
+        let longer = base.replace("\"d\"}]", "\"d\"},{\"role\":\"user\",\"content\":\"e\"}]");
+        assert_eq!(
+            of(Dialect::Anthropic, &longer).first_difference(&p, false),
+            None
+        );
+        assert_eq!(
+            p.first_difference(&of(Dialect::Anthropic, &longer), false),
+            None
+        );
+        assert_eq!(format!("{}", Position::Message(12)), "messages[12]");
+    }
+
+    #[test]
+    fn the_billing_line_is_ignored_only_when_asked() {
+        let body = |cch: &str| {
+            format!(
+                r#"{{"system":[{},{{"type":"text","text":"You are Claude Code."}}],"messages":[{{"role":"user","content":"hi"}}]}}"#,
+                BILLING.replace("a4c23", cch)
+            )
+        };
+        let a = of(Dialect::Anthropic, &body("a4c23"));
+        let b = of(Dialect::Anthropic, &body("6b943"));
+        assert_eq!(b.first_difference(&a, false), Some(Position::System));
+        assert_eq!(b.first_difference(&a, true), None);
+        // Without the line at all: the same stable digest.
+        let none = of(
+            Dialect::Anthropic,
+            r#"{"system":[{"type":"text","text":"You are Claude Code."}],"messages":[{"role":"user","content":"hi"}]}"#,
+        );
+        assert_eq!(none.system_stable, a.system_stable);
+        assert_eq!(
+            a.session_anchor(&key(), "r", "m"),
+            b.session_anchor(&key(), "r", "m")
+        );
+        // On the OpenAI wire the same text is the user's system message, never skipped.
+        let chat = |cch: &str| {
+            format!(
+                r#"{{"messages":[{{"role":"system","content":"{}"}},{{"role":"user","content":"hi"}}]}}"#,
+                "x-anthropic-billing-header: cc_version=1.a; cch=X;".replace('X', cch)
+            )
+        };
+        let c1 = of(Dialect::Openai, &chat("11111"));
+        let c2 = of(Dialect::Openai, &chat("22222"));
+        assert_eq!(c2.first_difference(&c1, true), Some(Position::Message(0)));
+        assert!(c1.is_system_like(0));
+        assert_eq!(c1.first_user, Some(1));
+    }
+
+    #[test]
+    fn every_dialect_has_its_positions() {
+        let r = of(
+            Dialect::OpenaiResponses,
+            r#"{"instructions":"I","tools":[],"input":[{"type":"message","role":"user","content":"a"},{"type":"function_call","call_id":"c"}]}"#,
+        );
+        assert!(r.system.is_some() && r.tools.is_some());
+        assert_eq!((r.messages.len(), r.first_user), (2, Some(0)));
+        let s = of(Dialect::OpenaiResponses, r#"{"input":"just text"}"#);
+        assert_eq!((s.messages.len(), s.first_user), (1, Some(0)));
+        let g = of(
+            Dialect::Gemini,
+            r#"{"systemInstruction":{"parts":[{"text":"S"}]},"contents":[{"parts":[{"text":"a"}]},{"role":"model","parts":[{"text":"b"}]}]}"#,
+        );
+        assert!(g.system.is_some());
+        assert_eq!((g.messages.len(), g.first_user), (2, Some(0)));
+        assert!(Prefix::of(Dialect::Gemini, b"[1]", &key()).is_none());
+    }
+
+    #[test]
+    fn digests_are_keyed_by_credential() {
+        let body = br#"{"messages":[{"role":"user","content":"a"}]}"#;
+        let k1 = DigestKey::for_credential(Some(&SealKey::from_bytes([1; 32])));
+        let k2 = DigestKey::for_credential(Some(&SealKey::from_bytes([2; 32])));
+        let a = Prefix::of(Dialect::Openai, body, &k1).unwrap();
+        let b = Prefix::of(Dialect::Openai, body, &k2).unwrap();
+        assert_ne!(a.messages[0], b.messages[0]);
+        assert_ne!(
+            a.session_anchor(&k1, "r", "m"),
+            b.session_anchor(&k2, "r", "m")
+        );
+        assert_ne!(
+            a.session_anchor(&k1, "r", "m"),
+            a.session_anchor(&k1, "r", "m2")
+        );
+    }
+}

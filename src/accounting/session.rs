@@ -1,0 +1,669 @@
+//! Sessions, turns and prefix collapses (`docs/accounting.md#sessions`).
+//!
+//! A **turn** is one generation request (not `count_tokens`, not the proxy's own retry). Its
+//! **session** is, in this order:
+//! 1. the client's `x-cachekeeper-session` header (never forwarded);
+//! 2. for an OpenAI Responses request with `previous_response_id`, the session of the
+//!    response it names (a chain of response ids; an id this proxy never saw starts a
+//!    session named after it);
+//! 3. derived from the request as received: route, model, credential and the digests of its
+//!    tools, system prompt (without Claude Code's billing line) and messages up to the first
+//!    user message ([`Prefix::session_anchor`]). A client that edits a later message stays in
+//!    its session.
+//!
+//! Per session the tracker keeps the previous turn's positions as received and as
+//! forwarded ([`Prefix`], keyed digests, never bodies), in memory and as a [`Kind::Session`]
+//! record under the credential's scope, so turn numbers and collapses survive a restart.
+//!
+//! A **prefix collapse** is a turn whose forwarded positions differ from the previous turn's
+//! at a position the previous turn had ([`Prefix::first_difference`]; the billing line is
+//! ignored on Anthropic's own API only, which handles it). Its cause ([`attribute`]):
+//! `provider_expiry` when the session was idle longer than the provider's cache TTL (the
+//! write would have happened anyway); else the client's, when its own bytes changed at or
+//! before that position (`client_tools` / `client_system` / `client_history`); else the
+//! proxy pass that changed the forwarded bytes (`eviction`, `repair`, `restore`).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::prefix::{DigestKey, Position, Prefix};
+use super::record::{TurnRecord, UsageRecord};
+use super::{Cause, Collapse, TurnAccount};
+use crate::dialect::Dialect;
+use crate::json::scan;
+use crate::provider::{CacheActivation, ResolvedProvider};
+use crate::response::Usage;
+use crate::rewrite::RewriteReport;
+use crate::state::{Kind, Record, RecordKey, Store};
+
+/// The request header that names a session (read, never forwarded).
+pub(crate) const SESSION_HEADER: &str = "x-cachekeeper-session";
+
+/// Longest `x-cachekeeper-session` value used, bytes; a longer one is cut (at a char
+/// boundary).
+pub(crate) const MAX_SESSION_ID_BYTES: usize = 128;
+
+/// Sessions kept in memory; past it the least recently active is forgotten (its record
+/// stays in the store).
+pub(crate) const MAX_SESSIONS_IN_MEMORY: usize = 4096;
+
+/// Response ids remembered for `previous_response_id` chains.
+pub(crate) const MAX_RESPONSE_IDS: usize = 65_536;
+
+/// How long a turn waits for its session's stored record on a memory miss (after a restart),
+/// ms. Runs on the passes' blocking thread.
+pub(crate) const SESSION_READ_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// Payload of a [`Kind::Session`] record (and the in-memory state): the previous turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SessionState {
+    /// The last turn's number.
+    turn: u32,
+    /// When the last turn arrived, Unix ms.
+    last_ms: i64,
+    /// The last turn's positions as the client sent them.
+    client: Prefix,
+    /// The last turn's positions as forwarded.
+    forwarded: Prefix,
+}
+
+/// What [`SessionTracker::begin`] reads of one request.
+pub(crate) struct TurnInput<'a> {
+    pub dialect: Dialect,
+    /// The route's name.
+    pub route: &'a str,
+    /// The route's provider (TTL, first-party Anthropic).
+    pub provider: &'a ResolvedProvider,
+    /// The model as the request names it.
+    pub model: &'a str,
+    /// The credential scope (`""` without a credential).
+    pub scope: &'a str,
+    /// The credential's digest key.
+    pub key: &'a DigestKey,
+    /// The `x-cachekeeper-session` value, if sent.
+    pub client_session: Option<&'a str>,
+    /// The body as the client sent it (decoded).
+    pub client: &'a [u8],
+    /// The body as forwarded (the client's bytes when nothing changed or in dry run).
+    pub forwarded: &'a [u8],
+    /// What the passes did.
+    pub report: &'a RewriteReport,
+    /// When the request arrived, Unix ms.
+    pub now_ms: i64,
+}
+
+/// Names sessions, numbers turns and finds collapses; one per proxy.
+pub(crate) struct SessionTracker {
+    store: Store,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// (scope, session) → state.
+    sessions: HashMap<(String, String), SessionState>,
+    /// (scope, response id) → session, with insertion order for the bound.
+    responses: HashMap<(String, String), String>,
+    response_order: std::collections::VecDeque<(String, String)>,
+}
+
+impl SessionTracker {
+    pub(crate) fn new(store: Store) -> Self {
+        Self {
+            store,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Start a turn: name its session, number it, and find its collapse (write tokens are
+    /// filled in when the response ends). `None` when the body is not a JSON object.
+    pub(crate) fn begin(&self, t: &TurnInput<'_>) -> Option<(TurnAccount, Prefix)> {
+        let client = Prefix::of(t.dialect, t.client, t.key)?;
+        let forwarded = if t.forwarded == t.client {
+            client.clone()
+        } else {
+            Prefix::of(t.dialect, t.forwarded, t.key).unwrap_or_else(|| client.clone())
+        };
+        let chained = (t.dialect == Dialect::OpenaiResponses)
+            .then(|| previous_response_id(t.client))
+            .flatten();
+        let session = match (t.client_session, &chained) {
+            (Some(s), _) => clean_session_id(s),
+            (None, Some(prev)) => self
+                .response_session(t.scope, prev)
+                .unwrap_or_else(|| hex(&t.key.digest(b"chain", &[prev.as_bytes()])[..8])),
+            (None, None) => {
+                let anchor = client.session_anchor(t.key, t.route, t.model)?;
+                hex(&anchor[..8])
+            }
+        };
+        let map_key = (t.scope.to_owned(), session.clone());
+        let cached = self
+            .inner
+            .lock()
+            .ok()
+            .and_then(|g| g.sessions.get(&map_key).cloned());
+        let prev = cached.or_else(|| self.load(t.scope, &session));
+        let idle_ms = prev
+            .as_ref()
+            .map(|p| u64::try_from(t.now_ms.saturating_sub(p.last_ms)).unwrap_or(0));
+        // A chained Responses request sends only its new items: its positions say nothing
+        // of the prefix the provider holds.
+        let collapse = match (&prev, &chained) {
+            (Some(p), None) => {
+                let ignore = ignores_billing_line(t.provider);
+                forwarded
+                    .first_difference(&p.forwarded, ignore)
+                    .map(|at| Collapse {
+                        at: at.to_string(),
+                        cause: attribute(
+                            at,
+                            client.first_difference(&p.client, ignore),
+                            &client,
+                            idle_ms,
+                            ttl_ms(t.provider, t.model, t.forwarded),
+                            t.report,
+                        ),
+                        write_tokens: None,
+                    })
+            }
+            _ => None,
+        };
+        let turn = prev.as_ref().map_or(1, |p| p.turn.saturating_add(1));
+        let state = SessionState {
+            turn,
+            last_ms: t.now_ms,
+            client,
+            forwarded: forwarded.clone(),
+        };
+        if let Ok(v) = serde_json::to_vec(&state) {
+            self.store
+                .put(Record::new(Kind::Session, t.scope, &session, v));
+        }
+        if let Ok(mut g) = self.inner.lock() {
+            if g.sessions.len() >= MAX_SESSIONS_IN_MEMORY && !g.sessions.contains_key(&map_key) {
+                let oldest = g
+                    .sessions
+                    .iter()
+                    .min_by_key(|(_, s)| s.last_ms)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    g.sessions.remove(&k);
+                }
+            }
+            g.sessions.insert(map_key, state);
+        }
+        Some((
+            TurnAccount {
+                session,
+                turn,
+                collapse,
+                idle_ms,
+            },
+            forwarded,
+        ))
+    }
+
+    /// The proxy's one retry sent other bytes: they are what the next turn compares with.
+    pub(crate) fn replace_forwarded(&self, scope: &str, account: &TurnAccount, forwarded: Prefix) {
+        let Ok(mut g) = self.inner.lock() else {
+            return;
+        };
+        let key = (scope.to_owned(), account.session.clone());
+        if let Some(s) = g.sessions.get_mut(&key).filter(|s| s.turn == account.turn) {
+            s.forwarded = forwarded;
+            if let Ok(v) = serde_json::to_vec(&*s) {
+                self.store
+                    .put(Record::new(Kind::Session, scope, &account.session, v));
+            }
+        }
+    }
+
+    /// End a turn: remember a Responses response id for its chain, and store the turn's
+    /// record.
+    pub(crate) fn end(&self, scope: &str, response_id: Option<&str>, record: &TurnRecord) {
+        if let Some(id) = response_id {
+            self.link_response(scope, id, &record.session);
+        }
+        if let Some(rec) = record.to_record() {
+            self.store.put(rec);
+        }
+    }
+
+    fn load(&self, scope: &str, session: &str) -> Option<SessionState> {
+        let key = RecordKey {
+            kind: Kind::Session,
+            scope: scope.to_owned(),
+            key: session.to_owned(),
+        };
+        let rec = self.store.get(&key, SESSION_READ_TIMEOUT)?;
+        serde_json::from_slice(&rec.value).ok()
+    }
+
+    fn response_session(&self, scope: &str, id: &str) -> Option<String> {
+        let g = self.inner.lock().ok()?;
+        g.responses.get(&(scope.to_owned(), id.to_owned())).cloned()
+    }
+
+    fn link_response(&self, scope: &str, id: &str, session: &str) {
+        let Ok(mut g) = self.inner.lock() else {
+            return;
+        };
+        let k = (scope.to_owned(), id.to_owned());
+        if g.responses.insert(k.clone(), session.to_owned()).is_none() {
+            g.response_order.push_back(k);
+        }
+        while g.responses.len() > MAX_RESPONSE_IDS {
+            match g.response_order.pop_front() {
+                Some(old) => {
+                    g.responses.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+/// The billing line is ignored only on Anthropic's own API, which handles it; elsewhere its
+/// churn is real.
+fn ignores_billing_line(provider: &ResolvedProvider) -> bool {
+    provider.row.name == "anthropic"
+}
+
+/// The cache TTL that applies to this request, ms: the provider rule's, or its long TTL
+/// when the request asks for it (Anthropic `"ttl":"1h"` markers, OpenAI
+/// `prompt_cache_retention: "24h"`). `None`: not published.
+fn ttl_ms(provider: &ResolvedProvider, model: &str, body: &[u8]) -> Option<u64> {
+    let rule = provider.row.cache_rule(model)?;
+    let text = std::str::from_utf8(body).unwrap_or("");
+    let asks_long = match rule.activation {
+        CacheActivation::Explicit => {
+            text.contains("\"ttl\":\"1h\"") || text.contains("\"ttl\": \"1h\"")
+        }
+        CacheActivation::Automatic => {
+            text.contains("\"prompt_cache_retention\":\"24h\"")
+                || text.contains("\"prompt_cache_retention\": \"24h\"")
+        }
+    };
+    let ttl_s = match (asks_long, rule.long_ttl) {
+        (true, Some((long, _))) => long,
+        _ => rule.ttl_s?,
+    };
+    Some(u64::from(ttl_s) * 1000)
+}
+
+/// The cause of a collapse at `at` (forwarded bytes), given where the client's own bytes
+/// first changed (`client_at`).
+fn attribute(
+    at: Position,
+    client_at: Option<Position>,
+    client: &Prefix,
+    idle_ms: Option<u64>,
+    ttl_ms: Option<u64>,
+    report: &RewriteReport,
+) -> Cause {
+    if let (Some(idle), Some(ttl)) = (idle_ms, ttl_ms) {
+        if idle > ttl {
+            return Cause::ProviderExpiry;
+        }
+    }
+    if let Some(c) = client_at.filter(|c| *c <= at) {
+        return match c {
+            Position::Tools => Cause::ClientTools,
+            Position::System => Cause::ClientSystem,
+            Position::Message(i) if client.is_system_like(i) => Cause::ClientSystem,
+            Position::Message(_) => Cause::ClientHistory,
+        };
+    }
+    let i = &report.images;
+    if i.retired > 0 || i.carriers_retired > 0 {
+        Cause::Eviction
+    } else if i.repaired + i.downscaled + i.replaced + i.repeat_capped > 0 {
+        Cause::Repair
+    } else if report.restore.turns > 0 {
+        Cause::Restore
+    } else {
+        // The proxy's bytes changed with none of its passes acting on this turn: the passes
+        // acted on the previous turn (a retire count that stepped down, a carrier no longer
+        // found), so the previous turn's edits are what changed.
+        Cause::ClientHistory
+    }
+}
+
+/// The Responses request's `previous_response_id`, when it is a non-empty string.
+fn previous_response_id(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    let top = scan::object_at(text, 0)?;
+    let m = top.get("previous_response_id")?;
+    scan::string_at(text, &m.value).filter(|s| !s.is_empty())
+}
+
+/// The client's session name, cut to [`MAX_SESSION_ID_BYTES`] and without control
+/// characters.
+fn clean_session_id(s: &str) -> String {
+    let mut out = String::with_capacity(s.len().min(MAX_SESSION_ID_BYTES));
+    for c in s.trim().chars().filter(|c| !c.is_control()) {
+        if out.len() + c.len_utf8() > MAX_SESSION_ID_BYTES {
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The stored record of a finished turn.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn turn_record(
+    account: &TurnAccount,
+    ts_ms: i64,
+    route: &str,
+    provider: &str,
+    model: &str,
+    streamed: bool,
+    status: u16,
+    usage: Usage,
+    report: &RewriteReport,
+) -> TurnRecord {
+    TurnRecord {
+        session: account.session.clone(),
+        turn: account.turn,
+        ts_ms,
+        route: route.to_owned(),
+        provider: provider.to_owned(),
+        model: model.to_owned(),
+        streamed,
+        status,
+        usage: UsageRecord::from(usage),
+        passes: report
+            .counters()
+            .into_iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| (k.to_owned(), v as u64))
+            .collect(),
+        collapse: account.collapse.clone(),
+        idle_ms: account.idle_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::state::MemoryBackend;
+
+    const MIN: i64 = 60_000;
+
+    fn store() -> Store {
+        Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 20)
+    }
+
+    fn anthropic() -> ResolvedProvider {
+        ResolvedProvider::resolve(None, "api.anthropic.com", None)
+    }
+
+    fn deepseek() -> ResolvedProvider {
+        ResolvedProvider::resolve(None, "api.deepseek.com", None)
+    }
+
+    /// An Anthropic body: system, tools and `n` messages, message `i` = `"m{i}"` unless
+    /// `edit` names it; markers on the newest message, as Claude Code places them.
+    fn body(system: &str, n: usize, edit: Option<usize>) -> Vec<u8> {
+        let msgs: Vec<String> = (0..n)
+            .map(|i| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                let text = if edit == Some(i) {
+                    format!("edited {i}")
+                } else {
+                    format!("m{i}")
+                };
+                let marker = if i + 1 == n {
+                    r#","cache_control":{"type":"ephemeral"}"#
+                } else {
+                    ""
+                };
+                format!(
+                    r#"{{"role":"{role}","content":[{{"type":"text","text":"{text}"{marker}}}]}}"#
+                )
+            })
+            .collect();
+        format!(
+            r#"{{"model":"claude-x","system":{system},"tools":[{{"name":"bash"}}],"messages":[{}]}}"#,
+            msgs.join(",")
+        )
+        .into_bytes()
+    }
+
+    struct Run<'a> {
+        tracker: &'a SessionTracker,
+        provider: ResolvedProvider,
+        key: DigestKey,
+    }
+
+    impl Run<'_> {
+        fn turn(
+            &self,
+            client: &[u8],
+            forwarded: &[u8],
+            report: &RewriteReport,
+            now_ms: i64,
+        ) -> TurnAccount {
+            self.tracker
+                .begin(&TurnInput {
+                    dialect: Dialect::Anthropic,
+                    route: "anthropic",
+                    provider: &self.provider,
+                    model: "claude-x",
+                    scope: "scope",
+                    key: &self.key,
+                    client_session: None,
+                    client,
+                    forwarded,
+                    report,
+                    now_ms,
+                })
+                .unwrap()
+                .0
+        }
+    }
+
+    fn run(tracker: &SessionTracker, provider: ResolvedProvider) -> Run<'_> {
+        Run {
+            tracker,
+            provider,
+            key: DigestKey::for_credential(None),
+        }
+    }
+
+    #[test]
+    fn a_client_edit_of_message_3_is_one_collapse_in_the_same_session() {
+        let tracker = SessionTracker::new(store());
+        let r = run(&tracker, anthropic());
+        let none = RewriteReport::default();
+        let sys = r#""S""#;
+        let mut turns = Vec::new();
+        for (i, n) in [1usize, 3, 5].into_iter().enumerate() {
+            let b = body(sys, n, None);
+            turns.push(r.turn(&b, &b, &none, i as i64 * MIN));
+        }
+        let edited = body(sys, 7, Some(3));
+        turns.push(r.turn(&edited, &edited, &none, 3 * MIN));
+        let b = body(sys, 9, Some(3));
+        turns.push(r.turn(&b, &b, &none, 4 * MIN));
+        let sessions: std::collections::BTreeSet<&str> =
+            turns.iter().map(|t| t.session.as_str()).collect();
+        assert_eq!(sessions.len(), 1, "one session: {sessions:?}");
+        assert_eq!(
+            turns.iter().map(|t| t.turn).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
+        let collapses: Vec<_> = turns.iter().filter_map(|t| t.collapse.clone()).collect();
+        assert_eq!(
+            collapses,
+            [Collapse {
+                at: "messages[3]".into(),
+                cause: Cause::ClientHistory,
+                write_tokens: None
+            }]
+        );
+        assert_eq!(turns[3].idle_ms, Some(60_000));
+        assert_eq!(turns[3].session.len(), 16);
+    }
+
+    #[test]
+    fn an_eviction_batch_is_attributed_to_eviction() {
+        let tracker = SessionTracker::new(store());
+        let r = run(&tracker, anthropic());
+        let none = RewriteReport::default();
+        let b1 = body(r#""S""#, 5, None);
+        r.turn(&b1, &b1, &none, 0);
+        // The proxy retires an image in message 2: the client's bytes keep their prefix.
+        let b2 = body(r#""S""#, 7, None);
+        let fwd = body(r#""S""#, 7, Some(2));
+        let mut report = RewriteReport::default();
+        report.images.retired = 8;
+        let t = r.turn(&b2, &fwd, &report, MIN);
+        let c = t.collapse.unwrap();
+        assert_eq!((c.at.as_str(), c.cause), ("messages[2]", Cause::Eviction));
+        // The next turn keeps the retired bytes: no collapse.
+        let b3 = body(r#""S""#, 9, None);
+        let fwd3 = body(r#""S""#, 9, Some(2));
+        assert_eq!(r.turn(&b3, &fwd3, &report, 2 * MIN).collapse, None);
+    }
+
+    #[test]
+    fn idle_past_the_ttl_is_provider_expiry_even_with_an_edit() {
+        let tracker = SessionTracker::new(store());
+        let r = run(&tracker, anthropic());
+        let none = RewriteReport::default();
+        let b1 = body(r#""S""#, 3, None);
+        r.turn(&b1, &b1, &none, 0);
+        let b2 = body(r#""S""#, 5, Some(1));
+        // Anthropic's default TTL is 5 minutes.
+        let t = r.turn(&b2, &b2, &none, 5 * MIN + 1);
+        assert_eq!(t.collapse.unwrap().cause, Cause::ProviderExpiry);
+        // A 1-hour marker keeps it alive for an hour.
+        let one_h = String::from_utf8(body(r#""S""#, 7, Some(2)))
+            .unwrap()
+            .replace(
+                r#"{"type":"ephemeral"}"#,
+                r#"{"type":"ephemeral","ttl":"1h"}"#,
+            );
+        let t = r.turn(one_h.as_bytes(), one_h.as_bytes(), &none, 20 * MIN);
+        assert_eq!(t.collapse.unwrap().cause, Cause::ClientHistory);
+    }
+
+    #[test]
+    fn claude_codes_billing_line_one_session_and_a_collapse_only_off_anthropic() {
+        let sys = |cch: &str| {
+            format!(
+                r#"[{{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.197.014; cc_entrypoint=sdk-cli; cch={cch};"}},{{"type":"text","text":"You are Claude Code.","cache_control":{{"type":"ephemeral"}}}}]"#
+            )
+        };
+        let none = RewriteReport::default();
+        for (provider, collapse) in [(anthropic(), None), (deepseek(), Some(Cause::ClientSystem))] {
+            let tracker = SessionTracker::new(store());
+            let r = run(&tracker, provider);
+            let b1 = body(&sys("a4c23"), 1, None);
+            let t1 = r.turn(&b1, &b1, &none, 0);
+            let b2 = body(&sys("6b943"), 3, None);
+            let t2 = r.turn(&b2, &b2, &none, MIN);
+            assert_eq!(t1.session, t2.session);
+            assert_eq!(t2.turn, 2);
+            assert_eq!(
+                t2.collapse.map(|c| (c.at, c.cause)),
+                collapse.map(|c| ("system".to_owned(), c))
+            );
+        }
+    }
+
+    #[test]
+    fn sessions_survive_a_restart_and_are_named_by_the_header_or_the_chain() {
+        let s = store();
+        let b1 = body(r#""S""#, 1, None);
+        let b2 = body(r#""S""#, 3, Some(0));
+        let none = RewriteReport::default();
+        {
+            let tracker = SessionTracker::new(s.clone());
+            run(&tracker, anthropic()).turn(&b1, &b1, &none, 0);
+        }
+        s.flush();
+        let tracker = SessionTracker::new(s.clone());
+        let t = run(&tracker, anthropic()).turn(&body(r#""S""#, 3, None), &b1, &none, MIN);
+        assert_eq!(t.turn, 2, "the turn number survives a restart");
+        // Editing the first user message starts another session.
+        let t = run(&tracker, anthropic()).turn(&b2, &b2, &none, MIN);
+        assert_eq!(t.turn, 1);
+        // The header names the session.
+        let key = DigestKey::for_credential(None);
+        let p = anthropic();
+        let named = |session: &'static str| TurnInput {
+            dialect: Dialect::Anthropic,
+            route: "anthropic",
+            provider: &p,
+            model: "claude-x",
+            scope: "",
+            key: &key,
+            client_session: Some(session),
+            client: &b1,
+            forwarded: &b1,
+            report: &none,
+            now_ms: 0,
+        };
+        let (a, _) = tracker.begin(&named("  my\tsession ")).unwrap();
+        assert_eq!(a.session, "mysession");
+        // A Responses chain: the response id links the next request.
+        let openai = ResolvedProvider::resolve(None, "api.openai.com", None);
+        let chained = |prev: Option<&str>| {
+            let extra = prev
+                .map(|p| format!(r#","previous_response_id":"{p}""#))
+                .unwrap_or_default();
+            format!(r#"{{"model":"gpt-5","input":"hi"{extra}}}"#).into_bytes()
+        };
+        let first = chained(None);
+        let begin = |b: &[u8]| {
+            tracker
+                .begin(&TurnInput {
+                    dialect: Dialect::OpenaiResponses,
+                    route: "openai",
+                    provider: &openai,
+                    model: "gpt-5",
+                    scope: "",
+                    key: &key,
+                    client_session: None,
+                    client: b,
+                    forwarded: b,
+                    report: &none,
+                    now_ms: 0,
+                })
+                .unwrap()
+                .0
+        };
+        let t1 = begin(&first);
+        let rec = turn_record(
+            &t1,
+            0,
+            "openai",
+            "openai",
+            "gpt-5",
+            false,
+            200,
+            Usage::default(),
+            &none,
+        );
+        tracker.end("", Some("resp_1"), &rec);
+        let t2 = begin(&chained(Some("resp_1")));
+        assert_eq!(
+            (t2.session.as_str(), t2.turn, t2.collapse.clone()),
+            (t1.session.as_str(), 2, None)
+        );
+        let t3 = begin(&chained(Some("resp_unknown")));
+        assert_ne!(t3.session, t1.session);
+    }
+}
