@@ -1,5 +1,5 @@
-//! The `cachekeeper` command line: `serve`, `check`, `verdicts` and `state`
-//! ([`cachekeeper::cli::state`]).
+//! The `cachekeeper` command line: `serve`, `check`, `verdicts`, `state`
+//! ([`cachekeeper::cli::state`]) and `replay` ([`cachekeeper::cli::replay`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -56,6 +56,10 @@ enum Command {
     ///
     /// A running proxy notices a purge within a few seconds.
     State(cachekeeper::cli::state::StateArgs),
+    /// Replay a recorded session offline: the cache reads and writes of the session as sent,
+    /// as cachekeeper would forward it, and under a keep-newest-3-images policy, under an
+    /// exact-prefix model of the route's provider cache (docs/replay.md).
+    Replay(cachekeeper::cli::replay::ReplayArgs),
 }
 
 fn load(path: &std::path::Path) -> Result<Loaded, ExitCode> {
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
         Command::Serve { config, listen } => serve(&config, listen),
         Command::Verdicts { config, clear } => verdicts(&config, clear.as_deref()),
         Command::State(args) => cachekeeper::cli::state::run(&args),
+        Command::Replay(args) => cachekeeper::cli::replay::run(&args),
     }
 }
 

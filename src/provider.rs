@@ -598,7 +598,6 @@ impl ResolvedProvider {
 
     /// The cache rule for `model` (first rule whose prefix the model's leaf name starts
     /// with), if the row has one.
-    #[cfg(test)]
     pub(crate) fn cache_rule(&self, model: &str) -> Option<&'static CacheRule> {
         self.row.cache_rule(model)
     }

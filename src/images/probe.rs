@@ -40,7 +40,6 @@ pub(crate) fn decode_base64(chars: &[u8]) -> Option<Vec<u8>> {
 ///
 /// `text` may be the raw inner text of a JSON string: the only escape base64 can plausibly
 /// carry, `\/`, is undone; any other escape gives `None`.
-#[cfg(test)]
 pub(crate) fn dimensions(text: &str) -> Option<Dimensions> {
     let payload = if let Some(rest) = text.strip_prefix("data:") {
         let (meta, data) = rest.split_once(',')?;
@@ -66,7 +65,6 @@ pub(crate) fn within_many_image_limit(dims: Option<Dimensions>) -> bool {
 
 /// The first ≤ [`PROBE_CHARS`] base64 characters of `payload`, `\/` unescaped, cut to a
 /// multiple of 4. `None` on any other escape.
-#[cfg(test)]
 fn base64_prefix(payload: &str) -> Option<String> {
     let mut out = String::with_capacity(PROBE_CHARS.min(payload.len()));
     let mut chars = payload.chars();

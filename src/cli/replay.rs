@@ -1,0 +1,847 @@
+//! `cachekeeper replay --config FILE --route NAME SESSION.jsonl [--json]`: run the request
+//! passes over a recorded session offline and compare, under the exact-prefix cache model
+//! ([`crate::accounting::cache_model`]), three ways of sending it:
+//!
+//! - `as_sent`: the bodies as the client sent them;
+//! - `cachekeeper`: as the proxy would forward them on that route (the route's passes, its
+//!   `[images]` settings and provider; no network, no learned verdicts, no captured carriers);
+//! - `keep_newest_3`: every image but the newest 3 replaced by a short text (a comparison
+//!   policy computed from the as-sent bodies; not something cachekeeper does).
+//!
+//! The file holds one JSON object per line, `{"ts": <unix ms>, "route": NAME, "body":
+//! <request>}` and optionally `"path"` (the request path after the route's prefix, as
+//! `serve --record` writes it; it picks the dialect when the route does not pin one).
+//! `--route` overrides the lines' route. `docs/replay.md`.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, IsTerminal};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use comfy_table::{presets, CellAlignment, Table};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::accounting::cache_model::{self, CacheModel, Rule, TurnCache};
+use crate::config::{Config, ReasoningConfig};
+use crate::dialect::Dialect;
+use crate::provider::CacheActivation;
+use crate::rewrite::{rewrite_with_restore, ReasoningInputs, RewriteContext, RewriteReport};
+use crate::route::{Route, RouteTable};
+
+/// Images the `keep_newest_3` comparison keeps.
+pub const KEEP_NEWEST: usize = 3;
+
+/// The text that replaces an image in the `keep_newest_3` comparison.
+pub const PLACEHOLDER: &str = "[image omitted]";
+
+/// The arguments of `cachekeeper replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// Path of proxy.toml (its routes give the passes' settings and the provider).
+    #[arg(long, short)]
+    pub config: PathBuf,
+    /// Replay every line on this route (default: each line's `route`).
+    #[arg(long, value_name = "NAME")]
+    pub route: Option<String>,
+    /// The session: one `{"ts": <unix ms>, "route": NAME, "body": <request>}` per line.
+    pub session: PathBuf,
+    /// Print JSON (for scripts) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{path}: line {line} is not a replay line ({{\"ts\", \"route\", \"body\"}}): {detail}"
+    )]
+    NotJson {
+        path: String,
+        line: usize,
+        detail: String,
+    },
+    #[error("{path}: line {line} names no route; pass --route NAME")]
+    NoRoute { path: String, line: usize },
+    #[error("{path}: line {line} is for route {found:?}, earlier lines for {first:?}: replay one route at a time (--route)")]
+    MixedRoutes {
+        path: String,
+        line: usize,
+        first: String,
+        found: String,
+    },
+    #[error("unknown route {name:?}; the config's routes: {}", known.join(", "))]
+    UnknownRoute { name: String, known: Vec<String> },
+    #[error("route {route}: provider {provider} has no prompt-cache rule for model {model:?} (set the route's `provider`)")]
+    NoCacheRule {
+        route: String,
+        provider: String,
+        model: String,
+    },
+    #[error("{path}: no requests")]
+    Empty { path: String },
+}
+
+impl ReplayError {
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            ReplayError::Config(_)
+            | ReplayError::UnknownRoute { .. }
+            | ReplayError::NoCacheRule { .. } => ExitCode::from(2),
+            _ => ExitCode::FAILURE,
+        }
+    }
+}
+
+/// One collapse in a replay: a turn whose prefix changed before the previous turn's end, or
+/// whose cache expired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplayCollapse {
+    /// 1-based.
+    pub turn: u32,
+    /// `tools`, `system`, `messages[N]`; `null` for an expiry with no prefix change.
+    pub at: Option<String>,
+    /// `provider_expiry`, `eviction`, `repair`, `restore`, `stabiliser`, `client_tools`,
+    /// `client_system`, `client_history` (as in the proxy's accounting).
+    pub cause: &'static str,
+    /// The turn's cache-write tokens (model estimate).
+    pub write_tokens: u64,
+}
+
+/// The figures of one way of sending the session (tokens are the model's estimates).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VariantReport {
+    pub turns: u32,
+    pub collapses: Vec<ReplayCollapse>,
+    /// Summed over the turns, tokens.
+    pub input_tokens: u64,
+    pub cache_write_tokens: u64,
+    /// Of `cache_write_tokens`, those written at 1-hour breakpoints.
+    pub cache_write_1h_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub uncached_tokens: u64,
+    /// Billed-input equivalents: uncached + read × read multiplier + write × write multiplier,
+    /// in uncached-input tokens; `None`: not priced.
+    pub billed_input_equiv: Option<f64>,
+    /// What the same input would bill with no cache (= `input_tokens`).
+    pub no_cache_equiv: u64,
+    /// Images the model sees per turn, mean.
+    pub mean_images: f64,
+}
+
+/// A replay's result (`--json` prints it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayReport {
+    pub file: String,
+    pub route: String,
+    pub provider: String,
+    pub model: String,
+    pub dialect: &'static str,
+    pub turns: u32,
+    pub rule: RuleReport,
+    /// The multipliers the billed-input equivalents use; `None`: not priced.
+    pub multipliers: Option<MultipliersReport>,
+    /// Turns whose body the passes could not read (forwarded as sent).
+    pub unparsed_turns: u32,
+    pub as_sent: VariantReport,
+    pub cachekeeper: VariantReport,
+    pub keep_newest_3: VariantReport,
+}
+
+/// The cache rule applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleReport {
+    /// `explicit` or `automatic`.
+    pub activation: &'static str,
+    pub ttl_s: Option<u64>,
+    pub long_ttl_s: Option<u64>,
+    pub min_tokens: u64,
+    pub lookback_blocks: Option<usize>,
+}
+
+/// Price multipliers relative to uncached input.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MultipliersReport {
+    pub read: f64,
+    pub write_5m: f64,
+    pub write_1h: Option<f64>,
+    pub source: &'static str,
+}
+
+#[derive(Deserialize)]
+struct Line<'a> {
+    ts: i64,
+    #[serde(default)]
+    route: Option<String>,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(borrow)]
+    body: &'a RawValue,
+}
+
+/// Run `cachekeeper replay`. Exit codes: 0 done; 1 the session cannot be read; 2 a bad
+/// config, an unknown route, or no cache rule.
+pub fn run(args: &ReplayArgs) -> ExitCode {
+    let bar = if args.json || !std::io::stderr().is_terminal() || !std::io::stdout().is_terminal() {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let len = std::fs::metadata(&args.session).map_or(0, |m| m.len());
+        let bar = indicatif::ProgressBar::new(len);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{spinner} replaying [{bar:40}] {bytes}/{total_bytes} {msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar
+    };
+    let result = replay(&args.config, args.route.as_deref(), &args.session, &bar);
+    bar.finish_and_clear();
+    match result {
+        Ok(report) => {
+            if args.json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                print_report(&report);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// One way of sending the session, fed turn by turn.
+struct Variant {
+    model: CacheModel,
+    report: VariantReport,
+    images: u64,
+}
+
+impl Variant {
+    fn new(rule: Rule) -> Self {
+        Self {
+            model: CacheModel::new(rule),
+            report: VariantReport {
+                turns: 0,
+                collapses: Vec::new(),
+                input_tokens: 0,
+                cache_write_tokens: 0,
+                cache_write_1h_tokens: 0,
+                cache_read_tokens: 0,
+                uncached_tokens: 0,
+                billed_input_equiv: None,
+                no_cache_equiv: 0,
+                mean_images: 0.0,
+            },
+            images: 0,
+        }
+    }
+
+    /// Feed one body; `cause` names why its prefix changed, given where.
+    fn turn(
+        &mut self,
+        dialect: Dialect,
+        body: &[u8],
+        ts: i64,
+        cause: impl FnOnce(&str) -> &'static str,
+    ) -> TurnCache {
+        // A body the model cannot read counts as an empty turn (the provider would reject it).
+        let t = self.model.turn(dialect, body, ts).unwrap_or_default();
+        let r = &mut self.report;
+        r.turns += 1;
+        r.input_tokens += t.input;
+        r.cache_write_tokens += t.write;
+        r.cache_write_1h_tokens += t.write_long;
+        r.cache_read_tokens += t.read;
+        r.uncached_tokens += t.uncached;
+        self.images += u64::from(t.images);
+        let expired = t.expired > 0;
+        if expired || t.changed_at.is_some() {
+            r.collapses.push(ReplayCollapse {
+                turn: r.turns,
+                at: t.changed_at.clone(),
+                cause: if expired {
+                    "provider_expiry"
+                } else {
+                    cause(t.changed_at.as_deref().unwrap_or_default())
+                },
+                write_tokens: t.write,
+            });
+        }
+        t
+    }
+
+    fn finish(mut self, m: Option<&MultipliersReport>) -> VariantReport {
+        let r = &mut self.report;
+        r.no_cache_equiv = r.input_tokens;
+        r.billed_input_equiv = m.map(|m| {
+            let short = r.cache_write_tokens - r.cache_write_1h_tokens;
+            r.uncached_tokens as f64
+                + r.cache_read_tokens as f64 * m.read
+                + short as f64 * m.write_5m
+                + r.cache_write_1h_tokens as f64 * m.write_1h.unwrap_or(m.write_5m)
+        });
+        r.mean_images = if r.turns == 0 {
+            0.0
+        } else {
+            self.images as f64 / f64::from(r.turns)
+        };
+        self.report
+    }
+}
+
+/// The client's own cause for a change at `at`.
+fn client_cause(at: &str) -> &'static str {
+    match at {
+        "tools" => "client_tools",
+        "system" => "client_system",
+        _ => "client_history",
+    }
+}
+
+/// The pass that changed a forwarded prefix where the client's did not change.
+fn pass_cause(report: &RewriteReport) -> &'static str {
+    let i = &report.images;
+    if i.retired > 0 || i.carriers_retired > 0 {
+        "eviction"
+    } else if i.repaired > 0 || i.downscaled > 0 || i.replaced > 0 || i.repeat_capped > 0 {
+        "repair"
+    } else if report.restore.turns > 0 {
+        "restore"
+    } else {
+        "stabiliser"
+    }
+}
+
+/// Replay `session` on its route (or `route`), reporting progress (bytes read) to `bar`.
+///
+/// Errors: [`ReplayError`]: the config, the file, a line, the route, the provider's rule.
+pub fn replay(
+    config: &Path,
+    route: Option<&str>,
+    session: &Path,
+    bar: &indicatif::ProgressBar,
+) -> Result<ReplayReport, ReplayError> {
+    let loaded = Config::load(config).map_err(|e| ReplayError::Config(e.to_string()))?;
+    let table = RouteTable::new(&loaded.config).map_err(ReplayError::Config)?;
+    let path = session.display().to_string();
+    let file = File::open(session).map_err(|source| ReplayError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let mut reader = BufReader::new(file);
+    let mut state: Option<Session> = None;
+    let mut text = String::new();
+    let mut n = 0usize;
+    loop {
+        text.clear();
+        let read = reader
+            .read_line(&mut text)
+            .map_err(|source| ReplayError::Read {
+                path: path.clone(),
+                source,
+            })?;
+        if read == 0 {
+            break;
+        }
+        n += 1;
+        bar.inc(read as u64);
+        if text.trim().is_empty() {
+            continue;
+        }
+        let line: Line<'_> = serde_json::from_str(&text).map_err(|e| ReplayError::NotJson {
+            path: path.clone(),
+            line: n,
+            detail: e.to_string(),
+        })?;
+        let name = route
+            .map(str::to_owned)
+            .or_else(|| line.route.clone())
+            .ok_or_else(|| ReplayError::NoRoute {
+                path: path.clone(),
+                line: n,
+            })?;
+        if state.is_none() {
+            state = Some(Session::start(
+                &table,
+                &loaded.config.reasoning,
+                &name,
+                &line,
+            )?);
+        }
+        let Some(s) = state.as_mut() else { break };
+        if s.route.name != name {
+            return Err(ReplayError::MixedRoutes {
+                path,
+                line: n,
+                first: s.route.name.clone(),
+                found: name,
+            });
+        }
+        s.turn(&line);
+        bar.set_message(format!("turn {}", s.as_sent.report.turns));
+    }
+    let s = state.ok_or(ReplayError::Empty { path: path.clone() })?;
+    Ok(s.finish(path))
+}
+
+/// A replay in progress.
+struct Session {
+    route: Arc<Route>,
+    reasoning: ReasoningConfig,
+    dialect: Dialect,
+    model: String,
+    rule: Rule,
+    multipliers: Option<MultipliersReport>,
+    unparsed: u32,
+    as_sent: Variant,
+    cachekeeper: Variant,
+    keep: Variant,
+}
+
+impl Session {
+    fn start(
+        table: &RouteTable,
+        reasoning: &ReasoningConfig,
+        name: &str,
+        first: &Line<'_>,
+    ) -> Result<Session, ReplayError> {
+        let route = table
+            .routes()
+            .iter()
+            .find(|r| r.name == name)
+            .cloned()
+            .ok_or_else(|| ReplayError::UnknownRoute {
+                name: name.to_owned(),
+                known: table.routes().iter().map(|r| r.name.clone()).collect(),
+            })?;
+        let body: Value = serde_json::from_str(first.body.get()).unwrap_or(Value::Null);
+        let dialect = dialect_of(&route, first.path.as_deref(), &body);
+        let model = body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let cache = route
+            .provider
+            .cache_rule(&model)
+            .ok_or_else(|| ReplayError::NoCacheRule {
+                route: route.name.clone(),
+                provider: route.provider.row.name.to_owned(),
+                model: model.clone(),
+            })?;
+        let rule = Rule::from_cache_rule(cache);
+        let multipliers = match (cache.read_milli, cache.write_milli) {
+            (Some(read), Some(write)) => Some(MultipliersReport {
+                read: f64::from(read) / 1000.0,
+                write_5m: f64::from(write) / 1000.0,
+                write_1h: cache.long_ttl.map(|(_, w)| f64::from(w) / 1000.0),
+                source: cache.source,
+            }),
+            _ => None,
+        };
+        Ok(Session {
+            route,
+            reasoning: reasoning.clone(),
+            dialect,
+            model,
+            rule,
+            multipliers,
+            unparsed: 0,
+            as_sent: Variant::new(rule),
+            cachekeeper: Variant::new(rule),
+            keep: Variant::new(rule),
+        })
+    }
+
+    fn turn(&mut self, line: &Line<'_>) {
+        let body = line.body.get().as_bytes();
+        let dialect = self.dialect;
+        let sent = self
+            .as_sent
+            .turn(dialect, body, line.ts, client_cause)
+            .changed_at;
+        // As the proxy would forward it.
+        let rest = line
+            .path
+            .clone()
+            .unwrap_or_else(|| default_path(dialect).to_owned());
+        let (forwarded, report) = match forward(&self.route, &self.reasoning, dialect, &rest, body)
+        {
+            Some((b, r)) => (b, r),
+            None => {
+                self.unparsed += 1;
+                (None, RewriteReport::default())
+            }
+        };
+        let fwd = forwarded.as_deref().unwrap_or(body);
+        self.cachekeeper.turn(dialect, fwd, line.ts, |at| {
+            if sent.as_deref() == Some(at) {
+                client_cause(at)
+            } else {
+                pass_cause(&report)
+            }
+        });
+        // Keep the newest 3 images.
+        let kept = keep_newest(dialect, body, KEEP_NEWEST);
+        self.keep
+            .turn(dialect, kept.as_deref().unwrap_or(body), line.ts, |at| {
+                if sent.as_deref() == Some(at) {
+                    client_cause(at)
+                } else {
+                    "eviction"
+                }
+            });
+    }
+
+    fn finish(self, file: String) -> ReplayReport {
+        let m = self.multipliers.as_ref();
+        let rule = self.rule;
+        ReplayReport {
+            file,
+            route: self.route.name.clone(),
+            provider: self.route.provider.row.name.to_owned(),
+            model: self.model,
+            dialect: self.dialect.as_str(),
+            turns: self.as_sent.report.turns,
+            rule: RuleReport {
+                activation: match rule.activation {
+                    CacheActivation::Explicit => "explicit",
+                    CacheActivation::Automatic => "automatic",
+                },
+                ttl_s: rule.ttl_ms.map(|t| t / 1000),
+                long_ttl_s: rule.long_ttl_ms.map(|t| t / 1000),
+                min_tokens: rule.min_tokens,
+                lookback_blocks: (rule.activation == CacheActivation::Explicit)
+                    .then_some(rule.lookback),
+            },
+            unparsed_turns: self.unparsed,
+            as_sent: self.as_sent.finish(m),
+            cachekeeper: self.cachekeeper.finish(m),
+            keep_newest_3: self.keep.finish(m),
+            multipliers: self.multipliers,
+        }
+    }
+}
+
+/// The dialect of a session's bodies: the route's pinned one, else the recorded path's,
+/// else the body's shape.
+fn dialect_of(route: &Route, path: Option<&str>, body: &Value) -> Dialect {
+    if let Some(d) = route.dialect {
+        return d;
+    }
+    if let Some((d, _)) = path.and_then(|p| route.classify(p)) {
+        return d;
+    }
+    let has = |k: &str| body.get(k).is_some();
+    let serves = |d: Dialect| route.provider.row.dialects.contains(&d);
+    if has("contents") {
+        Dialect::Gemini
+    } else if has("input") {
+        Dialect::OpenaiResponses
+    } else if serves(Dialect::Anthropic) && (has("system") || !serves(Dialect::Openai)) {
+        Dialect::Anthropic
+    } else {
+        Dialect::Openai
+    }
+}
+
+/// A request path of the dialect, for a line that recorded none.
+fn default_path(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Anthropic => "/v1/messages",
+        Dialect::Openai => "/v1/chat/completions",
+        Dialect::OpenaiResponses => "/v1/responses",
+        Dialect::Gemini => "/v1beta/models/model:generateContent",
+    }
+}
+
+/// The body the proxy would forward (`None`: the original), with the passes' report;
+/// `None` when the passes cannot read it (the proxy forwards it unchanged).
+fn forward(
+    route: &Route,
+    reasoning: &ReasoningConfig,
+    dialect: Dialect,
+    rest: &str,
+    body: &[u8],
+) -> Option<(Option<Vec<u8>>, RewriteReport)> {
+    let upstream_path = format!("{}{}", route.base_path, rest);
+    let path_model = crate::route::model_from_path(rest);
+    let ctx = RewriteContext {
+        dialect,
+        images: &route.images,
+        transcodes: None,
+        credential_scope: "",
+        image_recovery: None,
+        reasoning: Some(ReasoningInputs {
+            provider: &route.provider,
+            upstream_path: &upstream_path,
+            droppable_params: &reasoning.droppable_params,
+            anthropic_beta: None,
+            path_model,
+            verdicts: &(),
+            rejected: &(),
+        }),
+        usage_in_streams: route.usage_in_streams,
+    };
+    let outcome = rewrite_with_restore(&ctx, &(), body).ok()?;
+    let body = if route.dry_run { None } else { outcome.body };
+    Some((body, outcome.report))
+}
+
+/// `body` with every image but the newest `keep` replaced by [`PLACEHOLDER`] text (a
+/// `cache_control` the image had stays on the text); `None` when nothing changes or the
+/// body is not JSON. Images are counted in document order of the message list.
+pub fn keep_newest(dialect: Dialect, body: &[u8], keep: usize) -> Option<Vec<u8>> {
+    let mut value: Value = serde_json::from_slice(body).ok()?;
+    let key = match dialect {
+        Dialect::Anthropic | Dialect::Openai => "messages",
+        Dialect::OpenaiResponses => "input",
+        Dialect::Gemini => "contents",
+    };
+    let list = value.get_mut(key)?;
+    let total = count_images(list);
+    if total <= keep {
+        return None;
+    }
+    let mut to_replace = total - keep;
+    replace_images(dialect, list, &mut to_replace);
+    serde_json::to_vec(&value).ok()
+}
+
+fn count_images(v: &Value) -> usize {
+    match v {
+        Value::Object(obj) if cache_model::is_image(obj) => 1,
+        Value::Object(obj) => obj.values().map(count_images).sum(),
+        Value::Array(items) => items.iter().map(count_images).sum(),
+        _ => 0,
+    }
+}
+
+fn replace_images(dialect: Dialect, v: &mut Value, left: &mut usize) {
+    if *left == 0 {
+        return;
+    }
+    match v {
+        Value::Object(obj) if cache_model::is_image(obj) => {
+            let mut text = Map::new();
+            match dialect {
+                Dialect::Gemini => {}
+                Dialect::OpenaiResponses => {
+                    text.insert("type".into(), "input_text".into());
+                }
+                Dialect::Anthropic | Dialect::Openai => {
+                    text.insert("type".into(), "text".into());
+                }
+            }
+            text.insert("text".into(), PLACEHOLDER.into());
+            if let Some(m) = obj.get("cache_control") {
+                text.insert("cache_control".into(), m.clone());
+            }
+            *v = Value::Object(text);
+            *left -= 1;
+        }
+        Value::Object(obj) => {
+            for (_, child) in obj.iter_mut() {
+                replace_images(dialect, child, left);
+            }
+        }
+        Value::Array(items) => {
+            for child in items {
+                replace_images(dialect, child, left);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn print_report(r: &ReplayReport) {
+    println!(
+        "{}: {} turns on route {} (provider {}, model {}, {} wire)",
+        r.file, r.turns, r.route, r.provider, r.model, r.dialect
+    );
+    let ttl = |t: Option<u64>| t.map_or_else(|| "none".to_owned(), |t| format!("{t} s"));
+    println!(
+        "cache model: {} caching, TTL {}{}, minimum {} tokens{}",
+        r.rule.activation,
+        ttl(r.rule.ttl_s),
+        r.rule
+            .long_ttl_s
+            .map(|t| format!(" (1h markers: {t} s)"))
+            .unwrap_or_default(),
+        r.rule.min_tokens,
+        r.rule
+            .lookback_blocks
+            .map(|n| format!(", {n}-block lookback"))
+            .unwrap_or_default()
+    );
+    match &r.multipliers {
+        Some(m) => println!(
+            "billed-input equivalents: read {}x, write {}x{} ({})",
+            m.read,
+            m.write_5m,
+            m.write_1h
+                .map(|w| format!(", 1h write {w}x"))
+                .unwrap_or_default(),
+            m.source
+        ),
+        None => println!("billed-input equivalents: not priced"),
+    }
+    if r.unparsed_turns > 0 {
+        println!(
+            "{} turn(s) could not be read by the passes (forwarded as sent)",
+            r.unparsed_turns
+        );
+    }
+    let variants = [
+        ("as sent", &r.as_sent),
+        ("cachekeeper", &r.cachekeeper),
+        ("keep newest 3", &r.keep_newest_3),
+    ];
+    let mut table = Table::new();
+    table.load_preset(presets::UTF8_FULL_CONDENSED);
+    table.set_header(
+        std::iter::once("tokens (estimated)".to_owned())
+            .chain(variants.iter().map(|(n, _)| (*n).to_owned())),
+    );
+    let rows: [(&str, &Cell); 8] = [
+        ("collapses", &|v| v.collapses.len().to_string()),
+        ("cache write", &|v| group(v.cache_write_tokens)),
+        ("cache read", &|v| group(v.cache_read_tokens)),
+        ("uncached", &|v| group(v.uncached_tokens)),
+        ("input", &|v| group(v.input_tokens)),
+        ("billed-input equiv.", &|v| {
+            v.billed_input_equiv
+                .map_or_else(|| "not priced".to_owned(), |b| group(b.round() as u64))
+        }),
+        ("saving vs no cache", &|v| {
+            v.billed_input_equiv.map_or_else(
+                || "not priced".to_owned(),
+                |b| {
+                    if v.no_cache_equiv == 0 {
+                        "n/a".to_owned()
+                    } else {
+                        format!("{:.1}%", 100.0 * (1.0 - b / v.no_cache_equiv as f64))
+                    }
+                },
+            )
+        }),
+        ("images seen / turn", &|v| format!("{:.1}", v.mean_images)),
+    ];
+    for (name, f) in rows {
+        table.add_row(std::iter::once(name.to_owned()).chain(variants.iter().map(|(_, v)| f(v))));
+    }
+    for col in 1..=variants.len() {
+        if let Some(c) = table.column_mut(col) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    println!("{table}");
+    for (name, v) in variants {
+        if v.collapses.is_empty() {
+            println!("{name}: no collapses");
+            continue;
+        }
+        let list: Vec<String> = v
+            .collapses
+            .iter()
+            .take(LISTED_COLLAPSES)
+            .map(|c| {
+                format!(
+                    "turn {} {} {} ({} written)",
+                    c.turn,
+                    c.at.as_deref().unwrap_or("-"),
+                    c.cause,
+                    group(c.write_tokens)
+                )
+            })
+            .collect();
+        let more = v.collapses.len().saturating_sub(LISTED_COLLAPSES);
+        println!(
+            "{name}: {} collapse(s): {}{}",
+            v.collapses.len(),
+            list.join("; "),
+            if more > 0 {
+                format!("; … {more} more (--json lists all)")
+            } else {
+                String::new()
+            }
+        );
+    }
+}
+
+/// How a table row renders one variant.
+type Cell = dyn Fn(&VariantReport) -> String;
+
+/// Collapses listed per variant in the table output (`--json` lists all).
+const LISTED_COLLAPSES: usize = 12;
+
+/// `1234567` → `1,234,567`.
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_thousands() {
+        assert_eq!(group(0), "0");
+        assert_eq!(group(999), "999");
+        assert_eq!(group(1000), "1,000");
+        assert_eq!(group(1234567), "1,234,567");
+    }
+
+    #[test]
+    fn keep_newest_replaces_the_oldest_images() {
+        let img = |n: u8| {
+            serde_json::json!({"type": "image", "source": {"type": "base64",
+                "media_type": "image/png", "data": format!("AAA{n}")}})
+        };
+        let body = serde_json::json!({"messages": [
+            {"role": "user", "content": [img(1), {"type": "text", "text": "x"}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                "content": [img(2)]}]},
+            {"role": "user", "content": [img(3), img(4)]},
+        ]});
+        let bytes = serde_json::to_vec(&body).unwrap();
+        let out: Value =
+            serde_json::from_slice(&keep_newest(Dialect::Anthropic, &bytes, 3).unwrap()).unwrap();
+        assert_eq!(
+            out["messages"][0]["content"][0],
+            serde_json::json!({"type": "text", "text": PLACEHOLDER})
+        );
+        assert_eq!(out["messages"][1]["content"][0]["content"][0], img(2));
+        assert_eq!(out["messages"][2]["content"][1], img(4));
+        assert!(keep_newest(Dialect::Anthropic, &bytes, 4).is_none());
+    }
+}
