@@ -120,6 +120,10 @@ async fn reserved_paths_win_over_a_slash_route() {
     overhead_ms(&h);
     let (status, _, _) = get(&proxy.url("/_cachekeeper/api/sessions"), &[]).await;
     assert_ne!(status, 401);
+    // Without its slash, the dashboard redirects relatively (a /t/<token>/ prefix is kept).
+    let (status, h, _) = get(&proxy.url("/_cachekeeper"), &[]).await;
+    assert_eq!(status, 308);
+    assert_eq!(h["location"], "_cachekeeper/");
     let (status, _, _) = send(&client(), &proxy.url("/metrics"), &[], "{}").await;
     assert_eq!(status, 405, "reserved for every method");
     assert_eq!(mock.count(), 0, "no reserved path reached the route");
@@ -404,5 +408,81 @@ async fn the_overhead_header_on_errors_and_retried_responses() {
         text.contains(r#"cachekeeper_requests_total{route="strict",dialect="openai",status_class="2xx",outcome="complete"} 1"#),
         "{text}"
     );
+    proxy.stop().await;
+}
+
+/// An Anthropic body: system, tools and `n` messages, message `i` = `"m{i}"` unless `edit`
+/// names it; the marker on the newest message, as Claude Code places it.
+fn turn_body(n: usize, edit: Option<usize>) -> String {
+    let msgs: Vec<Value> = (0..n)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            let text = if edit == Some(i) {
+                format!("edited {i}")
+            } else {
+                format!("m{i}")
+            };
+            let mut block = json!({"type": "text", "text": text});
+            if i + 1 == n {
+                block["cache_control"] = json!({"type": "ephemeral"});
+            }
+            json!({"role": role, "content": [block]})
+        })
+        .collect();
+    json!({"model": "claude-x", "max_tokens": 16, "system": "S", "tools": [{"name": "bash"}],
+           "messages": msgs})
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_prefix_collapse_is_counted_by_cause_with_its_write_tokens() {
+    logs();
+    let mock = start_mock(Arc::new(|_r: &Recorded| {
+        json_response(
+            200,
+            r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"cache_creation_input_tokens":500,"cache_read_input_tokens":40,"output_tokens":1}}"#,
+        )
+    }))
+    .await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    let session = "sess-metrics-secret";
+    for body in [
+        turn_body(1, None),
+        turn_body(3, None),
+        turn_body(5, Some(1)),
+    ] {
+        let (status, _, _) = send(
+            &client(),
+            &proxy.url("/anthropic/v1/messages"),
+            &[
+                ("x-api-key", "sk-ant-m"),
+                ("x-cachekeeper-session", session),
+            ],
+            body,
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    let (_, _, text) = get(&proxy.url("/metrics"), &[]).await;
+    let text = String::from_utf8(text.to_vec()).unwrap();
+    assert!(
+        text.contains(
+            r#"cachekeeper_prefix_collapses_total{route="anthropic",cause="client_history"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"cachekeeper_collapse_write_tokens_total{route="anthropic",cause="client_history"} 500"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"cachekeeper_cache_write_tokens_total{route="anthropic",model="claude-x"} 1500"#
+        ),
+        "{text}"
+    );
+    assert!(!text.contains(session));
     proxy.stop().await;
 }

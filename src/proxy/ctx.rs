@@ -309,7 +309,11 @@ impl RequestCtx {
             generation: self.endpoint == Some(Endpoint::Generate),
             model: self.model.as_deref(),
             usage: &self.seen.usage,
-            collapse: None,
+            collapse: self
+                .turn
+                .as_ref()
+                .and_then(|t| t.collapse.as_ref())
+                .map(|c| (c.cause.as_str(), c.write_tokens)),
             request_overhead: self.request_overhead,
             response_overhead: self.response_overhead,
         }

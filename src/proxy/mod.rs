@@ -64,7 +64,6 @@ pub(crate) struct AppState {
     /// Sessions, turns and prefix collapses (cache accounting).
     pub sessions: Arc<SessionTracker>,
     /// `[[pricing]]`, for the dashboard.
-    #[allow(dead_code)] // read by the dashboard's dispatch (being built)
     pub pricing: Arc<Pricing>,
 }
 

@@ -163,10 +163,41 @@ async fn answer(
             );
             r
         }
-        Reserved::Dashboard(_) => text(
-            StatusCode::NOT_FOUND,
-            "cachekeeper: the dashboard is not built yet\n",
-        ),
+        // Without its slash, the page's relative URLs would resolve beside it: send the
+        // browser to the slashed form (relative, so a `/t/<token>/` prefix is kept).
+        Reserved::Dashboard("") => {
+            let mut r = text(StatusCode::PERMANENT_REDIRECT, "\n");
+            r.headers_mut()
+                .insert(header::LOCATION, HeaderValue::from_static("_cachekeeper/"));
+            r
+        }
+        Reserved::Dashboard(path) => dashboard(state, path, req.uri().query()).await,
+    }
+}
+
+/// Hand a dashboard request to [`crate::dashboard::serve`], which reads the store through
+/// its writer thread: on a blocking thread.
+async fn dashboard(
+    state: &Arc<AppState>,
+    path: &str,
+    query: Option<&str>,
+) -> Response<ResponseBody> {
+    let state = Arc::clone(state);
+    let path = path.to_owned();
+    let query = query.map(str::to_owned);
+    let served = tokio::task::spawn_blocking(move || {
+        crate::dashboard::serve(&state.store, &state.pricing, &path, query.as_deref())
+    })
+    .await;
+    match served {
+        Ok(r) => r.map(super::phases::full_body),
+        Err(e) => {
+            tracing::warn!(target: "cachekeeper::server", error = %e, "the dashboard failed");
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "cachekeeper: the dashboard failed\n",
+            )
+        }
     }
 }
 
