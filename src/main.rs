@@ -1,5 +1,6 @@
 //! The `cachekeeper` command line: `serve`, `check`, `verdicts`, `state`
-//! ([`cachekeeper::cli::state`]) and `replay` ([`cachekeeper::cli::replay`]).
+//! ([`cachekeeper::cli::state`]), `replay` ([`cachekeeper::cli::replay`]) and `report`
+//! ([`cachekeeper::cli::report`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -60,6 +61,10 @@ enum Command {
     /// as cachekeeper would forward it, and under a keep-newest-3-images policy, under an
     /// exact-prefix model of the route's provider cache (docs/replay.md).
     Replay(cachekeeper::cli::replay::ReplayArgs),
+    /// Per session: turns, uncached / cache-read / cache-write / output tokens, cache-read
+    /// share, prefix collapses by cause, billed-input equivalents and the saving against no
+    /// cache; --session ID for one session's turns, --json for scripts.
+    Report(cachekeeper::cli::report::ReportArgs),
 }
 
 fn load(path: &std::path::Path) -> Result<Loaded, ExitCode> {
@@ -80,6 +85,7 @@ fn main() -> ExitCode {
         Command::Verdicts { config, clear } => verdicts(&config, clear.as_deref()),
         Command::State(args) => cachekeeper::cli::state::run(&args),
         Command::Replay(args) => cachekeeper::cli::replay::run(&args),
+        Command::Report(args) => cachekeeper::cli::report::run(&args),
     }
 }
 

@@ -170,12 +170,12 @@ pub fn now_ms() -> i64 {
 /// A turn's cache-write tokens: the total, else the sum of the per-TTL figures when only
 /// those were reported (`None`: not reported).
 fn write_tokens(u: &UsageRecord) -> Option<u64> {
-    u.cache_write_tokens.or_else(|| {
-        match (u.cache_write_5m_tokens, u.cache_write_1h_tokens) {
+    u.cache_write_tokens.or_else(
+        || match (u.cache_write_5m_tokens, u.cache_write_1h_tokens) {
             (None, None) => None,
             (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
-        }
-    })
+        },
+    )
 }
 
 /// `acc + v`, where `None` means "nothing reported yet" and stays `None` only while every

@@ -2,4 +2,5 @@
 //! `src/main.rs`, parses the command line and dispatches here).
 
 pub mod replay;
+pub mod report;
 pub mod state;

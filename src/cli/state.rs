@@ -192,7 +192,7 @@ fn host_model(kind: Kind, key: &str) -> (String, String) {
 }
 
 /// An age in seconds as its largest whole unit: `45s`, `12m`, `5h`, `3d`.
-fn age(secs: i64) -> String {
+pub(crate) fn age(secs: i64) -> String {
     let s = secs.max(0);
     if s < 60 {
         format!("{s}s")

@@ -93,21 +93,16 @@ fn sessions_api(
     let id = match rest {
         "" | "/" => None,
         _ => match rest.strip_prefix('/') {
-            Some(raw) if !raw.contains('/') => {
-                match percent_decode_str(raw).decode_utf8() {
-                    Ok(id) => Some(id.into_owned()),
-                    Err(_) => return error(StatusCode::NOT_FOUND, "no such session"),
-                }
-            }
+            Some(raw) if !raw.contains('/') => match percent_decode_str(raw).decode_utf8() {
+                Ok(id) => Some(id.into_owned()),
+                Err(_) => return error(StatusCode::NOT_FOUND, "no such session"),
+            },
             _ => return error(StatusCode::NOT_FOUND, "not found"),
         },
     };
     let turns = record::load_turns(store, Duration::from_millis(LOAD_TIMEOUT_MS));
     match id {
-        None => json(
-            StatusCode::OK,
-            &summary::sessions(&turns, pricing, since),
-        ),
+        None => json(StatusCode::OK, &summary::sessions(&turns, pricing, since)),
         Some(id) => match summary::session_detail(&turns, pricing, &id, since) {
             Some(d) => json(StatusCode::OK, &d),
             None => error(StatusCode::NOT_FOUND, "no such session"),
@@ -143,7 +138,11 @@ fn response(status: StatusCode, content_type: &'static str, body: Bytes) -> Resp
 }
 
 fn asset(body: &'static str, content_type: &'static str) -> Response<Bytes> {
-    let mut r = response(StatusCode::OK, content_type, Bytes::from_static(body.as_bytes()));
+    let mut r = response(
+        StatusCode::OK,
+        content_type,
+        Bytes::from_static(body.as_bytes()),
+    );
     // The assets change only with the binary: revalidate, never serve a stale page.
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -276,9 +275,18 @@ mod tests {
     #[test]
     fn the_page_is_self_contained_and_never_parses_data_as_html() {
         let all = format!("{INDEX_HTML}{APP_JS}{STYLE_CSS}");
-        for banned in ["http://", "https://", "//cdn", "@import", "url(", "innerHTML", "outerHTML",
-            "insertAdjacentHTML", "document.write", "eval("]
-        {
+        for banned in [
+            "http://",
+            "https://",
+            "//cdn",
+            "@import",
+            "url(",
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+        ] {
             let hits: Vec<&str> = all
                 .lines()
                 .filter(|l| l.contains(banned) && !l.contains("http://www.w3.org/2000/svg"))
@@ -288,8 +296,17 @@ mod tests {
         // No inline script or style (the CSP forbids them).
         assert!(!INDEX_HTML.contains("<script>"));
         assert!(!INDEX_HTML.contains("style="));
-        for handler in [" onclick=", " onload=", " onerror=", " onchange=", " onkeydown="] {
-            assert!(!INDEX_HTML.contains(handler), "inline event handler {handler}");
+        for handler in [
+            " onclick=",
+            " onload=",
+            " onerror=",
+            " onchange=",
+            " onkeydown=",
+        ] {
+            assert!(
+                !INDEX_HTML.contains(handler),
+                "inline event handler {handler}"
+            );
         }
         // Relative API URLs only.
         assert!(APP_JS.contains("getJson(\"api/sessions\""));
@@ -314,7 +331,9 @@ mod tests {
         assert_eq!(list[0]["by_cause"][0]["cause"], "client_history");
         assert_eq!(list[1]["model"], SCRIPT_MODEL);
         // The raw bytes are JSON-escaped only: serde leaves `<` alone, the page sets text.
-        assert!(std::str::from_utf8(r.body()).unwrap().contains(SCRIPT_MODEL));
+        assert!(std::str::from_utf8(r.body())
+            .unwrap()
+            .contains(SCRIPT_MODEL));
     }
 
     #[test]
@@ -334,7 +353,13 @@ mod tests {
         assert_eq!(turns[1]["collapse"]["cause"], "client_history");
         assert_eq!(turns[0]["collapse"], serde_json::Value::Null);
 
-        for path in ["/api/sessions/nope", "/api/sessions/a/b", "/api/other", "/x.js", "/api"] {
+        for path in [
+            "/api/sessions/nope",
+            "/api/sessions/a/b",
+            "/api/other",
+            "/x.js",
+            "/api",
+        ] {
             let r = serve(&store, &p, path, None);
             assert_eq!(r.status(), StatusCode::NOT_FOUND, "{path}");
             assert_eq!(header(&r, header::CONTENT_TYPE), "application/json");
@@ -358,7 +383,10 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("examples: 30m"));
-        assert_eq!(param(Some("a=1&since=2%20h"), "since").as_deref(), Some("2 h"));
+        assert_eq!(
+            param(Some("a=1&since=2%20h"), "since").as_deref(),
+            Some("2 h")
+        );
         assert_eq!(param(Some("since=1+h"), "since").as_deref(), Some("1 h"));
         assert_eq!(param(None, "since"), None);
     }
