@@ -20,8 +20,12 @@ cd "$(dirname "$0")/.."
 # System packages the tests need: "debian-package|shell check that succeeds when it is present".
 # python3-venv: Debian's python3 needs it for `python3 -m venv` (ensurepip); other Pythons
 # (pyenv, python.org builds) have it built in, so the check passes there without it.
+# chromium + chromium-driver: the dashboard test (tests/e2e/test_dashboard.py) drives Debian's
+# browser headless through Debian's driver, so nothing downloads a browser or a driver.
 SYSTEM_PACKAGES=(
   "python3-venv|${PYTHON:-python3} -c 'import ensurepip, venv'"
+  "chromium|command -v chromium"
+  "chromium-driver|command -v chromedriver"
 )
 
 echo "==> system packages"

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `` (no slash) | `308` to `_cachekeeper/`, so the page's relative URLs resolve below it |
 //! | `/`, `/index.html` | the page |
-//! | `/app.js`, `/style.css` | its script and style |
+//! | `/app.js`, `/style.css`, `/favicon.svg` | its script, style and icon |
 //! | `/api/sessions[?since=DURATION]` | JSON list of [`SessionSummary`], newest activity first |
 //! | `/api/sessions/<id>[?since=DURATION]` | JSON [`SessionDetail`] (summary + turns), or 404 |
 //! | anything else | `404` JSON `{"error": …}` |
@@ -38,6 +38,8 @@ const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 /// Its style (system font stack).
 const STYLE_CSS: &str = include_str!("assets/style.css");
+/// Its icon (so the browser does not ask the proxy's root for `/favicon.ico`).
+const FAVICON_SVG: &str = include_str!("assets/favicon.svg");
 
 /// The page's only source of script, style, images and API calls: itself.
 const CSP: &str = "default-src 'self'";
@@ -69,6 +71,7 @@ pub(crate) fn serve(
         "/" | "/index.html" => asset(INDEX_HTML, "text/html; charset=utf-8"),
         "/app.js" => asset(APP_JS, "text/javascript; charset=utf-8"),
         "/style.css" => asset(STYLE_CSS, "text/css; charset=utf-8"),
+        "/favicon.svg" => asset(FAVICON_SVG, "image/svg+xml"),
         _ => match path.strip_prefix("/api/sessions") {
             Some(rest) => sessions_api(store, pricing, rest, query),
             None => error(StatusCode::NOT_FOUND, "not found"),
@@ -255,6 +258,7 @@ mod tests {
             ("/index.html", "text/html; charset=utf-8", "src=\"app.js\""),
             ("/app.js", "text/javascript; charset=utf-8", "textContent"),
             ("/style.css", "text/css; charset=utf-8", "system-ui"),
+            ("/favicon.svg", "image/svg+xml", "<svg"),
         ] {
             let r = serve(&store, &p, path, None);
             assert_eq!(r.status(), StatusCode::OK, "{path}");
@@ -274,7 +278,7 @@ mod tests {
 
     #[test]
     fn the_page_is_self_contained_and_never_parses_data_as_html() {
-        let all = format!("{INDEX_HTML}{APP_JS}{STYLE_CSS}");
+        let all = format!("{INDEX_HTML}{APP_JS}{STYLE_CSS}{FAVICON_SVG}");
         for banned in [
             "http://",
             "https://",
@@ -289,7 +293,7 @@ mod tests {
         ] {
             let hits: Vec<&str> = all
                 .lines()
-                .filter(|l| l.contains(banned) && !l.contains("http://www.w3.org/2000/svg"))
+                .filter(|l| l.contains(banned) && !l.contains("\"http://www.w3.org/2000/svg\""))
                 .collect();
             assert!(hits.is_empty(), "{banned}: {hits:?}");
         }
