@@ -285,7 +285,7 @@
     const n = turns.length;
     const margin = { left: 64, right: 20, top: 70, bottom: 40 };
     const avail = Math.max(480, chart.parentElement.clientWidth - 2) - margin.left - margin.right;
-    const group = Math.max(14, Math.min(72, avail / Math.max(n, 1)));
+    const group = Math.max(14, avail / Math.max(n, 1));
     const plotW = group * n;
     const plotH = 240;
     const width = margin.left + Math.max(plotW, 200) + margin.right;
@@ -312,8 +312,9 @@
     chart.appendChild(axis);
 
     // one bar group per turn
-    const pad = group * 0.18;
-    const barW = Math.max(2, (group - 2 * pad) / KINDS.length);
+    // Bars at most 18 px wide, centred in their group.
+    const barW = Math.max(2, Math.min(18, (group * 0.64) / KINDS.length));
+    const pad = (group - barW * KINDS.length) / 2;
     const labelEvery = Math.ceil(26 / group);
     const bars = svg("g", { class: "bars" });
     turns.forEach((t, i) => {
@@ -345,7 +346,8 @@
     turns.forEach((t, i) => {
       const c = t.collapse;
       if (!c) return;
-      const cx = margin.left + i * group + group / 2;
+      // Just left of the turn's bars: the prefix broke before this turn.
+      const cx = margin.left + i * group + pad - Math.min(4, pad / 2);
       const text = c.cause + " @ " + c.at;
       const w = text.length * 6.6;
       let row = rowsEnd.findIndex((end) => cx - 4 > end);
