@@ -242,7 +242,7 @@ mod tests {
         serde_json::from_slice(r.body()).unwrap()
     }
 
-    fn header<'a>(r: &'a Response<Bytes>, name: header::HeaderName) -> &'a str {
+    fn header(r: &Response<Bytes>, name: header::HeaderName) -> &str {
         r.headers()
             .get(name)
             .map(|v| v.to_str().unwrap())
