@@ -166,7 +166,7 @@ fn priced(turns: &[TurnRecord]) -> (String, String) {
         let c = pricing::cost(t, &Pricing::default());
         if let Some(b) = c.billed_equiv {
             billed += b;
-            no_cache += c.no_cache_equiv;
+            no_cache += c.no_cache_equiv.unwrap_or(0.0);
             any = true;
         }
     }

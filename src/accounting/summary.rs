@@ -266,7 +266,7 @@ fn summarize(turns: &[&TurnRecord], pricing: &Pricing) -> Option<SessionSummary>
         if let Some(billed) = cost.billed_equiv {
             s.priced_turns += 1;
             s.billed_equiv = add_f(s.billed_equiv, Some(billed));
-            s.no_cache_equiv = add_f(s.no_cache_equiv, Some(cost.no_cache_equiv));
+            s.no_cache_equiv = add_f(s.no_cache_equiv, cost.no_cache_equiv.or(Some(0.0)));
         }
         if let Some(m) = cost.money {
             let e = money.entry(m.currency.clone()).or_insert(MoneySum {
@@ -468,7 +468,7 @@ mod tests {
             let c = pricing::cost(t, &pricing);
             if let Some(b) = c.billed_equiv {
                 billed += b;
-                no_cache += c.no_cache_equiv;
+                no_cache += c.no_cache_equiv.unwrap_or(0.0);
                 priced += 1;
             }
         }

@@ -119,8 +119,8 @@ pub fn run(args: &ReportArgs) -> ExitCode {
 }
 
 /// The money prices of `config`'s `[[pricing]]` entries.
-fn pricing_of(_config: &Config) -> Pricing {
-    Pricing::default()
+fn pricing_of(config: &Config) -> Pricing {
+    Pricing::new(&config.pricing)
 }
 
 fn print_json<T: serde::Serialize>(value: &T) -> ExitCode {
