@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use cachekeeper::accounting::pricing::{self, Pricing};
 use cachekeeper::accounting::record::{TurnRecord, UsageRecord};
 use cachekeeper::accounting::{Cause, Collapse};
 use cachekeeper::config::Config;
@@ -25,13 +24,18 @@ struct Env {
 }
 
 fn env() -> Env {
+    env_with("")
+}
+
+/// A config whose state file is in a fresh directory, plus `extra` TOML.
+fn env_with(extra: &str) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("state.db");
     let cfg = dir.path().join("proxy.toml");
     std::fs::write(
         &cfg,
         format!(
-            "[state]\npath = {:?}\n\n[[routes]]\nname = \"anthropic\"\nprefix = \"/anthropic\"\nupstream = \"http://127.0.0.1:9\"\n",
+            "[state]\npath = {:?}\n\n[[routes]]\nname = \"anthropic\"\nprefix = \"/anthropic\"\nupstream = \"http://127.0.0.1:9\"\n{extra}",
             db.display().to_string()
         ),
     )
@@ -158,40 +162,6 @@ fn line_of<'a>(text: &'a str, start: &str) -> Vec<&'a str> {
     line.split_whitespace().collect()
 }
 
-/// Σ billed-input equivalents and saving of `turns` as `pricing::cost` prices them, rounded
-/// and formatted as the table shows them; "not priced" when no turn is.
-fn priced(turns: &[TurnRecord]) -> (String, String) {
-    let (mut billed, mut no_cache, mut any) = (0.0, 0.0, false);
-    for t in turns {
-        let c = pricing::cost(t, &Pricing::default());
-        if let Some(b) = c.billed_equiv {
-            billed += b;
-            no_cache += c.no_cache_equiv.unwrap_or(0.0);
-            any = true;
-        }
-    }
-    if !any {
-        return ("not".into(), "not".into());
-    }
-    let fmt = |v: f64| {
-        let r = v.round() as i64;
-        let s = r.unsigned_abs().to_string();
-        let mut out = String::new();
-        for (i, ch) in s.chars().enumerate() {
-            if i > 0 && (s.len() - i) % 3 == 0 {
-                out.push(',');
-            }
-            out.push(ch);
-        }
-        if r < 0 {
-            format!("-{out}")
-        } else {
-            out
-        }
-    };
-    (fmt(billed), fmt(no_cache - billed))
-}
-
 #[test]
 fn nothing_recorded_yet() {
     let env = env();
@@ -227,9 +197,8 @@ fn table_of_sessions_and_collapses_by_cause() {
     let b_at = out.find("bbbbbbbbbbbbbbbb").unwrap();
     assert!(a_at < b_at, "{out}");
 
-    let (billed, saving) = priced(&turns[..3]);
     let a = line_of(&out, "aaaaaaaaaaaaaaaa");
-    let mut want = vec![
+    let want = vec![
         "aaaaaaaaaaaaaaaa",
         "anthropic",
         "claude-sonnet-4-5",
@@ -245,12 +214,11 @@ fn table_of_sessions_and_collapses_by_cause() {
         "1",
         "(127,720",
         "written)",
+        // Anthropic's 0.1x read, 1.25x write: (3 + 162,500) + (5 + 13,000 + 1,875) +
+        // (12 + 200 + 159,650) billed-input equivalents, against 391,240 without a cache.
+        "337,245",
+        "53,995",
     ];
-    if billed == "not" {
-        want.extend(["not", "priced", "not", "priced"]);
-    } else {
-        want.extend([billed.as_str(), saving.as_str()]);
-    }
     assert_eq!(a, want, "{out}");
 
     let b = line_of(&out, "bbbbbbbbbbbbbbbb");
@@ -385,4 +353,41 @@ fn one_session_since_and_json() {
     let out = report(&env.cfg, &["--since", "soon"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("examples: 30m, 2h, 7d"));
+}
+
+#[test]
+fn money_where_pricing_covers_the_model() {
+    // $3 / $15 / $0.30 / $3.75 per million: input, output, cache read, 5-minute write.
+    let env = env_with(
+        "\n[[pricing]]\nmodel = \"claude-sonnet-*\"\ninput_per_mtok = 3.0\noutput_per_mtok = 15.0\ncache_read_per_mtok = 0.3\ncache_write_5m_per_mtok = 3.75\n",
+    );
+    write_turns(&env, &fixture());
+    let out = ok(&report(&env.cfg, &[]));
+    let a = line_of(&out, "aaaaaaaaaaaaaaaa");
+    // 337,245 x $3/M + 760 output x $15/M = $1.02; saving 53,995 x $3/M = $0.16.
+    assert_eq!(
+        a[a.len() - 6..],
+        ["337,245", "(1.02", "USD)", "53,995", "(0.16", "USD)"],
+        "{out}"
+    );
+    // The other session's model has no entry: no money.
+    let b = line_of(&out, "bbbbbbbbbbbbbbbb");
+    assert_eq!(
+        b[b.len() - 4..],
+        ["not", "priced", "not", "priced"],
+        "{out}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&report(&env.cfg, &["--json"]))).unwrap();
+    let m = &json[0]["money"][0];
+    assert_eq!(m["currency"], "USD");
+    assert!(
+        (m["amount"].as_f64().unwrap() - 1.023_135).abs() < 1e-9,
+        "{m}"
+    );
+    assert!(
+        (m["saving"].as_f64().unwrap() - 0.161_985).abs() < 1e-9,
+        "{m}"
+    );
+    assert_eq!(json[1]["money"], serde_json::json!([]));
 }

@@ -459,29 +459,46 @@ mod tests {
     }
 
     #[test]
-    fn billed_equivalents_sum_what_cost_prices() {
+    fn billed_equivalents_and_money() {
         let turns = anthropic_session();
-        let pricing = Pricing::default();
-        let s = &sessions(&turns, &pricing, None)[0];
-        let (mut billed, mut no_cache, mut priced) = (0.0, 0.0, 0);
-        for t in &turns {
-            let c = pricing::cost(t, &pricing);
-            if let Some(b) = c.billed_equiv {
-                billed += b;
-                no_cache += c.no_cache_equiv.unwrap_or(0.0);
-                priced += 1;
-            }
-        }
-        assert_eq!(s.priced_turns, priced);
-        if priced > 0 {
-            assert!((s.billed_equiv.unwrap() - billed).abs() < 1e-6);
-            assert!((s.no_cache_equiv.unwrap() - no_cache).abs() < 1e-6);
-            assert!((s.saving_equiv.unwrap() - (no_cache - billed)).abs() < 1e-6);
-        } else {
-            assert_eq!(s.billed_equiv, None);
-            assert_eq!(s.saving_equiv, None);
-        }
+        let s = &sessions(&turns, &Pricing::default(), None)[0];
+        // Anthropic: read 0.1x, 5-minute write 1.25x the uncached input price.
+        // (3 + 130_000 x 1.25) + (5 + 130_000 x 0.1 + 1_500 x 1.25) + (12 + 2_000 x 0.1 +
+        // 127_720 x 1.25) = 162_503 + 14_880 + 159_862
+        assert_eq!(s.priced_turns, 3);
+        assert!((s.billed_equiv.unwrap() - 337_245.0).abs() < 1e-6, "{s:?}");
+        assert!((s.no_cache_equiv.unwrap() - 391_240.0).abs() < 1e-6);
+        assert!((s.saving_equiv.unwrap() - 53_995.0).abs() < 1e-6);
         assert!(s.money.is_empty(), "no [[pricing]]: no money");
+
+        // $3 / $15 / $0.30 / $3.75 per million (input, output, read, 5-minute write).
+        let pricing = Pricing::new(&[pricing::PriceEntry {
+            model: "claude-sonnet-*".into(),
+            input_per_mtok: 3.0,
+            output_per_mtok: 15.0,
+            cache_read_per_mtok: 0.3,
+            cache_write_5m_per_mtok: 3.75,
+            cache_write_1h_per_mtok: None,
+            currency: "USD".into(),
+        }]);
+        let s = &sessions(&turns, &pricing, None)[0];
+        assert_eq!(s.money.len(), 1);
+        let m = &s.money[0];
+        assert_eq!((m.currency.as_str(), m.turns), ("USD", 3));
+        // Input as billed: 337_245 equivalents x $3/M; output 760 x $15/M.
+        let output = 760.0 * 15.0 / 1e6;
+        assert!(
+            (m.amount - (337_245.0 * 3.0 / 1e6 + output)).abs() < 1e-9,
+            "{m:?}"
+        );
+        assert!((m.no_cache - (391_240.0 * 3.0 / 1e6 + output)).abs() < 1e-9);
+        assert!((m.saving - 53_995.0 * 3.0 / 1e6).abs() < 1e-9);
+        // A model no entry covers has no money.
+        let mut other = turns.clone();
+        for t in &mut other {
+            t.model = "claude-haiku-4-5".into();
+        }
+        assert!(sessions(&other, &pricing, None)[0].money.is_empty());
     }
 
     #[test]
