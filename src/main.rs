@@ -34,6 +34,11 @@ enum Command {
         /// Listen address, overriding `[server] listen` (e.g. 127.0.0.1:8787; port 0 = any).
         #[arg(long)]
         listen: Option<SocketAddr>,
+        /// Append every buffered generation request a route receives to FILE, one
+        /// `cachekeeper replay` line each. The file holds prompts and images in clear; it is
+        /// created mode 0600. Off by default.
+        #[arg(long, value_name = "FILE")]
+        record: Option<PathBuf>,
     },
     /// Validate a config and print its routes with their profiles and limits.
     Check {
@@ -81,7 +86,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check(&config),
-        Command::Serve { config, listen } => serve(&config, listen),
+        Command::Serve {
+            config,
+            listen,
+            record,
+        } => serve(&config, listen, record.as_deref()),
         Command::Verdicts { config, clear } => verdicts(&config, clear.as_deref()),
         Command::State(args) => cachekeeper::cli::state::run(&args),
         Command::Replay(args) => cachekeeper::cli::replay::run(&args),
@@ -262,7 +271,11 @@ fn cache_summary(rules: &[cachekeeper::provider::CacheRule]) -> String {
         .join(",")
 }
 
-fn serve(path: &std::path::Path, listen: Option<SocketAddr>) -> ExitCode {
+fn serve(
+    path: &std::path::Path,
+    listen: Option<SocketAddr>,
+    record: Option<&std::path::Path>,
+) -> ExitCode {
     telemetry::init();
     let loaded = match load(path) {
         Ok(l) => l,
@@ -288,6 +301,19 @@ fn serve(path: &std::path::Path, listen: Option<SocketAddr>) -> ExitCode {
                 eprintln!("error: {e}");
                 return ExitCode::FAILURE;
             }
+        };
+        let server = match record {
+            None => server,
+            Some(file) => match server.record_to(file) {
+                Ok(s) => {
+                    tracing::warn!(target: "cachekeeper::server", file = %file.display(), "recording every generation request (prompts and images in clear)");
+                    s
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
         };
         let addr = server
             .local_addr()

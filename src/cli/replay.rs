@@ -24,12 +24,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::accounting::cache_model::{self, CacheModel, Rule, TurnCache};
+use crate::accounting::cache_model::{self, CacheModel, Rule};
+use crate::accounting::prefix::DigestKey;
+use crate::accounting::pricing::{self, Multipliers};
+use crate::accounting::session::{SessionTracker, TurnInput};
 use crate::config::{Config, ReasoningConfig};
 use crate::dialect::Dialect;
 use crate::provider::CacheActivation;
 use crate::rewrite::{rewrite_with_restore, ReasoningInputs, RewriteContext, RewriteReport};
 use crate::route::{Route, RouteTable};
+use crate::state::{MemoryBackend, Store};
 
 /// Images the `keep_newest_3` comparison keeps.
 pub const KEEP_NEWEST: usize = 3;
@@ -104,19 +108,34 @@ impl ReplayError {
     }
 }
 
-/// One collapse in a replay: a turn whose prefix changed before the previous turn's end, or
-/// whose cache expired.
+/// One collapse in a replay: a turn whose prefix changed before the previous turn's end,
+/// found and attributed by the proxy's own accounting
+/// ([`crate::accounting::session::SessionTracker`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReplayCollapse {
     /// 1-based.
     pub turn: u32,
-    /// `tools`, `system`, `messages[N]`; `null` for an expiry with no prefix change.
-    pub at: Option<String>,
-    /// `provider_expiry`, `eviction`, `repair`, `restore`, `stabiliser`, `client_tools`,
-    /// `client_system`, `client_history` (as in the proxy's accounting).
+    /// `tools`, `system` or `messages[N]` (cache order).
+    pub at: String,
+    /// `provider_expiry`, `eviction`, `repair`, `restore`, `client_tools`, `client_system`,
+    /// `client_history` ([`crate::accounting::Cause::as_str`]).
     pub cause: &'static str,
     /// The turn's cache-write tokens (model estimate).
     pub write_tokens: u64,
+}
+
+/// A turn whose prefix did not change but whose cache entries had expired (idle longer
+/// than the TTL): an expiry-driven write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExpiryWrite {
+    /// 1-based.
+    pub turn: u32,
+    /// Since the previous turn, ms.
+    pub idle_ms: u64,
+    /// The turn's cache-write tokens (model estimate).
+    pub write_tokens: u64,
+    /// Tokens a live entry would have let it read.
+    pub expired_tokens: u64,
 }
 
 /// The figures of one way of sending the session (tokens are the model's estimates).
@@ -124,6 +143,7 @@ pub struct ReplayCollapse {
 pub struct VariantReport {
     pub turns: u32,
     pub collapses: Vec<ReplayCollapse>,
+    pub expiry_writes: Vec<ExpiryWrite>,
     /// Summed over the turns, tokens.
     pub input_tokens: u64,
     pub cache_write_tokens: u64,
@@ -150,8 +170,9 @@ pub struct ReplayReport {
     pub dialect: &'static str,
     pub turns: u32,
     pub rule: RuleReport,
-    /// The multipliers the billed-input equivalents use; `None`: not priced.
-    pub multipliers: Option<MultipliersReport>,
+    /// The multipliers the billed-input equivalents use
+    /// ([`crate::accounting::pricing::multipliers`]); `None`: not priced.
+    pub multipliers: Option<Multipliers>,
     /// Turns whose body the passes could not read (forwarded as sent).
     pub unparsed_turns: u32,
     pub as_sent: VariantReport,
@@ -168,15 +189,6 @@ pub struct RuleReport {
     pub long_ttl_s: Option<u64>,
     pub min_tokens: u64,
     pub lookback_blocks: Option<usize>,
-}
-
-/// Price multipliers relative to uncached input.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MultipliersReport {
-    pub read: f64,
-    pub write_5m: f64,
-    pub write_1h: Option<f64>,
-    pub source: &'static str,
 }
 
 #[derive(Deserialize)]
@@ -231,18 +243,35 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
 
 /// One way of sending the session, fed turn by turn.
 struct Variant {
+    /// The session name its turns are tracked under.
+    name: &'static str,
     model: CacheModel,
     report: VariantReport,
     images: u64,
+    last_ts: Option<i64>,
+}
+
+/// What one variant sends for one turn.
+struct Sent<'a> {
+    dialect: Dialect,
+    /// The client's bytes.
+    client: &'a [u8],
+    /// The bytes this variant sends.
+    forwarded: &'a [u8],
+    /// What changed them.
+    report: &'a RewriteReport,
+    ts: i64,
 }
 
 impl Variant {
-    fn new(rule: Rule) -> Self {
+    fn new(name: &'static str, rule: Rule) -> Self {
         Self {
+            name,
             model: CacheModel::new(rule),
             report: VariantReport {
                 turns: 0,
                 collapses: Vec::new(),
+                expiry_writes: Vec::new(),
                 input_tokens: 0,
                 cache_write_tokens: 0,
                 cache_write_1h_tokens: 0,
@@ -253,19 +282,30 @@ impl Variant {
                 mean_images: 0.0,
             },
             images: 0,
+            last_ts: None,
         }
     }
 
-    /// Feed one body; `cause` names why its prefix changed, given where.
-    fn turn(
-        &mut self,
-        dialect: Dialect,
-        body: &[u8],
-        ts: i64,
-        cause: impl FnOnce(&str) -> &'static str,
-    ) -> TurnCache {
+    /// Feed one turn: the cache model's figures, and the proxy's own collapse detection.
+    fn turn(&mut self, s: &Session, sent: &Sent<'_>) {
         // A body the model cannot read counts as an empty turn (the provider would reject it).
-        let t = self.model.turn(dialect, body, ts).unwrap_or_default();
+        let t = self
+            .model
+            .turn(sent.dialect, sent.forwarded, sent.ts)
+            .unwrap_or_default();
+        let account = s.tracker.begin(&TurnInput {
+            dialect: sent.dialect,
+            route: &s.route.name,
+            provider: &s.route.provider,
+            model: &s.model,
+            scope: "",
+            key: &s.key,
+            client_session: Some(self.name),
+            client: sent.client,
+            forwarded: sent.forwarded,
+            report: sent.report,
+            now_ms: sent.ts,
+        });
         let r = &mut self.report;
         r.turns += 1;
         r.input_tokens += t.input;
@@ -274,23 +314,27 @@ impl Variant {
         r.cache_read_tokens += t.read;
         r.uncached_tokens += t.uncached;
         self.images += u64::from(t.images);
-        let expired = t.expired > 0;
-        if expired || t.changed_at.is_some() {
-            r.collapses.push(ReplayCollapse {
+        match account.and_then(|(a, _)| a.collapse) {
+            Some(c) => r.collapses.push(ReplayCollapse {
                 turn: r.turns,
-                at: t.changed_at.clone(),
-                cause: if expired {
-                    "provider_expiry"
-                } else {
-                    cause(t.changed_at.as_deref().unwrap_or_default())
-                },
+                at: c.at,
+                cause: c.cause.as_str(),
                 write_tokens: t.write,
-            });
+            }),
+            None if t.expired > 0 => r.expiry_writes.push(ExpiryWrite {
+                turn: r.turns,
+                idle_ms: self
+                    .last_ts
+                    .map_or(0, |p| u64::try_from(sent.ts.saturating_sub(p)).unwrap_or(0)),
+                write_tokens: t.write,
+                expired_tokens: t.expired,
+            }),
+            None => {}
         }
-        t
+        self.last_ts = Some(sent.ts);
     }
 
-    fn finish(mut self, m: Option<&MultipliersReport>) -> VariantReport {
+    fn finish(mut self, m: Option<&Multipliers>) -> VariantReport {
         let r = &mut self.report;
         r.no_cache_equiv = r.input_tokens;
         r.billed_input_equiv = m.map(|m| {
@@ -306,29 +350,6 @@ impl Variant {
             self.images as f64 / f64::from(r.turns)
         };
         self.report
-    }
-}
-
-/// The client's own cause for a change at `at`.
-fn client_cause(at: &str) -> &'static str {
-    match at {
-        "tools" => "client_tools",
-        "system" => "client_system",
-        _ => "client_history",
-    }
-}
-
-/// The pass that changed a forwarded prefix where the client's did not change.
-fn pass_cause(report: &RewriteReport) -> &'static str {
-    let i = &report.images;
-    if i.retired > 0 || i.carriers_retired > 0 {
-        "eviction"
-    } else if i.repaired > 0 || i.downscaled > 0 || i.replaced > 0 || i.repeat_capped > 0 {
-        "repair"
-    } else if report.restore.turns > 0 {
-        "restore"
-    } else {
-        "stabiliser"
     }
 }
 
@@ -398,7 +419,7 @@ pub fn replay(
             });
         }
         s.turn(&line);
-        bar.set_message(format!("turn {}", s.as_sent.report.turns));
+        bar.set_message(format!("turn {n}"));
     }
     let s = state.ok_or(ReplayError::Empty { path: path.clone() })?;
     Ok(s.finish(path))
@@ -411,11 +432,14 @@ struct Session {
     dialect: Dialect,
     model: String,
     rule: Rule,
-    multipliers: Option<MultipliersReport>,
+    multipliers: Option<Multipliers>,
     unparsed: u32,
-    as_sent: Variant,
-    cachekeeper: Variant,
-    keep: Variant,
+    /// The proxy's collapse detection, over an in-memory store.
+    tracker: SessionTracker,
+    /// Requests without a credential: the all-zero digest key.
+    key: DigestKey,
+    /// The three ways of sending, as a bundle so [`Session::turn`] can lend `self`.
+    variants: Option<Box<[Variant; 3]>>,
 }
 
 impl Session {
@@ -450,15 +474,8 @@ impl Session {
                 model: model.clone(),
             })?;
         let rule = Rule::from_cache_rule(cache);
-        let multipliers = match (cache.read_milli, cache.write_milli) {
-            (Some(read), Some(write)) => Some(MultipliersReport {
-                read: f64::from(read) / 1000.0,
-                write_5m: f64::from(write) / 1000.0,
-                write_1h: cache.long_ttl.map(|(_, w)| f64::from(w) / 1000.0),
-                source: cache.source,
-            }),
-            _ => None,
-        };
+        let multipliers = pricing::multipliers(route.provider.row.name, &model);
+        let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 30);
         Ok(Session {
             route,
             reasoning: reasoning.clone(),
@@ -467,19 +484,40 @@ impl Session {
             rule,
             multipliers,
             unparsed: 0,
-            as_sent: Variant::new(rule),
-            cachekeeper: Variant::new(rule),
-            keep: Variant::new(rule),
+            tracker: SessionTracker::new(store),
+            key: DigestKey::for_credential(None),
+            variants: Some(Box::new([
+                Variant::new("as_sent", rule),
+                Variant::new("cachekeeper", rule),
+                Variant::new("keep_newest_3", rule),
+            ])),
         })
     }
 
     fn turn(&mut self, line: &Line<'_>) {
+        let Some(mut v) = self.variants.take() else {
+            return;
+        };
         let body = line.body.get().as_bytes();
         let dialect = self.dialect;
-        let sent = self
-            .as_sent
-            .turn(dialect, body, line.ts, client_cause)
-            .changed_at;
+        let none = RewriteReport::default();
+        fn sent<'a>(
+            dialect: Dialect,
+            client: &'a [u8],
+            forwarded: &'a [u8],
+            report: &'a RewriteReport,
+            ts: i64,
+        ) -> Sent<'a> {
+            Sent {
+                dialect,
+                client,
+                forwarded,
+                report,
+                ts,
+            }
+        }
+        let ts = line.ts;
+        v[0].turn(self, &sent(dialect, body, body, &none, ts));
         // As the proxy would forward it.
         let rest = line
             .path
@@ -487,42 +525,42 @@ impl Session {
             .unwrap_or_else(|| default_path(dialect).to_owned());
         let (forwarded, report) = match forward(&self.route, &self.reasoning, dialect, &rest, body)
         {
-            Some((b, r)) => (b, r),
+            Some(done) => done,
             None => {
                 self.unparsed += 1;
                 (None, RewriteReport::default())
             }
         };
         let fwd = forwarded.as_deref().unwrap_or(body);
-        self.cachekeeper.turn(dialect, fwd, line.ts, |at| {
-            if sent.as_deref() == Some(at) {
-                client_cause(at)
-            } else {
-                pass_cause(&report)
-            }
-        });
-        // Keep the newest 3 images.
-        let kept = keep_newest(dialect, body, KEEP_NEWEST);
-        self.keep
-            .turn(dialect, kept.as_deref().unwrap_or(body), line.ts, |at| {
-                if sent.as_deref() == Some(at) {
-                    client_cause(at)
-                } else {
-                    "eviction"
-                }
-            });
+        v[1].turn(self, &sent(dialect, body, fwd, &report, ts));
+        // Every image but the newest 3 replaced: an eviction, as the accounting sees it.
+        let (kept, replaced) =
+            keep_newest(dialect, body, KEEP_NEWEST).map_or((None, 0), |(b, n)| (Some(b), n));
+        let mut evicted = RewriteReport::default();
+        evicted.images.retired = replaced;
+        let kept = kept.as_deref().unwrap_or(body);
+        v[2].turn(self, &sent(dialect, body, kept, &evicted, ts));
+        self.variants = Some(v);
     }
 
     fn finish(self, file: String) -> ReplayReport {
         let m = self.multipliers.as_ref();
         let rule = self.rule;
+        let [as_sent, cachekeeper, keep] = match self.variants {
+            Some(v) => *v,
+            None => [
+                Variant::new("as_sent", rule),
+                Variant::new("cachekeeper", rule),
+                Variant::new("keep_newest_3", rule),
+            ],
+        };
         ReplayReport {
             file,
             route: self.route.name.clone(),
             provider: self.route.provider.row.name.to_owned(),
             model: self.model,
             dialect: self.dialect.as_str(),
-            turns: self.as_sent.report.turns,
+            turns: as_sent.report.turns,
             rule: RuleReport {
                 activation: match rule.activation {
                     CacheActivation::Explicit => "explicit",
@@ -535,9 +573,9 @@ impl Session {
                     .then_some(rule.lookback),
             },
             unparsed_turns: self.unparsed,
-            as_sent: self.as_sent.finish(m),
-            cachekeeper: self.cachekeeper.finish(m),
-            keep_newest_3: self.keep.finish(m),
+            as_sent: as_sent.finish(m),
+            cachekeeper: cachekeeper.finish(m),
+            keep_newest_3: keep.finish(m),
             multipliers: self.multipliers,
         }
     }
@@ -609,23 +647,25 @@ fn forward(
 }
 
 /// `body` with every image but the newest `keep` replaced by [`PLACEHOLDER`] text (a
-/// `cache_control` the image had stays on the text); `None` when nothing changes or the
-/// body is not JSON. Images are counted in document order of the message list.
-pub fn keep_newest(dialect: Dialect, body: &[u8], keep: usize) -> Option<Vec<u8>> {
+/// `cache_control` the image had stays on the text), and how many were replaced; `None`
+/// when the body is not JSON. Images are counted in document order of the message list.
+/// The body is always re-serialized (keys sorted), so every turn of the comparison has the
+/// same key order and only the replacements change its prefix.
+pub fn keep_newest(dialect: Dialect, body: &[u8], keep: usize) -> Option<(Vec<u8>, usize)> {
     let mut value: Value = serde_json::from_slice(body).ok()?;
     let key = match dialect {
         Dialect::Anthropic | Dialect::Openai => "messages",
         Dialect::OpenaiResponses => "input",
         Dialect::Gemini => "contents",
     };
-    let list = value.get_mut(key)?;
-    let total = count_images(list);
-    if total <= keep {
-        return None;
+    let mut replaced = 0;
+    if let Some(list) = value.get_mut(key) {
+        let total = count_images(list);
+        replaced = total.saturating_sub(keep);
+        let mut to_replace = replaced;
+        replace_images(dialect, list, &mut to_replace);
     }
-    let mut to_replace = total - keep;
-    replace_images(dialect, list, &mut to_replace);
-    serde_json::to_vec(&value).ok()
+    serde_json::to_vec(&value).ok().map(|b| (b, replaced))
 }
 
 fn count_images(v: &Value) -> usize {
@@ -757,6 +797,15 @@ fn print_report(r: &ReplayReport) {
     }
     println!("{table}");
     for (name, v) in variants {
+        for e in &v.expiry_writes {
+            println!(
+                "{name}: turn {} after {} s idle: cache expired, {} written ({} would have been read)",
+                e.turn,
+                e.idle_ms / 1000,
+                group(e.write_tokens),
+                group(e.expired_tokens)
+            );
+        }
         if v.collapses.is_empty() {
             println!("{name}: no collapses");
             continue;
@@ -769,7 +818,7 @@ fn print_report(r: &ReplayReport) {
                 format!(
                     "turn {} {} {} ({} written)",
                     c.turn,
-                    c.at.as_deref().unwrap_or("-"),
+                    c.at,
                     c.cause,
                     group(c.write_tokens)
                 )
@@ -835,13 +884,15 @@ mod tests {
         ]});
         let bytes = serde_json::to_vec(&body).unwrap();
         let out: Value =
-            serde_json::from_slice(&keep_newest(Dialect::Anthropic, &bytes, 3).unwrap()).unwrap();
+            serde_json::from_slice(&keep_newest(Dialect::Anthropic, &bytes, 3).unwrap().0).unwrap();
         assert_eq!(
             out["messages"][0]["content"][0],
             serde_json::json!({"type": "text", "text": PLACEHOLDER})
         );
         assert_eq!(out["messages"][1]["content"][0]["content"][0], img(2));
         assert_eq!(out["messages"][2]["content"][1], img(4));
-        assert!(keep_newest(Dialect::Anthropic, &bytes, 4).is_none());
+        assert_eq!(keep_newest(Dialect::Anthropic, &bytes, 4).unwrap().1, 0);
+        assert_eq!(keep_newest(Dialect::Anthropic, &bytes, 3).unwrap().1, 1);
+        assert!(keep_newest(Dialect::Anthropic, b"{", 3).is_none());
     }
 }

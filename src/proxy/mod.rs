@@ -14,6 +14,7 @@ pub(crate) mod errors;
 mod observe;
 mod passes;
 mod phases;
+mod record;
 mod reserved;
 mod retry;
 mod send;
@@ -65,6 +66,8 @@ pub(crate) struct AppState {
     pub sessions: Arc<SessionTracker>,
     /// `[[pricing]]`, for the dashboard.
     pub pricing: Arc<Pricing>,
+    /// `serve --record FILE`: where buffered generation requests are written ([`record`]).
+    pub record: Option<record::Recorder>,
 }
 
 /// Why the server could not start.
@@ -80,6 +83,12 @@ pub enum StartError {
     Routes(String),
     #[error(transparent)]
     Client(#[from] upstream::ClientBuildError),
+    #[error("cannot open the record file {path}: {source}")]
+    Record {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// A bound, not yet running proxy.
@@ -118,9 +127,26 @@ impl Server {
                 metrics: Arc::new(Metrics::new()),
                 sessions: Arc::new(SessionTracker::new(store.clone())),
                 pricing: Arc::new(Pricing::new(&cfg.pricing)),
+                record: None,
                 store,
             }),
         })
+    }
+
+    /// Also write every buffered generation request a route receives to `path`, one
+    /// `cachekeeper replay` line each (`serve --record FILE`; the file is created mode 0600
+    /// and appended to; `docs/replay.md`).
+    ///
+    /// Errors: the file cannot be opened.
+    pub fn record_to(mut self, path: &std::path::Path) -> Result<Self, StartError> {
+        let rec = record::Recorder::open(path).map_err(|source| StartError::Record {
+            path: path.display().to_string(),
+            source,
+        })?;
+        if let Some(state) = Arc::get_mut(&mut self.state) {
+            state.record = Some(rec);
+        }
+        Ok(self)
     }
 
     /// The bound address.
@@ -135,11 +161,18 @@ impl Server {
         let grace = Duration::from_millis(self.state.server.shutdown_grace_ms);
         let state = self.state;
         let store = state.store.clone();
+        let kept = Arc::clone(&state);
         let handler = move |req| phases::handle(Arc::clone(&state), req);
         crate::wire::listener::serve(self.listener, handler, shutdown, grace).await;
         // The writes still queued (the last turns' carriers) reach the disk before the
         // process exits; the flush waits on the writer thread, so off the runtime.
-        let _ = tokio::task::spawn_blocking(move || store.flush()).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            store.flush();
+            if let Some(rec) = &kept.record {
+                rec.flush();
+            }
+        })
+        .await;
     }
 }
 

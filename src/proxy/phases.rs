@@ -103,6 +103,15 @@ async fn proxy(
     let (outgoing, upload_done, replay) = match read {
         Read::Streamed(body, done) => (body, Some(done), None),
         Read::Buffered(original) => {
+            if let Some(rec) = state.record.as_ref() {
+                if ctx.endpoint == Some(Endpoint::Generate) {
+                    let enc = headers
+                        .get(header::CONTENT_ENCODING)
+                        .and_then(|v| v.to_str().ok());
+                    let ts = crate::proxy::ctx::now_ms();
+                    rec.record(ts, &route.name, &ctx.rest, enc, original.clone());
+                }
+            }
             let mut plan = plan(state, ctx, route, &headers, uri.clone());
             plan.client_session = client_session;
             let plan = Arc::new(plan);
