@@ -700,6 +700,29 @@ mod tests {
         assert!(!t.contains(&long));
     }
 
+    /// A model name is the client's text: quotes, backslashes and newlines are escaped, so a
+    /// name cannot forge a series.
+    #[test]
+    fn a_model_name_cannot_break_the_text() {
+        let m = Metrics::new();
+        let report = RewriteReport::default();
+        let usage = Usage {
+            output_tokens: Some(1),
+            ..Usage::default()
+        };
+        let mut s = sample(&report, &usage);
+        s.model = Some("x\"} 99\ncachekeeper_requests_total{a=\"\\");
+        m.record(&s);
+        let t = m.encode();
+        assert!(
+            t.contains(r#"model="x\"} 99\ncachekeeper_requests_total{a=\"\\"} 1"#),
+            "{t}"
+        );
+        assert!(!t
+            .lines()
+            .any(|l| l.starts_with("cachekeeper_requests_total{a=")));
+    }
+
     #[test]
     fn errors_and_status_classes() {
         let m = Metrics::new();
