@@ -60,7 +60,6 @@ struct ApiError<'a> {
 /// without its slash, else starting with `/`); `query` the raw query string. Reads the stored
 /// turns through `store` (waiting at most [`LOAD_TIMEOUT_MS`]), so callers on an async runtime
 /// should run it where blocking is allowed.
-#[allow(dead_code)] // until the reserved-path dispatch (src/proxy/reserved.rs) calls it
 pub(crate) fn serve(
     store: &Store,
     pricing: &Pricing,

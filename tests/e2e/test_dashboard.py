@@ -43,6 +43,24 @@ USER_TURNS = [
 ]
 EDITED_TURN = 4  # this turn's request rewrites the second user message
 TOKEN = "dash-e2e-token-7f3a"
+# The mock answers as Anthropic: the route says so, for the provider table's cache multipliers
+# (a local upstream is otherwise the `local` row, "not priced"); `[[pricing]]` prices
+# claude-* in money, so the script-named model is priced in equivalents only.
+ROUTES = """
+[[routes]]
+name = "anthropic"
+prefix = "/anthropic"
+upstream = "{upstream}"
+provider = "anthropic"
+
+[[pricing]]
+model = "claude-*"
+input_per_mtok = 3.0
+output_per_mtok = 15.0
+cache_read_per_mtok = 0.3
+cache_write_5m_per_mtok = 3.75
+cache_write_1h_per_mtok = 6.0
+"""
 WAIT_S = 15
 
 
@@ -102,8 +120,7 @@ def _wait_sessions(url: str, headers: dict[str, str] | None = None) -> list[dict
 def dash_proxy(mock_upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     """A proxy of its own, so the dashboard shows only this test's sessions."""
     tmp = tmp_path_factory.mktemp("dashboard")
-    routes = f'[[routes]]\nname = "anthropic"\nprefix = "/anthropic"\nupstream = "{mock_upstream.url}"\n'
-    with launch_proxy(tmp, routes) as p:
+    with launch_proxy(tmp, ROUTES.format(upstream=mock_upstream.url)) as p:
         yield p
 
 
@@ -111,8 +128,7 @@ def dash_proxy(mock_upstream: MockUpstream, tmp_path_factory: pytest.TempPathFac
 def token_proxy(mock_upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     """A proxy with ``[server] client_token`` set."""
     tmp = tmp_path_factory.mktemp("dashboard-token")
-    routes = f'[[routes]]\nname = "anthropic"\nprefix = "/anthropic"\nupstream = "{mock_upstream.url}"\n'
-    with launch_proxy(tmp, routes, server_toml=f'client_token = "{TOKEN}"') as p:
+    with launch_proxy(tmp, ROUTES.format(upstream=mock_upstream.url), server_toml=f'client_token = "{TOKEN}"') as p:
         yield p
 
 
@@ -193,6 +209,10 @@ def _open_and_check(driver: Any, page_url: str, session: str) -> None:
     row = next(r for r in rows if r.get_attribute("data-session") == session)
     assert row.find_element(By.CSS_SELECTOR, "td.turns").text == str(len(USER_TURNS))
     assert row.find_element(By.CSS_SELECTOR, "td.collapses").text == "1"
+    # Priced in money by [[pricing]]; the other model only in billed-input equivalents.
+    assert row.find_element(By.CSS_SELECTOR, "td.saving").text.endswith(" USD")
+    other = next(r for r in rows if r.get_attribute("data-session") != session)
+    assert other.find_element(By.CSS_SELECTOR, "td.saving").text.endswith("input-token eq.")
     row.click()
 
     groups = _wait(driver, "svg#chart g.turn", len(USER_TURNS))
@@ -216,13 +236,15 @@ def _open_and_check(driver: Any, page_url: str, session: str) -> None:
 
 
 def _screenshot(driver: Any, name: str) -> Path:
+    """The whole page, 1400 px wide."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1400, max(900, int(height) + 40))
     driver.execute_script("window.scrollTo(0, 0)")
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    metrics = {"width": 1400, "height": int(height), "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
     path = ARTIFACTS / name
     driver.save_screenshot(str(path))
-    driver.set_window_size(1400, 1000)
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     return path
 
 

@@ -227,7 +227,8 @@
       ? " · " + tokens(s.collapse_write_tokens) + " write tokens" : ""), s.collapses ? "warn" : "");
     stat(dl, "Billed input (equiv.)", s.billed_equiv === null ? "not priced"
       : compact(s.billed_equiv) + " of " + compact(s.no_cache_equiv) + " without cache");
-    stat(dl, "Saving", saving(s), s.saving_equiv < 0 ? "neg" : "good");
+    const sign = s.saving_equiv === null ? "" : s.saving_equiv < 0 ? "neg" : "good";
+    stat(dl, "Saving", saving(s), sign);
 
     const causes = $("by-cause");
     clear(causes);
