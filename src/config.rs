@@ -531,6 +531,38 @@ upstream = "https://api.anthropic.com"
     }
 
     #[test]
+    fn pricing_entries_are_read_and_validated() {
+        let entry =
+            "[[pricing]]\nmodel = \"claude-*\"\ninput_per_mtok = 3.0\noutput_per_mtok = 15\n\
+                     cache_read_per_mtok = 0.3\ncache_write_5m_per_mtok = 3.75\n";
+        let (c, _) = Config::from_toml(&format!("{MINIMAL}{entry}")).unwrap();
+        assert_eq!(c.pricing.len(), 1);
+        assert_eq!(c.pricing[0].currency, "USD");
+        assert_eq!(c.pricing[0].cache_write_1h_per_mtok, None);
+        let bad = entry.replace("claude-*", "claude-[");
+        let err = Config::from_toml(&format!("{MINIMAL}{bad}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pricing[0]") && err.contains("not a glob"),
+            "{err}"
+        );
+        let typo = format!("{MINIMAL}{entry}cache_write_1hr_per_mtok = 6\n");
+        let err = Config::from_toml(&typo).unwrap_err().to_string();
+        assert!(err.contains("cache_write_1hr_per_mtok"), "{err}");
+        let missing = entry.replace("output_per_mtok = 15\n", "");
+        let err = Config::from_toml(&format!("{MINIMAL}{missing}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("output_per_mtok"), "{err}");
+        let neg = entry.replace("= 0.3", "= -0.3");
+        let err = Config::from_toml(&format!("{MINIMAL}{neg}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cache_read_per_mtok"), "{err}");
+    }
+
+    #[test]
     fn unknown_key_is_an_error_naming_key_and_line() {
         let text = format!("{MINIMAL}\n[images]\nmax_blokcs = 3\n");
         let err = Config::from_toml(&text).unwrap_err().to_string();
