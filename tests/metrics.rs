@@ -119,7 +119,7 @@ async fn reserved_paths_win_over_a_slash_route() {
     );
     overhead_ms(&h);
     let (status, _, _) = get(&proxy.url("/_cachekeeper/api/sessions"), &[]).await;
-    assert_ne!(status, 401);
+    assert_eq!(status, 200);
     // Without its slash, the dashboard redirects relatively (a /t/<token>/ prefix is kept).
     let (status, h, _) = get(&proxy.url("/_cachekeeper"), &[]).await;
     assert_eq!(status, 308);
@@ -172,15 +172,27 @@ async fn the_client_token_in_its_three_forms() {
     assert_eq!(get(&proxy.url("/t/wrong/metrics"), &[]).await.0, 401);
     // The dashboard takes the same forms, its API under the segment too (relative URLs).
     assert_eq!(get(&proxy.url("/_cachekeeper/"), &[]).await.0, 401);
-    assert_ne!(
-        get(
-            &proxy.url(&format!("/t/{TOKEN}/_cachekeeper/api/sessions")),
-            &[]
-        )
-        .await
-        .0,
-        401
-    );
+    let (status, h, page) = get(&proxy.url(&format!("/t/{TOKEN}/_cachekeeper/")), &[]).await;
+    assert_eq!(status, 200);
+    assert!(h["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(String::from_utf8_lossy(&page).contains("src=\"app.js\""));
+    let (status, h, api) = get(
+        &proxy.url(&format!("/t/{TOKEN}/_cachekeeper/api/sessions")),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&api));
+    assert!(h["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/json"));
+    overhead_ms(&h);
+    let (status, _, _) = get(
+        &proxy.url("/_cachekeeper/api/sessions"),
+        &[("authorization", &bearer)],
+    )
+    .await;
+    assert_eq!(status, 200);
     assert_eq!(mock.count(), 0);
 
     // Proxied routes: the segment is stripped, never forwarded, never logged.
