@@ -11,19 +11,26 @@ read back from the request log line (``session``, ``turn``, ``collapse_at``, ``c
   (``cch=``), is one session with no collapse on an ``anthropic`` route, and a collapse at
   ``system`` on every turn (``client_system``) on a third-party Anthropic-wire route, where its
   churn is real;
-- ``x-cachekeeper-session`` names the session and never reaches the upstream.
+- ``x-cachekeeper-session`` names the session and never reaches the upstream;
+- usage -> session -> ``cachekeeper report --json`` -> ``/metrics`` agree with the mock's own sums
+  on a scripted session, streamed and not (a stream's usage, sent in ``message_start`` and again
+  in ``message_delta``, is never counted twice), and the report names the collapse and its cost.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import anthropic
+from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import RequestLog, launch_proxy
+from conftest import RequestLog, _binary, launch_proxy
 from helpers import ANTHROPIC_KEY, SMALL, anthropic_session, raw_request
 from mock_upstream import ANTHROPIC_USAGE, MockUpstream
 
@@ -174,3 +181,73 @@ def test_count_tokens_is_no_turn(tmp_path: Path) -> None:
         client.messages.count_tokens(model=CLAUDE, messages=[{"role": "user", "content": "Hello."}])
         line = log.one("/count_tokens")
     assert line.get("session") is None and line.get("turn") is None
+
+
+def _metric(text: str, name: str, labels: dict[str, str]) -> float | None:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return None
+
+
+def test_usage_session_report_and_metrics_agree_with_the_mock(tmp_path: Path) -> None:
+    turns = 6
+    with MockUpstream() as mock, launch_proxy(tmp_path, _routes(mock)) as proxy:
+        log = RequestLog(proxy.stderr_path)
+        log.mark()
+        client = _client(proxy.base_url + "/anthropic", session="agree-1")
+        history: list[dict[str, Any]] = [{"role": "user", "content": "Count with me."}]
+        for t in range(turns):
+            if t == 4:
+                history[1] = {"role": "assistant", "content": "One (edited)."}
+            if t % 2:
+                with client.messages.stream(model=CLAUDE, max_tokens=32, messages=history) as stream:
+                    text = stream.get_final_text()
+            else:
+                text = client.messages.create(model=CLAUDE, max_tokens=32, messages=history).content[0].text
+            history.append({"role": "assistant", "content": text})
+            history.append({"role": "user", "content": f"And {t + 2}?"})
+        lines = _turns(log, turns)
+        with urllib.request.urlopen(f"{proxy.base_url}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        # The report reads the state file; the proxy writes it behind the requests.
+        report: dict[str, Any] = {}
+        for _ in range(50):
+            out = subprocess.run(
+                [str(_binary()), "report", "--config", str(proxy.config_path), "--session", "agree-1", "--json"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert out.returncode == 0, out.stderr
+            report = json.loads(out.stdout)
+            if len(report.get("turns", [])) == turns:
+                break
+            time.sleep(0.1)
+    want = {
+        "uncached_input_tokens": ANTHROPIC_USAGE["input_tokens"] * turns,
+        "cache_read_tokens": ANTHROPIC_USAGE["cache_read_input_tokens"] * turns,
+        "cache_write_tokens": ANTHROPIC_USAGE["cache_creation_input_tokens"] * turns,
+        "output_tokens": ANTHROPIC_USAGE["output_tokens"] * turns,
+    }
+    # The log lines, one per turn, sum to the mock's figures.
+    for field, total in want.items():
+        assert sum(l[field] for l in lines) == total, field
+    summary = report["summary"]
+    assert summary["turns"] == turns, report
+    for field, total in want.items():
+        assert summary[field] == total, (field, summary)
+    assert summary["collapses"] == 1
+    assert summary["collapse_write_tokens"] == WRITE_TOKENS
+    assert [t["turn"] for t in report["turns"]] == list(range(1, turns + 1))
+    assert [t["streamed"] for t in report["turns"]] == [t % 2 == 1 for t in range(turns)]
+    assert [(t["turn"], t["collapse"]["at"], t["collapse"]["cause"]) for t in report["turns"] if t.get("collapse")] == [
+        (5, "messages[1]", "client_history")
+    ]
+    labels = {"route": "anthropic", "model": CLAUDE}
+    assert _metric(metrics, "cachekeeper_cache_read_tokens_total", labels) == want["cache_read_tokens"]
+    assert _metric(metrics, "cachekeeper_cache_write_tokens_total", labels) == want["cache_write_tokens"]
+    assert _metric(metrics, "cachekeeper_uncached_input_tokens_total", labels) == want["uncached_input_tokens"]
+    assert _metric(metrics, "cachekeeper_output_tokens_total", labels) == want["output_tokens"]
+    assert "agree-1" not in metrics
