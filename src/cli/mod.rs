@@ -4,3 +4,4 @@
 pub mod replay;
 pub mod report;
 pub mod state;
+pub(crate) mod table;

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
 
-use comfy_table::{presets, CellAlignment, Table};
+use comfy_table::CellAlignment;
+
+use crate::cli::table::{push_table, table, thousands};
 
 use crate::accounting::pricing::Pricing;
 use crate::accounting::record::turns_from;
@@ -143,19 +145,6 @@ const NA: &str = "n/a";
 /// Shown where the provider table has no multipliers for the model.
 const NOT_PRICED: &str = "not priced";
 
-/// `n` with `,` between thousands: `127,720`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn tokens(n: Option<u64>) -> String {
     n.map_or_else(|| NOT_REPORTED.to_owned(), thousands)
 }
@@ -213,26 +202,6 @@ fn collapses(s: &SessionSummary) -> String {
 fn time(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_seconds(t).to_string()
-}
-
-fn table(header: &[&str], right_from: usize) -> Table {
-    let mut t = Table::new();
-    t.load_preset(presets::NOTHING);
-    t.set_header(header.to_vec());
-    for i in right_from..header.len() {
-        if let Some(c) = t.column_mut(i) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-    t
-}
-
-/// `t`'s lines without the padding after the last column.
-fn push_table(out: &mut String, t: &Table) {
-    for line in t.to_string().lines() {
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
 }
 
 /// Control characters (a client-chosen session id or model name) shown as spaces.

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use comfy_table::{presets, CellAlignment, Table};
+use crate::cli::table::{push_table, table};
 
 use crate::config::Config;
 use crate::state::sqlite::{RecordInfo, SqliteBackend};
@@ -202,26 +202,6 @@ pub(crate) fn age(secs: i64) -> String {
         format!("{}h", s / 3600)
     } else {
         format!("{}d", s / DAY_SECS)
-    }
-}
-
-fn table(header: &[&str], right_from: usize) -> Table {
-    let mut t = Table::new();
-    t.load_preset(presets::NOTHING);
-    t.set_header(header.to_vec());
-    for i in right_from..header.len() {
-        if let Some(c) = t.column_mut(i) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-    t
-}
-
-/// `t`'s lines without the padding after the last column.
-fn push_table(out: &mut String, t: &Table) {
-    for line in t.to_string().lines() {
-        out.push_str(line.trim_end());
-        out.push('\n');
     }
 }
 
