@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cachekeeper::config::{Config, Loaded};
+use cachekeeper::config::Loaded;
 use cachekeeper::proxy::Server;
 use cachekeeper::route::RouteTable;
 use cachekeeper::{state, telemetry};
@@ -73,13 +73,7 @@ enum Command {
 }
 
 fn load(path: &std::path::Path) -> Result<Loaded, ExitCode> {
-    match Config::load(path) {
-        Ok(l) => Ok(l),
-        Err(e) => {
-            eprintln!("error: {e}");
-            Err(ExitCode::from(2))
-        }
-    }
+    cachekeeper::cli::load_config(path)
 }
 
 fn main() -> ExitCode {

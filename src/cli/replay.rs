@@ -20,6 +20,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use comfy_table::{presets, CellAlignment, Table};
+
+use crate::cli::table::thousands;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -765,13 +767,13 @@ fn print_report(r: &ReplayReport) {
     );
     let rows: [(&str, &Cell); 8] = [
         ("collapses", &|v| v.collapses.len().to_string()),
-        ("cache write", &|v| group(v.cache_write_tokens)),
-        ("cache read", &|v| group(v.cache_read_tokens)),
-        ("uncached", &|v| group(v.uncached_tokens)),
-        ("input", &|v| group(v.input_tokens)),
+        ("cache write", &|v| thousands(v.cache_write_tokens)),
+        ("cache read", &|v| thousands(v.cache_read_tokens)),
+        ("uncached", &|v| thousands(v.uncached_tokens)),
+        ("input", &|v| thousands(v.input_tokens)),
         ("billed-input equiv.", &|v| {
             v.billed_input_equiv
-                .map_or_else(|| "not priced".to_owned(), |b| group(b.round() as u64))
+                .map_or_else(|| "not priced".to_owned(), |b| thousands(b.round() as u64))
         }),
         ("saving vs no cache", &|v| {
             v.billed_input_equiv.map_or_else(
@@ -802,8 +804,8 @@ fn print_report(r: &ReplayReport) {
                 "{name}: turn {} after {} s idle: cache expired, {} written ({} would have been read)",
                 e.turn,
                 e.idle_ms / 1000,
-                group(e.write_tokens),
-                group(e.expired_tokens)
+                thousands(e.write_tokens),
+                thousands(e.expired_tokens)
             );
         }
         if v.collapses.is_empty() {
@@ -820,7 +822,7 @@ fn print_report(r: &ReplayReport) {
                     c.turn,
                     c.at,
                     c.cause,
-                    group(c.write_tokens)
+                    thousands(c.write_tokens)
                 )
             })
             .collect();
@@ -844,31 +846,10 @@ type Cell = dyn Fn(&VariantReport) -> String;
 /// Collapses listed per variant in the table output (`--json` lists all).
 const LISTED_COLLAPSES: usize = 12;
 
-/// `1234567` → `1,234,567`.
-fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn groups_thousands() {
-        assert_eq!(group(0), "0");
-        assert_eq!(group(999), "999");
-        assert_eq!(group(1000), "1,000");
-        assert_eq!(group(1234567), "1,234,567");
-    }
 
     #[test]
     fn keep_newest_replaces_the_oldest_images() {

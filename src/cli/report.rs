@@ -60,12 +60,9 @@ pub fn run(args: &ReportArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let loaded = match Config::load(&args.config) {
+    let loaded = match crate::cli::load_config(&args.config) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let pricing = pricing_of(&loaded.config);
     let opts = StoreOptions::from_config(&loaded.config.state, &loaded.base_dir);

@@ -14,7 +14,6 @@ use std::process::ExitCode;
 
 use crate::cli::table::{push_table, table};
 
-use crate::config::Config;
 use crate::state::sqlite::{RecordInfo, SqliteBackend};
 use crate::state::{now_secs, Backend, Kind, StoreOptions, RELOAD_INTERVAL};
 
@@ -56,12 +55,9 @@ pub fn run(args: &StateArgs) -> ExitCode {
             }
         },
     };
-    let loaded = match Config::load(&args.config) {
+    let loaded = match crate::cli::load_config(&args.config) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let opts = StoreOptions::from_config(&loaded.config.state, &loaded.base_dir);
     let path = opts.path.display();

@@ -238,3 +238,25 @@ pub async fn send(
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, headers, body)
 }
+
+/// A log sink for a test binary's global subscriber: every line any thread writes, in order
+/// (`tests/logs.rs`, `tests/metrics.rs` read the request lines back).
+#[derive(Clone, Default)]
+pub struct Buf(pub Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Buf {
+    type Writer = Buf;
+    fn make_writer(&'a self) -> Buf {
+        self.clone()
+    }
+}
