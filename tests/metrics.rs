@@ -190,6 +190,18 @@ async fn the_client_token_in_its_three_forms() {
     let seen = mock.last();
     assert_eq!(seen.path_and_query, "/v1/messages?beta=true");
     assert!(seen.headers.get("x-cachekeeper-token").is_none());
+    // The failing input: a base URL holding the segment, given it again, left one copy of the
+    // token in the logged (and forwarded) path.
+    let doubled = format!("/t/{TOKEN}/t/{TOKEN}/anthropic/v1/messages");
+    let (status, _, _) = send(
+        &client(),
+        &proxy.url(&doubled),
+        &[("x-api-key", "sk-ant-k")],
+        body,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.last().path_and_query, "/v1/messages");
     // A wrong segment is the same 401 as a wrong header, and goes nowhere.
     let (status, _, wrong) = send(
         &client(),
@@ -229,7 +241,7 @@ async fn the_client_token_in_its_three_forms() {
     .await;
     assert_eq!(status, 200);
     assert_eq!(mock.last().headers["authorization"], "Bearer sk-provider");
-    assert_eq!(mock.count(), 2);
+    assert_eq!(mock.count(), 3);
     proxy.stop().await;
 
     let all = log_text();

@@ -60,6 +60,10 @@ pub(crate) const SESSION_READ_TIMEOUT: Duration = Duration::from_millis(50);
 /// Payload of a [`Kind::Session`] record (and the in-memory state): the previous turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct SessionState {
+    /// The state before the last turn (memory only): what the session goes back to when
+    /// that turn fails ([`SessionTracker::end`]).
+    #[serde(skip)]
+    before: Option<Box<SessionState>>,
     /// The last turn's number.
     turn: u32,
     /// When the last turn arrived, Unix ms.
@@ -174,6 +178,10 @@ impl SessionTracker {
         };
         let turn = prev.as_ref().map_or(1, |p| p.turn.saturating_add(1));
         let state = SessionState {
+            before: prev.map(|mut p| {
+                p.before = None;
+                Box::new(p)
+            }),
             turn,
             last_ms: t.now_ms,
             client,
@@ -223,14 +231,53 @@ impl SessionTracker {
     }
 
     /// End a turn: remember a Responses response id for its chain, and store the turn's
-    /// record.
+    /// record. A turn the provider refused (status not 2xx: it read and wrote no cache) is
+    /// forgotten as the session's last turn — the next turn compares with the one before it,
+    /// so a client's retry of a refused request carries the collapse and its write tokens —
+    /// while its number stays taken.
     pub(crate) fn end(&self, scope: &str, response_id: Option<&str>, record: &TurnRecord) {
         if let Some(id) = response_id {
             self.link_response(scope, id, &record.session);
         }
+        if !(200..300).contains(&record.status) {
+            self.roll_back(scope, record);
+        }
         if let Some(rec) = record.to_record() {
             self.store.put(rec);
         }
+    }
+
+    /// The session's state as it was before `record`'s turn, keeping the turn number.
+    fn roll_back(&self, scope: &str, record: &TurnRecord) {
+        let Ok(mut g) = self.inner.lock() else {
+            return;
+        };
+        let key = (scope.to_owned(), record.session.clone());
+        let Some(current) = g.sessions.get(&key).filter(|s| s.turn == record.turn) else {
+            return;
+        };
+        let restored = match current.before.as_deref() {
+            Some(before) => SessionState {
+                before: None,
+                turn: record.turn,
+                ..before.clone()
+            },
+            None => {
+                // The session's first turn failed: nothing to compare the next one with.
+                g.sessions.remove(&key);
+                self.store.delete(&RecordKey {
+                    kind: Kind::Session,
+                    scope: scope.to_owned(),
+                    key: record.session.clone(),
+                });
+                return;
+            }
+        };
+        if let Ok(v) = serde_json::to_vec(&restored) {
+            self.store
+                .put(Record::new(Kind::Session, scope, &record.session, v));
+        }
+        g.sessions.insert(key, restored);
     }
 
     fn load(&self, scope: &str, session: &str) -> Option<SessionState> {
@@ -514,6 +561,60 @@ mod tests {
         );
         assert_eq!(turns[3].idle_ms, Some(60_000));
         assert_eq!(turns[3].session.len(), 16);
+    }
+
+    /// The failing input: a history edit refused with a 529 took the collapse (with no write
+    /// tokens), and the client's successful retry, which did write the cache, showed none.
+    #[test]
+    fn a_refused_turn_leaves_the_collapse_to_the_retry() {
+        let tracker = SessionTracker::new(store());
+        let r = run(&tracker, anthropic());
+        let none = RewriteReport::default();
+        let b1 = body(r#""S""#, 3, None);
+        r.turn(&b1, &b1, &none, 0);
+        let edited = body(r#""S""#, 5, Some(1));
+        let refused = r.turn(&edited, &edited, &none, MIN);
+        assert!(refused.collapse.is_some());
+        let rec = turn_record(
+            &refused,
+            MIN,
+            "anthropic",
+            "anthropic",
+            "claude-x",
+            false,
+            529,
+            Usage::default(),
+            &none,
+        );
+        tracker.end("scope", None, &rec);
+        let retry = r.turn(&edited, &edited, &none, 2 * MIN);
+        assert_eq!(retry.turn, 3, "the refused turn keeps its number");
+        assert_eq!(
+            retry.collapse.map(|c| (c.at, c.cause)),
+            Some(("messages[1]".to_owned(), Cause::ClientHistory))
+        );
+        assert_eq!(
+            retry.idle_ms,
+            Some(2 * MIN as u64),
+            "idle since the last turn that was answered"
+        );
+        // A refused first turn leaves nothing to compare with.
+        let tracker = SessionTracker::new(store());
+        let r = run(&tracker, anthropic());
+        let first = r.turn(&b1, &b1, &none, 0);
+        let rec = turn_record(
+            &first,
+            0,
+            "anthropic",
+            "anthropic",
+            "claude-x",
+            false,
+            500,
+            Usage::default(),
+            &none,
+        );
+        tracker.end("scope", None, &rec);
+        assert_eq!(r.turn(&edited, &edited, &none, MIN).collapse, None);
     }
 
     #[test]

@@ -409,8 +409,14 @@ impl RequestCtx {
         let Some(turn) = self.turn.as_mut() else {
             return;
         };
-        if let Some(c) = turn.collapse.as_mut() {
-            c.write_tokens = self.seen.usage.cache_write_tokens;
+        if (200..300).contains(&self.status) {
+            if let Some(c) = turn.collapse.as_mut() {
+                c.write_tokens = self.seen.usage.cache_write_tokens;
+            }
+        } else {
+            // Refused: the provider wrote nothing; the client's next attempt is compared with
+            // the turn before this one and carries the collapse ([`SessionTracker::end`]).
+            turn.collapse = None;
         }
         let (Some(sessions), Some(route)) = (self.sessions.as_ref(), self.route.as_deref()) else {
             return;

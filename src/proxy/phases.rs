@@ -93,10 +93,10 @@ async fn proxy(
     let (parts, incoming) = req.into_parts();
     let mut headers = parts.headers;
     // Read before the proxy's own headers are dropped.
+    // Any bytes: a UTF-8 name (`☃`) is kept; bytes that are not UTF-8 become U+FFFD.
     let client_session = headers
         .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     upstream::upstream_request_headers(&mut headers, false);
     let parse = parts.method == Method::POST && ctx.endpoint.is_some();
     let read = read_body(state, ctx, &headers, incoming, parse).await?;

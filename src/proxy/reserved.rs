@@ -69,8 +69,19 @@ pub(super) fn admit(state: &AppState, req: &mut Request<Incoming>) -> Admission 
         .is_some_and(|t| constant_time_eq(t, expected));
     let segment = match reserved::split_token_segment(req.uri().path()) {
         None => None,
-        Some((token, rest)) => {
+        Some((token, mut rest)) => {
             let ok = constant_time_eq(token.as_bytes(), expected);
+            // A base URL that already holds the segment, given the segment again
+            // (`/t/<token>/t/<token>/…`): every repeat goes, so no copy of the token is
+            // left in the path that is logged and forwarded.
+            if ok {
+                while let Some((again, r)) = reserved::split_token_segment(rest) {
+                    if !constant_time_eq(again.as_bytes(), expected) {
+                        break;
+                    }
+                    rest = r;
+                }
+            }
             let stripped = strip_to(req.uri(), rest);
             let stripped_ok = stripped.is_some();
             if let Some(uri) = stripped {
