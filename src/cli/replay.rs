@@ -598,11 +598,34 @@ fn dialect_of(route: &Route, path: Option<&str>, body: &Value) -> Dialect {
         Dialect::Gemini
     } else if has("input") {
         Dialect::OpenaiResponses
-    } else if serves(Dialect::Anthropic) && (has("system") || !serves(Dialect::Openai)) {
+    } else if serves(Dialect::Anthropic)
+        && (has("system") || anthropic_blocks(body) || !serves(Dialect::Openai))
+    {
         Dialect::Anthropic
     } else {
         Dialect::Openai
     }
+}
+
+/// Whether a message holds a content block only the Anthropic wire has (`tool_use`,
+/// `tool_result`, `thinking`, `redacted_thinking`, or an image with a `source`). The failing
+/// input: an Anthropic body without `system` was replayed as OpenAI Chat.
+fn anthropic_blocks(body: &Value) -> bool {
+    let anthropic_only = |b: &Value| {
+        matches!(
+            b.get("type").and_then(Value::as_str),
+            Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking")
+        ) || b.get("source").is_some()
+    };
+    body.get("messages")
+        .and_then(Value::as_array)
+        .is_some_and(|ms| {
+            ms.iter().any(|m| {
+                m.get("content")
+                    .and_then(Value::as_array)
+                    .is_some_and(|bs| bs.iter().any(anthropic_only))
+            })
+        })
 }
 
 /// A request path of the dialect, for a line that recorded none.
@@ -850,6 +873,20 @@ const LISTED_COLLAPSES: usize = 12;
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn anthropic_blocks_tell_the_wire_without_a_system_prompt() {
+        let tool = serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t", "content": "ok"}]}]});
+        assert!(anthropic_blocks(&tool));
+        let image = serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "data": "x"}}]}]});
+        assert!(anthropic_blocks(&image));
+        let chat = serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:"}}]}, {"role": "tool", "content": "x"}]});
+        assert!(!anthropic_blocks(&chat));
+        assert!(!anthropic_blocks(&serde_json::json!({"messages": "x"})));
+    }
 
     #[test]
     fn keep_newest_replaces_the_oldest_images() {
