@@ -59,6 +59,8 @@ fn bench(c: &mut Criterion) {
         image_recovery: None,
         reasoning: None,
         usage_in_streams: false,
+        cache: &cachekeeper::caching::CACHE_OFF,
+        cold: None,
     };
     let warm = rewrite_request(&ctx, &body).unwrap();
     assert_eq!(warm.report.images.downscaled, 20);

@@ -115,6 +115,8 @@ fn bench(c: &mut Criterion) {
         image_recovery: None,
         reasoning: None,
         usage_in_streams: false,
+        cache: &cachekeeper::caching::CACHE_OFF,
+        cold: None,
     };
     let bodies = [
         ("24mb_21img", anthropic_body(21, 900_000), Some(8)),

@@ -14,11 +14,13 @@
 #![forbid(unsafe_code)]
 
 pub mod accounting;
+pub mod caching;
 pub mod cli;
 pub mod config;
 pub(crate) mod credential;
 pub(crate) mod dashboard;
 pub mod dialect;
+pub mod digest;
 pub mod images;
 pub(crate) mod json;
 pub(crate) mod metrics;

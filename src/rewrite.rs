@@ -15,6 +15,7 @@
 //! retire; [`crate::reasoning::shape`] shapes the reasoning carriers. Both return edits of the
 //! original bytes, which [`crate::json::edit::splice_all`] writes in one go.
 
+use crate::caching::CacheSettings;
 use crate::config::ImagesConfig;
 use crate::dialect;
 use crate::dialect::doc::Doc;
@@ -23,6 +24,7 @@ use crate::images::cache::TranscodeCache;
 use crate::images::passes::{self, Settings};
 use crate::images::profile::ImageProfile;
 use crate::images::recovery::ImageRejectionKind;
+use crate::images::retired::{ColdInputs, RetiredSet};
 use crate::json::{self, Edit};
 use crate::provider::ResolvedProvider;
 use crate::reasoning::carriers::TurnLookup;
@@ -57,6 +59,9 @@ pub struct RewriteOutcome {
     /// the client sent it; [`message_digest`] ignores carriers and cache markers, so a
     /// restored body gives the same): the response's turn is fingerprinted by it.
     pub answers: Option<Digest>,
+    /// The session's retired-image set after this request, when cold-cache eviction changed
+    /// it (the caller stores it with the session); `None` when unchanged.
+    pub retired: Option<RetiredSet>,
 }
 
 /// Inputs of reasoning shaping (pass 6) that come from the route and the request headers.
@@ -99,6 +104,13 @@ pub struct RewriteContext<'a> {
     /// The route's `usage_in_streams`: ask an OpenAI Chat stream for its usage chunk
     /// ([`stream_usage`]).
     pub usage_in_streams: bool,
+    /// The route's prompt-cache settings (breakpoints, TTL, stabilisers;
+    /// [`crate::caching`]). [`crate::caching::CACHE_OFF`] runs none of those passes.
+    pub cache: &'a CacheSettings,
+    /// Cold-cache eviction inputs from the request's session
+    /// ([`crate::images::retired`]); `None` when the request has no session (`count_tokens`,
+    /// benchmarks): only the step function runs.
+    pub cold: Option<ColdInputs<'a>>,
 }
 
 /// Run every request pass for the dialect on `body`, over one parse (no carrier restore:
@@ -595,6 +607,8 @@ mod tests {
             image_recovery: None,
             reasoning: None,
             usage_in_streams: false,
+            cache: &crate::caching::CACHE_OFF,
+            cold: None,
         };
         let first = rewrite_request(&ctx, body).unwrap();
         let again = rewrite_request(&ctx, body).unwrap();
@@ -658,6 +672,8 @@ mod tests {
                 image_recovery: None,
                 reasoning: None,
                 usage_in_streams: false,
+                cache: &crate::caching::CACHE_OFF,
+                cold: None,
             };
             let out = rewrite_request(&ctx, br#"{"model":"m","input":[{"type":"input_image"}]}"#)
                 .unwrap();
@@ -681,6 +697,8 @@ mod tests {
             image_recovery: None,
             reasoning: None,
             usage_in_streams: false,
+            cache: &crate::caching::CACHE_OFF,
+            cold: None,
         };
         let out = rewrite_request(
             &ctx,
@@ -713,6 +731,8 @@ mod tests {
                 rejected: &(),
             }),
             usage_in_streams: false,
+            cache: &crate::caching::CACHE_OFF,
+            cold: None,
         }
     }
 
@@ -732,6 +752,8 @@ mod tests {
         let body = br#"{"model":"mistral-large","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
         let base = RewriteContext {
             usage_in_streams: true,
+            cache: &crate::caching::CACHE_OFF,
+            cold: None,
             ..with_reasoning(Dialect::Openai, &images, &provider, "/v1/chat/completions")
         };
         let added = rewrite_request(&base, body).unwrap();

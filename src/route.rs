@@ -32,6 +32,8 @@ pub struct Route {
     pub dry_run: bool,
     /// Ask OpenAI Chat streams for their usage chunk (`usage_in_streams`).
     pub usage_in_streams: bool,
+    /// Prompt-cache settings: breakpoints, TTL, stabilisers ([`crate::caching`]).
+    pub cache: crate::caching::CacheSettings,
     /// The route's provider row, resolved once from its `provider` key, else the upstream
     /// host, with the route's `carriers = [...]` applied ([`ResolvedProvider::resolve`]).
     pub provider: ResolvedProvider,
@@ -109,6 +111,7 @@ impl RouteTable {
                 images: config.route_images(r),
                 dry_run: r.dry_run.unwrap_or(config.server.dry_run),
                 usage_in_streams: r.usage_in_streams,
+                cache: crate::caching::CacheSettings::OFF,
                 provider: ResolvedProvider::resolve(
                     r.provider.as_deref(),
                     &host_key,

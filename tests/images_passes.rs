@@ -27,6 +27,8 @@ fn ctx<'a>(
         image_recovery: None,
         reasoning: None,
         usage_in_streams: false,
+        cache: &cachekeeper::caching::CACHE_OFF,
+        cold: None,
     }
 }
 

@@ -29,6 +29,8 @@ fn twenty_turns_of_screenshots() {
         image_recovery: None,
         reasoning: None,
         usage_in_streams: false,
+        cache: &cachekeeper::caching::CACHE_OFF,
+        cold: None,
     };
     let shots: Vec<String> = (0..TURNS as u64)
         .map(|t| {

@@ -41,6 +41,8 @@ fn run(dialect: Dialect, images: &ImagesConfig, body: &[u8]) -> RewriteOutcome {
             image_recovery: None,
             reasoning: None,
             usage_in_streams: false,
+            cache: &cachekeeper::caching::CACHE_OFF,
+            cold: None,
         },
         body,
     )
@@ -434,6 +436,8 @@ fn bad_input_truncated_json() {
                     image_recovery: None,
                     reasoning: None,
                     usage_in_streams: false,
+                    cache: &cachekeeper::caching::CACHE_OFF,
+                    cold: None,
                 },
                 &body[..cut],
             );
@@ -449,6 +453,8 @@ fn bad_input_truncated_json() {
             image_recovery: None,
             reasoning: None,
             usage_in_streams: false,
+            cache: &cachekeeper::caching::CACHE_OFF,
+            cold: None,
         },
         b"not json",
     );
@@ -475,6 +481,8 @@ fn bad_input_messages_of_the_wrong_type() {
                     image_recovery: None,
                     reasoning: None,
                     usage_in_streams: false,
+                    cache: &cachekeeper::caching::CACHE_OFF,
+                    cold: None,
                 },
                 body.as_bytes(),
             );
@@ -491,6 +499,8 @@ fn bad_input_messages_of_the_wrong_type() {
                     image_recovery: None,
                     reasoning: None,
                     usage_in_streams: false,
+                    cache: &cachekeeper::caching::CACHE_OFF,
+                    cold: None,
                 },
                 body.as_bytes(),
             )

@@ -17,54 +17,13 @@
 
 use std::ops::Range;
 
-use sha2::{Digest as _, Sha256};
 use xxhash_rust::xxh3::Xxh3;
 
 use super::volatile;
 use crate::dialect::Dialect;
 use crate::json::{self, scan};
-use crate::state::seal::SealKey;
 
-/// HKDF info of the digest key derived from a credential's sealing key.
-const DIGEST_KEY_INFO: &[u8] = b"cachekeeper prefix digest key v1";
-
-/// The key the digests of one credential are made with: derived from its sealing key, or
-/// all zeros for requests without a credential (their digests are shared by every such
-/// client, as their records are).
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct DigestKey([u8; 32]);
-
-impl DigestKey {
-    /// The key for a request whose credential has `sealing` (`None`: no credential).
-    pub(crate) fn for_credential(sealing: Option<&SealKey>) -> Self {
-        Self(sealing.map_or([0; 32], |k| k.subkey(DIGEST_KEY_INFO)))
-    }
-
-    /// A digest of `tag` and `parts`, keyed: the first 16 bytes of SHA-256(key ‖ tag ‖ parts).
-    pub(crate) fn digest(&self, tag: &[u8], parts: &[&[u8]]) -> PosDigest {
-        let mut h = Sha256::new();
-        h.update(self.0);
-        h.update((tag.len() as u64).to_le_bytes());
-        h.update(tag);
-        for p in parts {
-            h.update((p.len() as u64).to_le_bytes());
-            h.update(p);
-        }
-        let full = h.finalize();
-        let mut out = [0u8; 16];
-        out.copy_from_slice(&full[..16]);
-        out
-    }
-}
-
-impl std::fmt::Debug for DigestKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DigestKey(..)")
-    }
-}
-
-/// One position's keyed digest.
-pub(crate) type PosDigest = [u8; 16];
+pub use crate::digest::{DigestKey, PosDigest};
 
 /// A position in cache order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -327,6 +286,7 @@ fn feed(text: &str, r: &Range<usize>, h: &mut Xxh3) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::state::seal::SealKey;
 
     fn key() -> DigestKey {
         DigestKey::for_credential(None)

@@ -665,6 +665,8 @@ fn forward(
             rejected: &(),
         }),
         usage_in_streams: route.usage_in_streams,
+        cache: &route.cache,
+        cold: None,
     };
     let outcome = rewrite_with_restore(&ctx, &(), body).ok()?;
     let body = if route.dry_run { None } else { outcome.body };

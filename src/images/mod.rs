@@ -14,6 +14,7 @@ pub(crate) mod policy;
 pub(crate) mod probe;
 pub(crate) mod profile;
 pub mod recovery;
+pub mod retired;
 
 use crate::json::Edit;
 use policy::{Limits, Load};

@@ -258,6 +258,8 @@ fn run_blocking(
             rejected: &rejected,
         }),
         usage_in_streams: route.usage_in_streams,
+        cache: &route.cache,
+        cold: None,
     };
     let first = rewrite_with_restore(&ctx, &carriers, decoded)?;
     let sees_no_images = first

@@ -37,6 +37,11 @@ pub enum Field {
     /// upstream rejected (`docs/reasoning.md#when-a-restore-is-rejected`). Written
     /// `model:no_restore`.
     NoRestore,
+    /// An `anthropic-beta` header value the provider rejected for this (host, model)
+    /// ("Unexpected value(s) `…` for the `anthropic-beta` header", "invalid beta flag"): not
+    /// sent again, nor the body field it enables (`docs/reasoning.md#beta-headers`). Written
+    /// `beta:<value>`.
+    Beta(String),
 }
 
 /// Carrier names a v1 (flat) verdict could hold; they migrate to [`Field::Message`].
@@ -82,14 +87,15 @@ impl fmt::Display for Field {
             Field::Message(n) => write!(f, "message:{n}"),
             Field::NoImageInput => f.write_str("model:image_input"),
             Field::NoRestore => f.write_str("model:no_restore"),
+            Field::Beta(v) => write!(f, "beta:{v}"),
         }
     }
 }
 
-/// A string that is not `param:<name>`, `message:<name>`, `model:image_input` or
-/// `model:no_restore`.
+/// A string that is not `param:<name>`, `message:<name>`, `model:image_input`,
+/// `model:no_restore` or `beta:<value>`.
 #[derive(Debug, thiserror::Error)]
-#[error("not a verdict field: {0:?} (expected param:<name>, message:<name>, model:image_input or model:no_restore)")]
+#[error("not a verdict field: {0:?} (expected param:<name>, message:<name>, model:image_input, model:no_restore or beta:<value>)")]
 pub struct FieldParseError(String);
 
 impl FromStr for Field {
@@ -101,6 +107,7 @@ impl FromStr for Field {
             Some(("message", n)) if !n.is_empty() => Ok(Field::message(n)),
             Some(("model", "image_input")) => Ok(Field::NoImageInput),
             Some(("model", "no_restore")) => Ok(Field::NoRestore),
+            Some(("beta", v)) if !v.is_empty() => Ok(Field::Beta(v.to_owned())),
             _ => Err(FieldParseError(s.to_owned())),
         }
     }
