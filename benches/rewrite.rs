@@ -159,6 +159,7 @@ fn bench(c: &mut Criterion) {
             provider: &provider,
             upstream_path: "/v1/messages",
             droppable_params: &[],
+            droppable_betas: &[],
             anthropic_beta: None,
             path_model: None,
             verdicts: &(),

@@ -275,6 +275,11 @@ pub struct ReasoningConfig {
     /// message carrier) and the keep-thinking flags
     /// ([`crate::provider::KEEP_THINKING_PARAMS`]; dotted names are nested keys).
     pub droppable_params: Vec<String>,
+    /// The client's own `anthropic-beta` values that may be learned as rejected from a
+    /// provider's 4xx and then removed from its header for that (host, model)
+    /// (`docs/reasoning.md#beta-headers`). Default: none, since dropping a client's beta
+    /// changes what the model does; values the proxy adds itself are always learned.
+    pub droppable_betas: Vec<String>,
 }
 
 impl Default for ReasoningConfig {
@@ -295,6 +300,7 @@ impl Default for ReasoningConfig {
             .chain(crate::provider::KEEP_THINKING_PARAMS.iter())
             .map(|s| (*s).to_owned())
             .collect(),
+            droppable_betas: Vec::new(),
         }
     }
 }

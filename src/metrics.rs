@@ -73,7 +73,7 @@ pub(crate) struct RequestSample<'a> {
     pub response_bytes: u64,
     /// What the passes did (the last run's).
     pub report: &'a RewriteReport,
-    /// Why the one retry was sent: `unknown_field`, `image`, `thinking_signatures`,
+    /// Why the one retry was sent: `unknown_field`, `image`, `thinking_signatures`, `beta`,
     /// `restore`.
     pub retry: Option<&'static str>,
     /// The request is a generation (not `count_tokens`, not a tunnelled path).
@@ -217,7 +217,7 @@ impl Metrics {
         let retries = counter(
             &mut registry,
             "cachekeeper_retries",
-            "Retries sent, by reason (unknown_field, image, thinking_signatures, restore)",
+            "Retries sent, by reason (unknown_field, image, thinking_signatures, restore, beta)",
             None,
         );
         let carriers_restored = counter(

@@ -48,7 +48,10 @@ pub struct RewriteOutcome {
     /// What was seen and done (filled on both paths).
     pub report: RewriteReport,
     /// Headers to set on the upstream request (replacing the client's value), e.g. a merged
-    /// `anthropic-beta`.
+    /// `anthropic-beta`; one entry per name, and an empty value removes the header (the
+    /// client's `anthropic-beta` once its last value was dropped,
+    /// `docs/reasoning.md#beta-headers`). A pass that changes a header starts from the value
+    /// earlier passes set ([`reasoning::betas::forwarded`]) and replaces their entry.
     pub set_headers: Vec<(String, String)>,
     /// The reasoning route used by shaping; the server hands it to
     /// [`reasoning::detect`] when the upstream answers 4xx. `None` when shaping did not run.
@@ -73,6 +76,8 @@ pub struct ReasoningInputs<'a> {
     pub upstream_path: &'a str,
     /// `[reasoning] droppable_params`.
     pub droppable_params: &'a [String],
+    /// `[reasoning] droppable_betas`.
+    pub droppable_betas: &'a [String],
     /// The request's `anthropic-beta` header.
     pub anthropic_beta: Option<&'a str>,
     /// The model named in the request path (Gemini), used when the body has none.
@@ -394,8 +399,12 @@ fn shape_pass(
             route: &route,
             omit: &omit,
             droppable_params: inputs.droppable_params,
+            droppable_betas: inputs.droppable_betas,
             first_changed_byte,
-            anthropic_beta: inputs.anthropic_beta,
+            anthropic_beta: reasoning::betas::forwarded(
+                inputs.anthropic_beta,
+                &outcome.set_headers,
+            ),
             rejected: inputs.rejected,
         },
         doc,
@@ -407,7 +416,12 @@ fn shape_pass(
 
 /// Record what shaping did.
 fn apply_shaped(s: Shaped, outcome: &mut RewriteOutcome) {
-    outcome.set_headers = s.set_headers;
+    for (name, value) in s.set_headers {
+        outcome
+            .set_headers
+            .retain(|(n, _)| !n.eq_ignore_ascii_case(&name));
+        outcome.set_headers.push((name, value));
+    }
     outcome.report.reasons.extend(s.reasons);
     outcome.report.shape = s.counts;
 }
@@ -725,6 +739,7 @@ mod tests {
                 provider,
                 upstream_path: path,
                 droppable_params: &[],
+                droppable_betas: &[],
                 anthropic_beta: None,
                 path_model: None,
                 verdicts: &(),

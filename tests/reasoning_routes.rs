@@ -39,6 +39,7 @@ fn shape(
         route,
         omit,
         droppable_params: &d,
+        droppable_betas: &[],
         first_changed_byte: fcb,
         anthropic_beta: beta,
         rejected: &(),

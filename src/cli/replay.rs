@@ -659,6 +659,7 @@ fn forward(
             provider: &route.provider,
             upstream_path: &upstream_path,
             droppable_params: &reasoning.droppable_params,
+            droppable_betas: &reasoning.droppable_betas,
             anthropic_beta: None,
             path_model,
             verdicts: &(),

@@ -70,17 +70,22 @@ pub(crate) enum Retried {
     /// The upstream rejected what carrier restore added; sent again with the client's own
     /// carriers only (restore off for the host and model from now on).
     NoRestore,
+    /// The upstream rejected `anthropic-beta` values (written `beta:<value>`,
+    /// comma-separated, as learned); sent again without them and the body fields they
+    /// enable.
+    Betas(String),
 }
 
 impl Retried {
     /// The reason's kind, for metrics: `unknown_field`, `image`, `thinking_signatures`,
-    /// `restore`.
+    /// `restore`, `beta`.
     pub(crate) fn kind(&self) -> &'static str {
         match self {
             Retried::Without(_) => "unknown_field",
             Retried::Image(_) => "image",
             Retried::Signatures(_) => "thinking_signatures",
             Retried::NoRestore => "restore",
+            Retried::Betas(_) => "beta",
         }
     }
 
@@ -91,6 +96,7 @@ impl Retried {
             Retried::Image(kind) => format!("image:{}", kind.label()),
             Retried::Signatures(n) => format!("thinking_signatures:{n}"),
             Retried::NoRestore => "restore".to_owned(),
+            Retried::Betas(fields) => fields.clone(),
         }
     }
 }

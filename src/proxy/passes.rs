@@ -48,6 +48,8 @@ pub(crate) struct Plan {
     pub anthropic_beta: Option<String>,
     /// `[reasoning] droppable_params`.
     pub droppable: Arc<[String]>,
+    /// `[reasoning] droppable_betas`.
+    pub droppable_betas: Arc<[String]>,
     /// Learned verdicts (read from the store's memory only).
     pub store: Store,
     pub transcodes: Arc<TranscodeCache>,
@@ -98,18 +100,20 @@ impl Passed {
     }
 
     /// Apply to the upstream request's headers: `content-length`, the passes' headers (not
-    /// in dry run), and no `content-encoding` on a rewritten body (the passes worked on the
-    /// decoded bytes, which are what is sent).
+    /// in dry run; an empty value removes the header), and no `content-encoding` on a
+    /// rewritten body (the passes worked on the decoded bytes, which are what is sent).
     pub(crate) fn apply_headers(&self, headers: &mut HeaderMap) {
         if self.fate == BodyFate::Rewritten {
             headers.remove(header::CONTENT_ENCODING);
         }
         if matches!(self.fate, BodyFate::Rewritten | BodyFate::Unchanged) {
             for (name, value) in &self.set_headers {
-                if let (Ok(n), Ok(v)) = (
-                    http::HeaderName::from_bytes(name.as_bytes()),
-                    HeaderValue::from_str(value),
-                ) {
+                let Ok(n) = http::HeaderName::from_bytes(name.as_bytes()) else {
+                    continue;
+                };
+                if value.trim().is_empty() {
+                    headers.remove(n);
+                } else if let Ok(v) = HeaderValue::from_str(value) {
                     headers.insert(n, v);
                 }
             }
@@ -252,6 +256,7 @@ fn run_blocking(
             provider: &route.provider,
             upstream_path: &plan.upstream_path,
             droppable_params: &plan.droppable,
+            droppable_betas: &plan.droppable_betas,
             anthropic_beta: plan.anthropic_beta.as_deref(),
             path_model: plan.path_model.as_deref(),
             verdicts: &plan.store,

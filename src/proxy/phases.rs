@@ -264,6 +264,7 @@ fn plan(
         encoding: header_str(header::CONTENT_ENCODING.as_str()),
         anthropic_beta: header_str("anthropic-beta"),
         droppable: state.reasoning.droppable_params.clone().into(),
+        droppable_betas: state.reasoning.droppable_betas.clone().into(),
         store: state.store.clone(),
         transcodes: Arc::clone(&state.transcodes),
         limit: state.server.max_rewrite_bytes,

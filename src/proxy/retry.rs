@@ -4,10 +4,14 @@
 //! 1. it names as unknown a field this request sent, new for this (host, model): the verdict
 //!    is stored first, so every later request omits the field too;
 //! 2. it rejects an image the passes can repair, shrink or replace (a model that sees no
-//!    images is remembered the same way).
+//!    images is remembered the same way);
+//! 3. it rejects an `anthropic-beta` value the proxy added, or one of the client's that is on
+//!    `[reasoning] droppable_betas` (docs/reasoning.md#beta-headers): the value is stored as
+//!    `beta:<value>` for (host, model), and the passes leave it (and the body field it
+//!    enables) out from then on.
 //!
 //! The request is then rebuilt from the client's original body and sent once more, only when
-//! that changes the bytes; otherwise the 4xx goes to the client unchanged. Nothing new learned
+//! that changes the bytes or the headers the passes set; otherwise the 4xx goes to the client unchanged. Nothing new learned
 //! means no retry, so a host that keeps rejecting never loops.
 
 use std::sync::Arc;
@@ -52,6 +56,9 @@ enum Lesson {
     Signatures(usize),
     /// What carrier restore added was rejected: `model:no_restore` stored.
     NoRestore,
+    /// `anthropic-beta` values the upstream rejected, new for this host and model
+    /// (`beta:<value>`, comma-separated).
+    Betas(String),
 }
 
 /// The upstream answered `resp` (a 4xx) to the first attempt: learn from it and retry once
@@ -130,7 +137,9 @@ pub(crate) async fn on_error_status(
     };
     let recovery = match &lesson {
         Lesson::Image(kind) => Some(*kind),
-        Lesson::UnknownFields(_) | Lesson::Signatures(_) | Lesson::NoRestore => None,
+        Lesson::UnknownFields(_) | Lesson::Signatures(_) | Lesson::NoRestore | Lesson::Betas(_) => {
+            None
+        }
     };
     let passed = passes::run(
         &replay.plan,
@@ -140,7 +149,7 @@ pub(crate) async fn on_error_status(
         false,
     )
     .await;
-    if passed.sent == replay.first.sent {
+    if passed.sent == replay.first.sent && passed.set_headers == replay.first.set_headers {
         return as_it_came(head, rest);
     }
     if let (Some(turn), Some(prefix)) = (&ctx.turn, passed.forwarded_prefix.clone()) {
@@ -153,6 +162,7 @@ pub(crate) async fn on_error_status(
         Lesson::Image(kind) => Retried::Image(kind),
         Lesson::Signatures(n) => Retried::Signatures(n),
         Lesson::NoRestore => Retried::NoRestore,
+        Lesson::Betas(fields) => Retried::Betas(fields),
     });
     let mut headers = replay.client_headers;
     passed.apply_headers(&mut headers);
@@ -193,6 +203,9 @@ async fn learn(
         }
     };
     let route_name = ctx.route_name();
+    if let Some(beta) = learn_betas(state, replay, route, model, route_name, status, &error_body) {
+        return beta;
+    }
     if replay.plan.dialect == Dialect::Anthropic {
         if let Some(wording) = reasoning::signatures::invalid_signature(status, &error_body) {
             return learn_signatures(state, replay, route, model, route_name, &sent, &wording);
@@ -333,4 +346,83 @@ fn learn_no_restore(
         "upstream rejected what carrier restore added; restore is off for this host and model, retrying once with the client's own carriers"
     );
     Some(Lesson::NoRestore)
+}
+
+/// The 4xx rejects `anthropic-beta` values the request carried
+/// ([`reasoning::betas::rejected`]): `None` when it does not (read the 4xx otherwise);
+/// `Some(None)` when it does but nothing may be learned (a value the client sent that is not
+/// on `droppable_betas`, or nothing new): the 4xx goes back as it came; `Some(Some(_))` when
+/// values were stored as `beta:<value>` for (host, model), to retry once without them.
+fn learn_betas(
+    state: &AppState,
+    replay: &Replay,
+    route: &reasoning::ResolvedRoute,
+    model: &str,
+    route_name: &str,
+    status: u16,
+    error_body: &[u8],
+) -> Option<Option<Lesson>> {
+    use reasoning::betas;
+    let client_header = replay.plan.anthropic_beta.as_deref();
+    let client = betas::values(client_header);
+    let carried = betas::values(betas::forwarded(client_header, &replay.first.set_headers));
+    let added: Vec<&str> = carried
+        .iter()
+        .copied()
+        .filter(|v| !client.contains(v))
+        .collect();
+    let rejected = betas::rejected(status, error_body, &carried, &added)?;
+    let droppable = &replay.plan.droppable_betas;
+    let (learnable, kept): (Vec<&String>, Vec<&String>) = rejected.values.iter().partition(|v| {
+        added.contains(&v.as_str()) || droppable.iter().any(|d| d.trim() == v.as_str())
+    });
+    if !kept.is_empty() {
+        let kept = kept
+            .iter()
+            .map(|v| v.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        tracing::info!(
+            target: "cachekeeper::retry",
+            route = %route_name,
+            host = %route.host,
+            model = %model,
+            status,
+            betas = %kept,
+            wording = %rejected.wording,
+            "upstream rejected anthropic-beta values the client sent; not on [reasoning] droppable_betas, so they are kept and the error goes to the client"
+        );
+    }
+    if learnable.is_empty() {
+        return Some(None);
+    }
+    let fields: FieldSet = learnable
+        .iter()
+        .map(|v| Field::Beta((*v).clone()))
+        .collect();
+    let learned = state
+        .store
+        .verdicts()
+        .learn(&route.host, model, &fields, &rejected.wording);
+    if learned.is_empty() {
+        tracing::info!(target: "cachekeeper::retry", route = %route_name, host = %route.host, model = %model, "anthropic-beta rejection teaches nothing new; not retrying");
+        return Some(None);
+    }
+    let joined = learned.joined();
+    let whose = if learnable.iter().all(|v| added.contains(&v.as_str())) {
+        "the proxy added"
+    } else {
+        "on [reasoning] droppable_betas"
+    };
+    tracing::info!(
+        target: "cachekeeper::retry",
+        route = %route_name,
+        host = %route.host,
+        model = %model,
+        status,
+        fields = %joined,
+        wording = %rejected.wording,
+        "upstream rejected anthropic-beta values {whose}; verdict stored, retrying once without them (and the body fields they enable)"
+    );
+    Some(Some(Lesson::Betas(joined)))
 }

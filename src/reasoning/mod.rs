@@ -10,6 +10,7 @@
 //!   pipeline ([`crate::rewrite`]) runs it after the image passes, on the same parse.
 //! - [`unknown_field`]: [`detect`], which reads a 4xx and says which sent fields the provider
 //!   called unknown (widened), or nothing.
+//! - [`betas`]: which `anthropic-beta` values a 4xx rejects ([`betas::rejected`]).
 //!
 //! How the server uses them, per request:
 //! 1. `route = for_request(&route.provider, upstream_path, model)`.
@@ -21,6 +22,7 @@
 //!    returns fields not already in `omit`: store them, add them to `omit`, shape the
 //!    pre-shaping body again, and send once more. Otherwise pass the error through.
 
+pub mod betas;
 pub(crate) mod carriers;
 pub(crate) mod profiles;
 pub(crate) mod restore;

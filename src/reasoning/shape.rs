@@ -39,10 +39,14 @@
 //!   `thinking.block_binding.prefix_mismatch_behavior: "drop_block"` and the [`BINDING_BETA`]
 //!   `anthropic-beta` token, so the provider drops the invalidated blocks instead of failing
 //!   (`docs/reasoning.md#prefix-binding`). Only when thinking is enabled and the client has not set
-//!   `block_binding` itself.
+//!   `block_binding` itself, and never once the host rejected [`BINDING_BETA`] for the model
+//!   (`Field::Beta` in `omit`, `docs/reasoning.md#beta-headers`).
 //!
 //! Every dialect: top-level parameters in `omit` that are droppable (`droppable_params` plus
 //! [`KEEP_THINKING_PARAMS`]) are removed; a dotted name (`thinking.keep`) removes a nested key.
+//! A value of the client's `anthropic-beta` header that is learned as rejected (`Field::Beta`
+//! in `omit`) and on `droppable_betas` is removed from the header (the header itself when no
+//! value is left).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -56,7 +60,7 @@ use crate::dialect::{Dialect, ParseError};
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
 use crate::state::rejected::{SignatureId, SignatureLookup};
-use crate::state::FieldSet;
+use crate::state::{Field, FieldSet};
 use crate::texts::{ECHO_PAD, EMPTY_TURN_TEXT};
 
 /// Top-level keys never removed, whatever `droppable_params` says: they are the request.
@@ -75,10 +79,14 @@ pub struct ShapeContext<'a> {
     pub omit: &'a FieldSet,
     /// `[reasoning] droppable_params`.
     pub droppable_params: &'a [String],
+    /// `[reasoning] droppable_betas`: the client's own `anthropic-beta` values that may be
+    /// removed once learned as rejected (default none).
+    pub droppable_betas: &'a [String],
     /// Lowest byte offset of the original body that the image passes' edits touch; `None`
     /// when they made none.
     pub first_changed_byte: Option<usize>,
-    /// The request's `anthropic-beta` header, if any.
+    /// The request's `anthropic-beta` header as it stands before shaping (the client's, or
+    /// what earlier passes set), if any.
     pub anthropic_beta: Option<&'a str>,
     /// Anthropic thinking signatures the provider rejected for the request's credential scope
     /// ([`crate::state::rejected`]): those blocks are stripped.
@@ -116,7 +124,7 @@ pub struct Shaped {
     /// Edits of the original body; empty when nothing changes.
     pub edits: Vec<Edit>,
     /// Headers to set on the upstream request (replacing any value the request had), e.g.
-    /// `anthropic-beta` merged with [`BINDING_BETA`].
+    /// `anthropic-beta` merged with [`BINDING_BETA`]; an empty value removes the header.
     pub set_headers: Vec<(String, String)>,
     /// One human-readable line per change.
     pub reasons: Vec<String>,
@@ -165,7 +173,10 @@ pub(crate) fn shape(ctx: &ShapeContext<'_>, doc: &Doc<'_>) -> Shaped {
         reasons: Vec::new(),
         counts: ShapeCounts::default(),
         set_headers: Vec::new(),
+        beta: ctx.anthropic_beta.map(str::to_owned),
+        beta_changed: false,
     };
+    s.drop_betas();
     let removed_top = s.drop_params(top);
     match ctx.dialect {
         Dialect::Openai => {
@@ -177,6 +188,10 @@ pub(crate) fn shape(ctx: &ShapeContext<'_>, doc: &Doc<'_>) -> Shaped {
             s.binding(top, &signed, &removed_top);
         }
         Dialect::OpenaiResponses | Dialect::Gemini => {}
+    }
+    if s.beta_changed {
+        let value = s.beta.take().unwrap_or_default();
+        s.set_headers.push((super::betas::HEADER.to_owned(), value));
     }
     Shaped {
         edits: s.edits,
@@ -202,6 +217,11 @@ struct Shaper<'t, 'c> {
     reasons: Vec<String>,
     counts: ShapeCounts,
     set_headers: Vec<(String, String)>,
+    /// The `anthropic-beta` value being built (the request's, then without dropped values,
+    /// then with [`BINDING_BETA`]); `""` when every value was dropped.
+    beta: Option<String>,
+    /// `beta` differs from the request's.
+    beta_changed: bool,
 }
 
 /// The [`SignatureId`] of a signed Anthropic block: a `thinking` block's non-empty
@@ -749,6 +769,17 @@ impl Shaper<'_, '_> {
         {
             return;
         }
+        if self
+            .ctx
+            .omit
+            .contains(&Field::Beta(BINDING_BETA.to_owned()))
+        {
+            self.reasons.push(format!(
+                "reasoning: earlier rewrites changed the prefix of a signed thinking block (byte {fcb}), but {} rejected {BINDING_BETA} for this model: thinking.block_binding not set",
+                route.host
+            ));
+            return;
+        }
         self.insert(
             &thinking,
             "\"block_binding\":{\"prefix_mismatch_behavior\":\"drop_block\"}",
@@ -757,9 +788,35 @@ impl Shaper<'_, '_> {
         self.reasons.push(format!(
             "reasoning: earlier rewrites changed the prefix of a signed thinking block (byte {fcb}): thinking.block_binding.prefix_mismatch_behavior = drop_block"
         ));
-        if let Some(value) = merge_beta(self.ctx.anthropic_beta, BINDING_BETA) {
-            self.set_headers.push(("anthropic-beta".to_owned(), value));
+        if let Some(value) = merge_beta(self.beta.as_deref(), BINDING_BETA) {
+            self.beta = Some(value);
+            self.beta_changed = true;
         }
+    }
+
+    /// Remove from the client's `anthropic-beta` the values learned as rejected for (host,
+    /// model) that are on `droppable_betas` (`docs/reasoning.md#beta-headers`).
+    fn drop_betas(&mut self) {
+        let omit = self.ctx.omit;
+        let droppable = self.ctx.droppable_betas;
+        let doomed = |v: &str| {
+            droppable.iter().any(|d| d.trim() == v) && omit.contains(&Field::Beta(v.to_owned()))
+        };
+        let current = self.beta.as_deref();
+        let Some(kept) = super::betas::without(current, doomed) else {
+            return;
+        };
+        for v in super::betas::values(current)
+            .into_iter()
+            .filter(|v| doomed(v))
+        {
+            self.reasons.push(format!(
+                "reasoning: removed `{v}` from the anthropic-beta header ({} rejected it for this model; on droppable_betas)",
+                self.ctx.route.host
+            ));
+        }
+        self.beta = Some(kept);
+        self.beta_changed = true;
     }
 }
 
@@ -803,6 +860,7 @@ mod tests {
             route,
             omit: &omit,
             droppable_params: &d,
+            droppable_betas: &[],
             first_changed_byte: fcb,
             anthropic_beta: beta,
             rejected: &(),
@@ -1226,6 +1284,117 @@ mod tests {
         );
     }
 
+    /// Shaping with `omit` holding `Field::Beta` values and `droppable_betas`.
+    fn run_betas(
+        route: &ResolvedRoute,
+        betas: &[&str],
+        droppable_betas: &[String],
+        fcb: Option<usize>,
+        header: Option<&str>,
+        body: &str,
+    ) -> ShapeOutcome {
+        let omit: FieldSet = betas.iter().map(|b| Field::Beta((*b).to_owned())).collect();
+        let ctx = ShapeContext {
+            dialect: Dialect::Anthropic,
+            route,
+            omit: &omit,
+            droppable_params: &[],
+            droppable_betas,
+            first_changed_byte: fcb,
+            anthropic_beta: header,
+            rejected: &(),
+        };
+        shape_request(&ctx, body.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn no_binding_once_its_beta_was_rejected() {
+        let route = resolve(
+            None,
+            "api.anthropic.com",
+            "/v1/messages",
+            Some("claude-fable-5-1"),
+            None,
+        );
+        let plain = SIGNED.replace(r#","cache_control":{"type":"ephemeral"}"#, "");
+        let fcb = Some(plain.find("\"hi\"").unwrap());
+        let out = run_betas(&route, &[BINDING_BETA], &[], fcb, Some("foo-1"), &plain);
+        assert_eq!(out.body, None, "no block_binding");
+        assert!(out.set_headers.is_empty(), "no beta added");
+        assert!(!out.counts.binding_set);
+        assert!(
+            out.reasons[0].contains("thinking.block_binding not set"),
+            "{:?}",
+            out.reasons
+        );
+        // Another beta learned: binding as before.
+        let out = run_betas(&route, &["other-1"], &[], fcb, None, &plain);
+        assert!(out.counts.binding_set);
+        assert_eq!(
+            out.set_headers,
+            vec![("anthropic-beta".to_owned(), BINDING_BETA.to_owned())]
+        );
+    }
+
+    #[test]
+    fn a_client_beta_is_removed_only_when_learned_and_droppable() {
+        let route = resolve(None, "api.anthropic.com", "/v1/messages", Some("m"), None);
+        let body = r#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+        let listed = vec!["foo-1".to_owned()];
+        let out = run_betas(
+            &route,
+            &["foo-1"],
+            &listed,
+            None,
+            Some("foo-1, bar-2"),
+            body,
+        );
+        assert_eq!(out.body, None);
+        assert_eq!(
+            out.set_headers,
+            vec![("anthropic-beta".to_owned(), "bar-2".to_owned())]
+        );
+        assert!(
+            out.reasons[0].contains("removed `foo-1`"),
+            "{:?}",
+            out.reasons
+        );
+        // The only value: the header goes (an empty value removes it).
+        let out = run_betas(&route, &["foo-1"], &listed, None, Some("foo-1"), body);
+        assert_eq!(
+            out.set_headers,
+            vec![("anthropic-beta".to_owned(), String::new())]
+        );
+        // Learned but not listed, or listed but not learned: kept.
+        for (learned, droppable) in [(&["foo-1"][..], &[][..]), (&[][..], &listed[..])] {
+            let out = run_betas(&route, learned, droppable, None, Some("foo-1"), body);
+            assert!(out.set_headers.is_empty());
+            assert!(out.reasons.is_empty());
+        }
+        // Dropped and binding added in one header.
+        let fable = resolve(
+            None,
+            "api.anthropic.com",
+            "/v1/messages",
+            Some("claude-fable-5-1"),
+            None,
+        );
+        let plain = SIGNED.replace(r#","cache_control":{"type":"ephemeral"}"#, "");
+        let fcb = Some(plain.find("\"hi\"").unwrap());
+        let out = run_betas(
+            &fable,
+            &["foo-1"],
+            &listed,
+            fcb,
+            Some("foo-1,bar-2"),
+            &plain,
+        );
+        assert_eq!(
+            out.set_headers,
+            vec![("anthropic-beta".to_owned(), format!("bar-2,{BINDING_BETA}"))]
+        );
+    }
+
     #[test]
     fn merge_beta_cases() {
         assert_eq!(merge_beta(None, "x").as_deref(), Some("x"));
@@ -1243,6 +1412,7 @@ mod tests {
             route: &route,
             omit: &omit,
             droppable_params: &[],
+            droppable_betas: &[],
             first_changed_byte: None,
             anthropic_beta: None,
             rejected: &(),
