@@ -2,6 +2,7 @@
 """Generate the computer-use sessions that README's "Replay a session" figures come from.
 
     python3 scripts/gen_sessions.py OUTDIR [--seed N] [--route NAME] [--only NAME ...]
+                                   [--idle-at TURN] [--billing-line]
 
 Writes one `cachekeeper replay` file per session (one JSON object per line:
 `{"ts": <unix ms>, "route": NAME, "body": <Anthropic Messages request>}`):
@@ -12,8 +13,10 @@ Writes one `cachekeeper replay` file per session (one JSON object per line:
     every150       150 turns, a screenshot every turn (more than the 100-image ceiling)
 
 each in four files: `NAME.jsonl` (turns 20 s apart), `NAME-idle.jsonl` (a 10-minute idle gap,
-past Anthropic's 5-minute cache TTL, before the middle turn), and both again with `-nomarks`
-(no `cache_control` markers at all, for comparing automatic breakpoints).
+past Anthropic's 5-minute cache TTL, before the middle turn, or the turn `--idle-at` names), and
+both again with `-nomarks` (no `cache_control` markers at all, for comparing automatic
+breakpoints). `--billing-line` puts Claude Code's billing line in `system[0]`, its `cch=`
+different on every request (for comparing the prefix stabiliser).
 
 The requests are shaped the way a computer-use agent on Claude Code sends them: a system prompt
 marked with `cache_control` at its end, a `computer` and a `bash` tool, and the newest user turn
@@ -140,7 +143,16 @@ def set_marker(messages, marks):
         messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
 
 
-def session(name, seed, idle, marks, route):
+def billing_line(rng):
+    """Claude Code's per-request billing line (its `cch=` changes on every request)."""
+    return {
+        "type": "text",
+        "text": "x-anthropic-billing-header: cc_version=2.1.197.014; cc_entrypoint=sdk-cli; cch=%05x;"
+        % rng.getrandbits(20),
+    }
+
+
+def session(name, seed, idle, marks, route, idle_at=None, billing=False):
     """Yield the replay lines (dicts) of one session."""
     turns, every, upload = SESSIONS[name]
     rng = random.Random(f"{seed}:{name}")
@@ -151,8 +163,13 @@ def session(name, seed, idle, marks, route):
     body["messages"].append({"role": "user", "content": first})
     set_marker(body["messages"], marks)
     ts = START_MS
-    gap_before = turns // 2 + 1 if idle else None
+    gap_before = (idle_at or turns // 2 + 1) if idle else None
+    cch = random.Random(f"{seed}:{name}:billing")
     for turn in range(1, turns + 1):
+        if billing:
+            if turn > 1:
+                body["system"].pop(0)
+            body["system"].insert(0, billing_line(cch))
         if turn > 1:
             ts += STEP_MS + rng.randrange(0, 5_000)
             if turn == gap_before:
@@ -190,6 +207,10 @@ def main(argv):
     ap.add_argument("--seed", type=int, default=10)
     ap.add_argument("--route", default="anthropic", help="the lines' route (default anthropic)")
     ap.add_argument("--only", nargs="*", choices=sorted(SESSIONS), help="only these sessions")
+    ap.add_argument("--idle-at", type=int, default=None, metavar="TURN",
+                    help="the idle gap comes before this turn (default: the middle turn)")
+    ap.add_argument("--billing-line", action="store_true",
+                    help="put Claude Code's billing line (a new cch= every request) in system[0]")
     args = ap.parse_args(argv)
     os.makedirs(args.outdir, exist_ok=True)
     for name in args.only or SESSIONS:
@@ -198,7 +219,7 @@ def main(argv):
                 fname = name + ("-idle" if idle else "") + ("" if marks else "-nomarks") + ".jsonl"
                 path = os.path.join(args.outdir, fname)
                 with open(path, "w", encoding="utf-8") as f:
-                    for line in session(name, args.seed, idle, marks, args.route):
+                    for line in session(name, args.seed, idle, marks, args.route, args.idle_at, args.billing_line):
                         f.write(json.dumps(line, separators=(",", ":")) + "\n")
                 print(path)
 

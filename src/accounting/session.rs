@@ -33,6 +33,7 @@ use super::prefix::{DigestKey, Position, Prefix};
 use super::record::{TurnRecord, UsageRecord};
 use super::{Cause, Collapse, TurnAccount};
 use crate::dialect::Dialect;
+use crate::images::retired::RetiredSet;
 use crate::json::scan;
 use crate::provider::{CacheActivation, ResolvedProvider};
 use crate::response::Usage;
@@ -72,6 +73,79 @@ struct SessionState {
     client: Prefix,
     /// The last turn's positions as forwarded.
     forwarded: Prefix,
+    /// The images cold-cache eviction retired in this session (`docs/images.md#cold-cache-eviction`).
+    #[serde(default, skip_serializing_if = "RetiredSet::is_empty")]
+    retired: RetiredSet,
+}
+
+/// The cold-cache eviction inputs of a turn (`docs/images.md#cold-cache-eviction`), as its
+/// first run of the passes used them; the proxy's one retry runs with the same, so it retires
+/// the same images.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ColdMemo {
+    /// The session's retired-image set before this turn.
+    pub retired: RetiredSet,
+    /// Make a new cold-cache decision: the session's cache went cold ([`Opened::is_cold`]).
+    pub cold: bool,
+}
+
+/// A session opened for a turn before the passes run ([`SessionTracker::open`]).
+pub(crate) struct Opened {
+    session: String,
+    /// The model the body names (else the caller's).
+    model: String,
+    /// An OpenAI Responses request chained by `previous_response_id`.
+    chained: bool,
+    client: Prefix,
+    prev: Option<SessionState>,
+    /// Time since the session's previous turn, ms; `None` when no previous turn is known.
+    pub idle_ms: Option<u64>,
+}
+
+impl Opened {
+    /// The session's name.
+    pub(crate) fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// Whether the session's prompt cache has gone cold: its previous turn is older than
+    /// `ttl_ms` ([`cold_ttl_ms`]). `false` when either is unknown.
+    pub(crate) fn is_cold(&self, ttl_ms: Option<u64>) -> bool {
+        matches!((self.idle_ms, ttl_ms), (Some(idle), Some(ttl)) if idle > ttl)
+    }
+
+    /// The cold-cache inputs of this turn on a route with `route_ttl` (its `cache_ttl`) and
+    /// `provider`, for `body` (the client's): the session's retired set and whether its cache
+    /// went cold ([`cold_ttl_ms`]). The flag is `false` when the session has no record (a new
+    /// session, or one whose record was purged or could not be read: no cold-cache decision on
+    /// that turn, the step function alone applies); the second value says whether a record
+    /// was there.
+    pub(crate) fn cold_memo(
+        &self,
+        route_ttl: Option<crate::caching::CacheTtl>,
+        provider: &ResolvedProvider,
+        body: &[u8],
+    ) -> (ColdMemo, bool) {
+        match self.retired() {
+            Some(retired) => {
+                let ttl = cold_ttl_ms(route_ttl, provider, &self.model, body);
+                (
+                    ColdMemo {
+                        retired: retired.clone(),
+                        cold: self.is_cold(ttl),
+                    },
+                    true,
+                )
+            }
+            None => (ColdMemo::default(), false),
+        }
+    }
+
+    /// The session's retired-image set; `None` when it has no previous turn on record (a new
+    /// session, or one whose record was purged or could not be read).
+    pub(crate) fn retired(&self) -> Option<&RetiredSet> {
+        self.prev.as_ref().map(|p| &p.retired)
+    }
 }
 
 /// What [`SessionTracker::begin`] reads of one request.
@@ -97,6 +171,8 @@ pub(crate) struct TurnInput<'a> {
     pub report: &'a RewriteReport,
     /// When the request arrived, Unix ms.
     pub now_ms: i64,
+    /// The session's retired-image set after the passes, when they changed it.
+    pub retired: Option<&'a RetiredSet>,
 }
 
 /// Names sessions, numbers turns and finds collapses; one per proxy.
@@ -122,25 +198,36 @@ impl SessionTracker {
         }
     }
 
-    /// Start a turn: name its session, number it, and find its collapse (write tokens are
-    /// filled in when the response ends). `None` when the body is not a JSON object.
+    /// Start a turn: [`Self::open`] then [`Self::commit`] (for callers whose passes do not
+    /// need the session first). `None` when the body is not a JSON object.
     pub(crate) fn begin(&self, t: &TurnInput<'_>) -> Option<(TurnAccount, Prefix)> {
-        let client = Prefix::of(t.dialect, t.client, t.key)?;
-        let forwarded = if t.forwarded == t.client {
-            client.clone()
-        } else {
-            Prefix::of(t.dialect, t.forwarded, t.key).unwrap_or_else(|| client.clone())
-        };
+        let opened = self.open(t)?;
+        Some(self.commit(opened, t))
+    }
+
+    /// Name the request's session and read its previous turn, before the passes run (they
+    /// need its idle time and retired-image set). Reads `dialect`, `route`, `model`, `scope`,
+    /// `key`, `client_session`, `client` and `now_ms` of `t`. `None` when the body is not a
+    /// JSON object.
+    pub(crate) fn open(&self, t: &TurnInput<'_>) -> Option<Opened> {
+        let parsed = crate::json::parse(t.client).ok()?;
+        let client = Prefix::of_parsed(t.dialect, parsed.text, &parsed.top, t.key);
         let chained = (t.dialect == Dialect::OpenaiResponses)
             .then(|| previous_response_id(t.client))
             .flatten();
+        // The model the body names, else the caller's (the path's, for Gemini).
+        let model = parsed
+            .top
+            .get("model")
+            .and_then(|m| scan::string_at(parsed.text, &m.value))
+            .unwrap_or_else(|| t.model.to_owned());
         let session = match (t.client_session, &chained) {
             (Some(s), _) => clean_session_id(s),
             (None, Some(prev)) => self
                 .response_session(t.scope, prev)
                 .unwrap_or_else(|| hex(&t.key.digest(b"chain", &[prev.as_bytes()])[..8])),
             (None, None) => {
-                let anchor = client.session_anchor(t.key, t.route, t.model)?;
+                let anchor = client.session_anchor(t.key, t.route, &model)?;
                 hex(&anchor[..8])
             }
         };
@@ -154,10 +241,38 @@ impl SessionTracker {
         let idle_ms = prev
             .as_ref()
             .map(|p| u64::try_from(t.now_ms.saturating_sub(p.last_ms)).unwrap_or(0));
+        Some(Opened {
+            session,
+            model,
+            chained: chained.is_some(),
+            client,
+            prev,
+            idle_ms,
+        })
+    }
+
+    /// Number the opened turn and find its collapse (write tokens are filled in when the
+    /// response ends); store the session's new state, with `t.retired` as its retired-image
+    /// set when the passes changed it. Reads `forwarded`, `report`, `provider`, `retired`,
+    /// `scope` and `now_ms` of `t`.
+    pub(crate) fn commit(&self, opened: Opened, t: &TurnInput<'_>) -> (TurnAccount, Prefix) {
+        let Opened {
+            session,
+            model,
+            chained,
+            client,
+            prev,
+            idle_ms,
+        } = opened;
+        let forwarded = if t.forwarded == t.client {
+            client.clone()
+        } else {
+            Prefix::of(t.dialect, t.forwarded, t.key).unwrap_or_else(|| client.clone())
+        };
         // A chained Responses request sends only its new items: its positions say nothing
         // of the prefix the provider holds.
-        let collapse = match (&prev, &chained) {
-            (Some(p), None) => {
+        let collapse = match &prev {
+            Some(p) if !chained => {
                 let ignore = ignores_billing_line(t.provider);
                 forwarded
                     .first_difference(&p.forwarded, ignore)
@@ -168,7 +283,7 @@ impl SessionTracker {
                             client.first_difference(&p.client, ignore),
                             &client,
                             idle_ms,
-                            ttl_ms(t.provider, t.model, t.forwarded),
+                            ttl_ms(t.provider, &model, t.forwarded),
                             t.report,
                         ),
                         write_tokens: None,
@@ -177,6 +292,11 @@ impl SessionTracker {
             _ => None,
         };
         let turn = prev.as_ref().map_or(1, |p| p.turn.saturating_add(1));
+        let retired = match (t.retired, &prev) {
+            (Some(new), _) => new.clone(),
+            (None, Some(p)) => p.retired.clone(),
+            (None, None) => RetiredSet::default(),
+        };
         let state = SessionState {
             before: prev.map(|mut p| {
                 p.before = None;
@@ -186,7 +306,9 @@ impl SessionTracker {
             last_ms: t.now_ms,
             client,
             forwarded: forwarded.clone(),
+            retired,
         };
+        let map_key = (t.scope.to_owned(), session.clone());
         if let Ok(v) = serde_json::to_vec(&state) {
             self.store
                 .put(Record::new(Kind::Session, t.scope, &session, v));
@@ -204,7 +326,7 @@ impl SessionTracker {
             }
             g.sessions.insert(map_key, state);
         }
-        Some((
+        (
             TurnAccount {
                 session,
                 turn,
@@ -212,17 +334,27 @@ impl SessionTracker {
                 idle_ms,
             },
             forwarded,
-        ))
+        )
     }
 
     /// The proxy's one retry sent other bytes: they are what the next turn compares with.
-    pub(crate) fn replace_forwarded(&self, scope: &str, account: &TurnAccount, forwarded: Prefix) {
+    /// `retired`: the retry's retired-image set, when its passes changed it.
+    pub(crate) fn replace_forwarded(
+        &self,
+        scope: &str,
+        account: &TurnAccount,
+        forwarded: Prefix,
+        retired: Option<RetiredSet>,
+    ) {
         let Ok(mut g) = self.inner.lock() else {
             return;
         };
         let key = (scope.to_owned(), account.session.clone());
         if let Some(s) = g.sessions.get_mut(&key).filter(|s| s.turn == account.turn) {
             s.forwarded = forwarded;
+            if let Some(r) = retired {
+                s.retired = r;
+            }
             if let Ok(v) = serde_json::to_vec(&*s) {
                 self.store
                     .put(Record::new(Kind::Session, scope, &account.session, v));
@@ -342,6 +474,27 @@ fn ttl_ms(provider: &ResolvedProvider, model: &str, body: &[u8]) -> Option<u64> 
     Some(u64::from(ttl_s) * 1000)
 }
 
+/// The cache TTL cold-cache eviction judges a session's idle time by, ms
+/// (`docs/images.md#cold-cache-eviction`): the route's `cache_ttl` when it sets one; else, on a
+/// provider whose cache is filled by explicit breakpoints (Anthropic), its rule's TTL (the long
+/// one when the request's markers ask for it); else `None` — off where the TTL is unknown or
+/// long (OpenAI keeps prefixes for hours, DeepSeek and Gemini publish none).
+pub(crate) fn cold_ttl_ms(
+    route_ttl: Option<crate::caching::CacheTtl>,
+    provider: &ResolvedProvider,
+    model: &str,
+    body: &[u8],
+) -> Option<u64> {
+    if let Some(t) = route_ttl {
+        return Some(t.ms());
+    }
+    let rule = provider.row.cache_rule(model)?;
+    if rule.activation != CacheActivation::Explicit {
+        return None;
+    }
+    ttl_ms(provider, model, body)
+}
+
 /// The cause of a collapse at `at` (forwarded bytes), given where the client's own bytes
 /// first changed (`client_at`).
 fn attribute(
@@ -443,6 +596,7 @@ pub(crate) fn turn_record(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::caching::CacheTtl;
     use crate::state::MemoryBackend;
 
     const MIN: i64 = 60_000;
@@ -514,6 +668,7 @@ mod tests {
                     forwarded,
                     report,
                     now_ms,
+                    retired: None,
                 })
                 .unwrap()
                 .0
@@ -716,6 +871,7 @@ mod tests {
             forwarded: &b1,
             report: &none,
             now_ms: 0,
+            retired: None,
         };
         let (a, _) = tracker.begin(&named("  my\tsession ")).unwrap();
         assert_eq!(a.session, "mysession");
@@ -742,6 +898,7 @@ mod tests {
                     forwarded: b,
                     report: &none,
                     now_ms: 0,
+                    retired: None,
                 })
                 .unwrap()
                 .0
@@ -766,5 +923,94 @@ mod tests {
         );
         let t3 = begin(&chained(Some("resp_unknown")));
         assert_ne!(t3.session, t1.session);
+    }
+
+    fn opened_input<'a>(
+        p: &'a ResolvedProvider,
+        key: &'a DigestKey,
+        b: &'a [u8],
+        none: &'a RewriteReport,
+        now_ms: i64,
+        retired: Option<&'a RetiredSet>,
+    ) -> TurnInput<'a> {
+        TurnInput {
+            dialect: Dialect::Anthropic,
+            route: "anthropic",
+            provider: p,
+            model: "",
+            scope: "scope",
+            key,
+            client_session: None,
+            client: b,
+            forwarded: b,
+            report: none,
+            now_ms,
+            retired,
+        }
+    }
+
+    #[test]
+    fn the_retired_set_is_kept_with_the_session_across_turns_and_a_restart() {
+        let s = store();
+        let p = anthropic();
+        let key = DigestKey::for_credential(None);
+        let none = RewriteReport::default();
+        let mut set = RetiredSet::default();
+        set.images.insert("00ff".to_owned(), 2);
+        let b1 = body(r#""S""#, 1, None);
+        let b2 = body(r#""S""#, 3, None);
+        let b3 = body(r#""S""#, 5, None);
+        {
+            let tracker = SessionTracker::new(s.clone());
+            let o = tracker
+                .open(&opened_input(&p, &key, &b1, &none, 0, None))
+                .unwrap();
+            assert!(o.retired().is_none(), "a new session has no record");
+            assert!(!o.cold_memo(None, &p, &b1).1);
+            tracker.commit(o, &opened_input(&p, &key, &b1, &none, 0, Some(&set)));
+            // A turn that changes nothing keeps the set.
+            let o = tracker
+                .open(&opened_input(&p, &key, &b2, &none, MIN, None))
+                .unwrap();
+            assert_eq!(o.retired(), Some(&set));
+            tracker.commit(o, &opened_input(&p, &key, &b2, &none, MIN, None));
+        }
+        s.flush();
+        let tracker = SessionTracker::new(s.clone());
+        let o = tracker
+            .open(&opened_input(&p, &key, &b3, &none, 20 * MIN, None))
+            .unwrap();
+        assert_eq!(o.retired(), Some(&set), "the set survives a restart");
+        assert_eq!(o.idle_ms, Some(19 * MIN as u64));
+        let (memo, known) = o.cold_memo(None, &p, &b3);
+        assert!(known);
+        assert!(memo.cold, "19 idle minutes > Anthropic's 5-minute TTL");
+        assert_eq!(memo.retired, set);
+        // The route's 1-hour TTL keeps it warm.
+        assert!(!o.cold_memo(Some(CacheTtl::OneHour), &p, &b3).0.cold);
+    }
+
+    #[test]
+    fn cold_cache_ttl_comes_from_the_route_then_explicit_providers_only() {
+        let model = "claude-sonnet-4-5";
+        let b = body(r#""S""#, 1, None);
+        assert_eq!(cold_ttl_ms(None, &anthropic(), model, &b), Some(300_000));
+        let one_h = String::from_utf8(b.clone()).unwrap().replace(
+            r#"{"type":"ephemeral"}"#,
+            r#"{"type":"ephemeral","ttl":"1h"}"#,
+        );
+        assert_eq!(
+            cold_ttl_ms(None, &anthropic(), model, one_h.as_bytes()),
+            Some(3_600_000)
+        );
+        let openai = ResolvedProvider::resolve(None, "api.openai.com", None);
+        // OpenAI keeps prefixes for hours, DeepSeek publishes no TTL: off unless the route
+        // sets cache_ttl.
+        assert_eq!(cold_ttl_ms(None, &openai, "gpt-5", b"{}"), None);
+        assert_eq!(cold_ttl_ms(None, &deepseek(), "deepseek-chat", b"{}"), None);
+        assert_eq!(
+            cold_ttl_ms(Some(CacheTtl::FiveMinutes), &openai, "gpt-5", b"{}"),
+            Some(300_000)
+        );
     }
 }

@@ -29,9 +29,10 @@ use serde_json::{Map, Value};
 use crate::accounting::cache_model::{self, CacheModel, Rule};
 use crate::accounting::prefix::DigestKey;
 use crate::accounting::pricing::{self, Multipliers};
-use crate::accounting::session::{SessionTracker, TurnInput};
+use crate::accounting::session::{Opened, SessionTracker, TurnInput};
 use crate::config::{Config, ReasoningConfig};
 use crate::dialect::Dialect;
+use crate::images::retired::{ColdInputs, RetiredSet};
 use crate::provider::CacheActivation;
 use crate::rewrite::{rewrite_with_restore, ReasoningInputs, RewriteContext, RewriteReport};
 use crate::route::{Route, RouteTable};
@@ -289,25 +290,25 @@ impl Variant {
     }
 
     /// Feed one turn: the cache model's figures, and the proxy's own collapse detection.
-    fn turn(&mut self, s: &Session, sent: &Sent<'_>) {
+    /// `opened`: the turn's session, when it was opened before the passes (the `cachekeeper`
+    /// variant: cold-cache eviction reads it), with the retired set the passes returned.
+    fn turn(
+        &mut self,
+        s: &Session,
+        sent: &Sent<'_>,
+        opened: Option<(Opened, Option<&RetiredSet>)>,
+    ) {
         // A body the model cannot read counts as an empty turn (the provider would reject it).
         let t = self
             .model
             .turn(sent.dialect, sent.forwarded, sent.ts)
             .unwrap_or_default();
-        let account = s.tracker.begin(&TurnInput {
-            dialect: sent.dialect,
-            route: &s.route.name,
-            provider: &s.route.provider,
-            model: &s.model,
-            scope: "",
-            key: &s.key,
-            client_session: Some(self.name),
-            client: sent.client,
-            forwarded: sent.forwarded,
-            report: sent.report,
-            now_ms: sent.ts,
-        });
+        let (opened, retired) = opened.map_or((None, None), |(o, r)| (Some(o), r));
+        let input = s.turn_input(self.name, sent, retired);
+        let account = match opened {
+            Some(o) => Some(s.tracker.commit(o, &input)),
+            None => s.tracker.begin(&input),
+        };
         let r = &mut self.report;
         r.turns += 1;
         r.input_tokens += t.input;
@@ -496,6 +497,30 @@ impl Session {
         })
     }
 
+    /// The session tracker's input for one variant's turn (the variant's name is its
+    /// session).
+    fn turn_input<'a>(
+        &'a self,
+        variant: &'static str,
+        sent: &Sent<'a>,
+        retired: Option<&'a RetiredSet>,
+    ) -> TurnInput<'a> {
+        TurnInput {
+            dialect: sent.dialect,
+            route: &self.route.name,
+            provider: &self.route.provider,
+            model: &self.model,
+            scope: "",
+            key: &self.key,
+            client_session: Some(variant),
+            client: sent.client,
+            forwarded: sent.forwarded,
+            report: sent.report,
+            now_ms: sent.ts,
+            retired,
+        }
+    }
+
     fn turn(&mut self, line: &Line<'_>) {
         let Some(mut v) = self.variants.take() else {
             return;
@@ -519,29 +544,47 @@ impl Session {
             }
         }
         let ts = line.ts;
-        v[0].turn(self, &sent(dialect, body, body, &none, ts));
-        // As the proxy would forward it.
+        v[0].turn(self, &sent(dialect, body, body, &none, ts), None);
+        // As the proxy would forward it: the session opened first, for cold-cache eviction.
         let rest = line
             .path
             .clone()
             .unwrap_or_else(|| default_path(dialect).to_owned());
-        let (forwarded, report) = match forward(&self.route, &self.reasoning, dialect, &rest, body)
-        {
-            Some(done) => done,
-            None => {
-                self.unparsed += 1;
-                (None, RewriteReport::default())
-            }
-        };
+        let opened = self.tracker.open(&self.turn_input(
+            v[1].name,
+            &sent(dialect, body, body, &none, ts),
+            None,
+        ));
+        let memo = opened.as_ref().map(|o| {
+            o.cold_memo(self.route.cache.ttl, &self.route.provider, body)
+                .0
+        });
+        let cold = memo.as_ref().map(|m| ColdInputs {
+            retired: &m.retired,
+            cold: m.cold,
+            key: &self.key,
+        });
+        let (forwarded, report, retired) =
+            match forward(&self.route, &self.reasoning, dialect, &rest, body, cold) {
+                Some(done) => done,
+                None => {
+                    self.unparsed += 1;
+                    (None, RewriteReport::default(), None)
+                }
+            };
         let fwd = forwarded.as_deref().unwrap_or(body);
-        v[1].turn(self, &sent(dialect, body, fwd, &report, ts));
+        v[1].turn(
+            self,
+            &sent(dialect, body, fwd, &report, ts),
+            opened.map(|o| (o, retired.as_ref())),
+        );
         // Every image but the newest 3 replaced: an eviction, as the accounting sees it.
         let (kept, replaced) =
             keep_newest(dialect, body, KEEP_NEWEST).map_or((None, 0), |(b, n)| (Some(b), n));
         let mut evicted = RewriteReport::default();
         evicted.images.retired = replaced;
         let kept = kept.as_deref().unwrap_or(body);
-        v[2].turn(self, &sent(dialect, body, kept, &evicted, ts));
+        v[2].turn(self, &sent(dialect, body, kept, &evicted, ts), None);
         self.variants = Some(v);
     }
 
@@ -638,15 +681,17 @@ fn default_path(dialect: Dialect) -> &'static str {
     }
 }
 
-/// The body the proxy would forward (`None`: the original), with the passes' report;
-/// `None` when the passes cannot read it (the proxy forwards it unchanged).
+/// The body the proxy would forward (`None`: the original), with the passes' report and the
+/// session's new retired-image set (when cold-cache eviction changed it); `None` when the
+/// passes cannot read it (the proxy forwards it unchanged).
 fn forward(
     route: &Route,
     reasoning: &ReasoningConfig,
     dialect: Dialect,
     rest: &str,
     body: &[u8],
-) -> Option<(Option<Vec<u8>>, RewriteReport)> {
+    cold: Option<ColdInputs<'_>>,
+) -> Option<(Option<Vec<u8>>, RewriteReport, Option<RetiredSet>)> {
     let upstream_path = format!("{}{}", route.base_path, rest);
     let path_model = crate::route::model_from_path(rest);
     let ctx = RewriteContext {
@@ -667,11 +712,11 @@ fn forward(
         }),
         usage_in_streams: route.usage_in_streams,
         cache: &route.cache,
-        cold: None,
+        cold,
     };
     let outcome = rewrite_with_restore(&ctx, &(), body).ok()?;
     let body = if route.dry_run { None } else { outcome.body };
-    Some((body, outcome.report))
+    Some((body, outcome.report, outcome.retired))
 }
 
 /// `body` with every image but the newest `keep` replaced by [`PLACEHOLDER`] text (a

@@ -8,11 +8,12 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 
 use crate::accounting::prefix::{DigestKey, Prefix};
-use crate::accounting::session::{SessionTracker, TurnInput};
+use crate::accounting::session::{ColdMemo, Opened, SessionTracker, TurnInput};
 use crate::accounting::TurnAccount;
 use crate::dialect::Dialect;
 use crate::images::cache::TranscodeCache;
 use crate::images::recovery::ImageRejectionKind;
+use crate::images::retired::{ColdInputs, RetiredSet};
 use crate::proxy::ctx::BodyFate;
 use crate::reasoning::carriers::StoreLookup;
 use crate::reasoning::ResolvedRoute;
@@ -83,6 +84,10 @@ pub(crate) struct Passed {
     pub turn: Option<TurnAccount>,
     /// The forwarded positions of a generation request (what the next turn compares with).
     pub forwarded_prefix: Option<Prefix>,
+    /// The cold-cache inputs this run used (a retry reuses them); `None` when no session.
+    pub cold: Option<ColdMemo>,
+    /// The session's new retired-image set, when cold-cache eviction changed it.
+    pub retired: Option<RetiredSet>,
 }
 
 impl Passed {
@@ -96,6 +101,8 @@ impl Passed {
             answers: None,
             turn: None,
             forwarded_prefix: None,
+            cold: None,
+            retired: None,
         }
     }
 
@@ -124,9 +131,11 @@ impl Passed {
 
 /// Run the passes on `original` (the client's body as received, still encoded) and decide
 /// which bytes go upstream. `recovery` is set when rebuilding after an image rejection;
-/// `begin_turn` on the first run of a request (a retry is not a turn of its own). A
-/// (host, model) learned to see no images gets its images replaced up front: the first run
-/// tells the model, a second run replaces them.
+/// `begin_turn` on the first run of a request (a retry is not a turn of its own), which opens
+/// the request's session first (cold-cache eviction reads its idle time and retired images);
+/// a retry passes the first run's [`Passed::cold`] as `memo`. A (host, model) learned to see
+/// no images gets its images replaced up front: the first run tells the model, a second run
+/// replaces them.
 ///
 /// Never fails: an undecodable body, a body the dialect does not describe, or a pass that
 /// panics all send the original bytes (logged).
@@ -136,6 +145,7 @@ pub(crate) async fn run(
     original: Bytes,
     recovery: Option<ImageRejectionKind>,
     begin_turn: bool,
+    memo: Option<ColdMemo>,
 ) -> Passed {
     // Closed only if the state is torn down; then run unbounded rather than fail.
     let _permit = permits.acquire().await.ok();
@@ -143,14 +153,41 @@ pub(crate) async fn run(
     let input = original.clone();
     let joined = tokio::task::spawn_blocking(move || {
         let decoded = crate::wire::body::decode(job.encoding.as_deref(), &input, job.limit)?;
-        Some(run_blocking(&job, &decoded, recovery).map(|outcome| {
-            let accounted = account(&job, &decoded, &outcome, begin_turn);
-            (outcome, accounted)
+        let key = DigestKey::for_credential(job.sealing.as_ref());
+        let opened = if begin_turn {
+            open(&job, &decoded, &key)
+        } else {
+            None
+        };
+        let route = &job.route;
+        // A session with no record (new, or its record purged or unreadable) makes no
+        // cold-cache decision on this turn.
+        let mut unrecorded = None;
+        let memo = memo.or_else(|| {
+            let o = opened.as_ref()?;
+            let (memo, known) = o.cold_memo(route.cache.ttl, &route.provider, &decoded);
+            if !known {
+                unrecorded = Some(o.session().to_owned());
+            }
+            Some(memo)
+        });
+        let cold = memo.as_ref().map(|m| ColdInputs {
+            retired: &m.retired,
+            cold: m.cold,
+            key: &key,
+        });
+        Some(run_blocking(&job, &decoded, recovery, cold).map(|outcome| {
+            if let Some(session) = unrecorded.filter(|_| outcome.report.images.seen > 0) {
+                // A lost record costs one collapse: say why the images changed.
+                tracing::info!(target: "cachekeeper::rewrite", route = %route.name, session = %session, "cold-cache eviction: no record of this session (new, or purged or unreadable): the eviction step function alone decided which images to retire");
+            }
+            let accounted = account(&job, &decoded, &outcome, &key, opened);
+            (outcome, accounted, memo)
         }))
     })
     .await;
     let route = &plan.route.name;
-    let (outcome, (turn, forwarded_prefix)) = match joined {
+    let (outcome, (turn, forwarded_prefix), memo) = match joined {
         Ok(Some(Ok(done))) => done,
         Ok(Some(Err(e))) => {
             tracing::info!(target: "cachekeeper::rewrite", route = %route, reason = %e, "body left unchanged");
@@ -183,17 +220,54 @@ pub(crate) async fn run(
         answers: outcome.answers,
         turn,
         forwarded_prefix,
+        cold: memo,
+        retired: outcome.retired,
     }
 }
 
+/// The turn's input as the session tracker reads it (the forwarded bytes and report are
+/// filled in after the passes).
+fn turn_input<'a>(
+    plan: &'a Plan,
+    key: &'a DigestKey,
+    client: &'a [u8],
+    forwarded: &'a [u8],
+    report: &'a RewriteReport,
+    retired: Option<&'a RetiredSet>,
+) -> TurnInput<'a> {
+    TurnInput {
+        dialect: plan.dialect,
+        route: &plan.route.name,
+        provider: &plan.route.provider,
+        model: plan.path_model.as_deref().unwrap_or(""),
+        scope: &plan.credential_scope,
+        key,
+        client_session: plan.client_session.as_deref(),
+        client,
+        forwarded,
+        report,
+        now_ms: plan.arrived_ms,
+        retired,
+    }
+}
+
+/// Open the session of a generation request (before its passes); `None` for other paths and
+/// for a body whose positions cannot be read.
+fn open(plan: &Plan, decoded: &[u8], key: &DigestKey) -> Option<Opened> {
+    let sessions = plan.sessions.as_ref()?;
+    let none = RewriteReport::default();
+    sessions.open(&turn_input(plan, key, decoded, decoded, &none, None))
+}
+
 /// Cache accounting of a generation request (on the passes' blocking thread): the first run
-/// begins its turn; a retry's run only digests what it forwards. Fails open: a body whose
-/// positions cannot be read is no turn.
+/// commits its opened turn; a retry's run only digests what it forwards. Fails open: a body
+/// whose positions cannot be read is no turn.
 fn account(
     plan: &Plan,
     decoded: &[u8],
     outcome: &RewriteOutcome,
-    begin_turn: bool,
+    key: &DigestKey,
+    opened: Option<Opened>,
 ) -> (Option<TurnAccount>, Option<Prefix>) {
     let Some(sessions) = &plan.sessions else {
         return (None, None);
@@ -202,33 +276,19 @@ fn account(
         Some(b) if !plan.route.dry_run => b.as_slice(),
         _ => decoded,
     };
-    let key = DigestKey::for_credential(plan.sealing.as_ref());
-    if !begin_turn {
-        return (None, Prefix::of(plan.dialect, forwarded, &key));
-    }
-    let model = outcome
-        .report
-        .model
-        .as_deref()
-        .or(plan.path_model.as_deref())
-        .unwrap_or("");
-    let input = TurnInput {
-        dialect: plan.dialect,
-        route: &plan.route.name,
-        provider: &plan.route.provider,
-        model,
-        scope: &plan.credential_scope,
-        key: &key,
-        client_session: plan.client_session.as_deref(),
-        client: decoded,
-        forwarded,
-        report: &outcome.report,
-        now_ms: plan.arrived_ms,
+    let Some(opened) = opened else {
+        return (None, Prefix::of(plan.dialect, forwarded, key));
     };
-    match sessions.begin(&input) {
-        Some((turn, prefix)) => (Some(turn), Some(prefix)),
-        None => (None, None),
-    }
+    let input = turn_input(
+        plan,
+        key,
+        decoded,
+        forwarded,
+        &outcome.report,
+        outcome.retired.as_ref(),
+    );
+    let (turn, prefix) = sessions.commit(opened, &input);
+    (Some(turn), Some(prefix))
 }
 
 /// The pure part: the passes on the decoded body, and the rerun for a model known to see no
@@ -237,6 +297,7 @@ fn run_blocking(
     plan: &Plan,
     decoded: &[u8],
     recovery: Option<ImageRejectionKind>,
+    cold: Option<ColdInputs<'_>>,
 ) -> Result<RewriteOutcome, crate::dialect::ParseError> {
     let route = &plan.route;
     let rejected = ScopedRejections::new(&plan.store, &plan.credential_scope);
@@ -264,7 +325,7 @@ fn run_blocking(
         }),
         usage_in_streams: route.usage_in_streams,
         cache: &route.cache,
-        cold: None,
+        cold,
     };
     let first = rewrite_with_restore(&ctx, &carriers, decoded)?;
     let sees_no_images = first

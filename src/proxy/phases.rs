@@ -118,7 +118,8 @@ async fn proxy(
             ctx.credential_scope = plan.credential_scope.clone();
             ctx.sealing = plan.sealing.clone();
             let client_headers = headers.clone();
-            let passed = passes::run(&plan, &state.passes, original.clone(), None, true).await;
+            let passed =
+                passes::run(&plan, &state.passes, original.clone(), None, true, None).await;
             passed.apply_headers(&mut headers);
             ctx.body = passed.fate;
             ctx.bytes_out = passed.sent.len() as u64;

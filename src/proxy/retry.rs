@@ -147,15 +147,19 @@ pub(crate) async fn on_error_status(
         replay.original,
         recovery,
         false,
+        replay.first.cold.clone(),
     )
     .await;
     if passed.sent == replay.first.sent && passed.set_headers == replay.first.set_headers {
         return as_it_came(head, rest);
     }
     if let (Some(turn), Some(prefix)) = (&ctx.turn, passed.forwarded_prefix.clone()) {
-        state
-            .sessions
-            .replace_forwarded(&ctx.credential_scope, turn, prefix);
+        state.sessions.replace_forwarded(
+            &ctx.credential_scope,
+            turn,
+            prefix,
+            passed.retired.clone(),
+        );
     }
     ctx.retried = Some(match lesson {
         Lesson::UnknownFields(fields) => Retried::Without(fields),

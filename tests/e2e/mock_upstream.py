@@ -38,6 +38,10 @@ Per-request knobs, as request headers (they pass through cachekeeper like any ot
   ``cache-write`` (OpenAI Chat and Responses: ``cache_write_tokens`` reported, as newer models
   do, ``OPENAI_USAGE_CACHE_WRITE`` / ``RESPONSES_USAGE_CACHE_WRITE``). Default: the ``*_USAGE``
   constants.
+- ``x-mock-cache: exact-prefix`` -- (Anthropic) the usage comes from an exact-prefix prompt cache
+  shared by every request to this mock (prefix_cache.py: breakpoints, 20-block lookback, 5-minute
+  / 1-hour TTL on the mock's clock, ``MockUpstream.prefix_cache.advance(ms)``);
+  ``RecordedRequest.cache_usage`` holds the figures.
 - ``x-mock-reasoning: 1`` -- the response carries reasoning carriers (``REASONING_CARRIERS`` says
   how many per dialect): Anthropic a signed ``thinking`` block (``signature_delta`` when streamed)
   and a ``redacted_thinking`` block; OpenAI Chat ``reasoning_content`` (deltas when streamed);
@@ -91,6 +95,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
+import prefix_cache
 import strict_mock
 
 DEFAULT_REPLY = "Hello from the mock upstream."
@@ -185,6 +190,7 @@ class RecordedRequest:
     # the body bytes exactly as written (content-encoded, without the HTTP chunk framing)
     response_body: bytearray = field(default_factory=bytearray)
     reset: bool = False  # the mock reset the connection mid-response (x-mock-reset-after)
+    cache_usage: Any = None  # x-mock-cache: exact-prefix: the prefix_cache.Usage it answered
     # x-mock-strict: the carriers this request delivered, and the 400's message if refused
     carriers: list[strict_mock.Received] = field(default_factory=list)
     strict_error: str | None = None
@@ -263,6 +269,8 @@ class MockUpstream:
         self.on_request = on_request
         self.strict_default = strict
         self.strict = strict_mock.StrictState()
+        # x-mock-cache: exact-prefix (Anthropic): one provider-side cache for every request.
+        self.prefix_cache = prefix_cache.PrefixCache()
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._gates: dict[str, threading.Event] = {}
@@ -654,6 +662,20 @@ class _Handler(BaseHTTPRequestHandler):
         msg_id = f"msg_mock_{n:04d}"
         hdrs = {"request-id": f"req_mock_{n:04d}"}
         usage: dict[str, Any] | None = None if self._usage_variant() == "none" else dict(ANTHROPIC_USAGE)
+        if (self.knob("cache") or "").lower() == "exact-prefix":
+            u = self.upstream.prefix_cache.usage(req)
+            usage = {
+                "input_tokens": u.input_tokens,
+                "cache_creation_input_tokens": u.cache_creation_input_tokens,
+                "cache_read_input_tokens": u.cache_read_input_tokens,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": u.cache_creation_input_tokens - u.cache_creation_1h,
+                    "ephemeral_1h_input_tokens": u.cache_creation_1h,
+                },
+                "output_tokens": 7,
+                "service_tier": "standard",
+            }
+            self.rec.cache_usage = u
         reasoning = self._reasoning()
         thinking_text = "The user wants a greeting; answer briefly."
         if not req.get("stream"):
