@@ -150,6 +150,23 @@ async fn the_client_token_in_its_three_forms() {
     assert_eq!(status, 200);
     assert!(String::from_utf8_lossy(&body).contains("cachekeeper_"));
     assert_eq!(get(&proxy.url("/t/wrong/metrics"), &[]).await.0, 401);
+    // The token is checked before the method (the failing input: a POST without it got 405),
+    // and the 401 names every form.
+    let (status, _, body) = send(&client(), &proxy.url("/metrics"), &[], "{}").await;
+    assert_eq!(status, 401);
+    assert!(
+        String::from_utf8_lossy(&body).contains("Authorization: Bearer"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let (status, _, _) = send(
+        &client(),
+        &proxy.url("/metrics"),
+        &[("x-cachekeeper-token", TOKEN)],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 405, "with the token, a POST is still refused");
     // The dashboard takes the same forms, its API under the segment too (relative URLs).
     assert_eq!(get(&proxy.url("/_cachekeeper/"), &[]).await.0, 401);
     let (status, h, page) = get(&proxy.url(&format!("/t/{TOKEN}/_cachekeeper/")), &[]).await;

@@ -73,6 +73,9 @@ impl PriceEntry {
     /// Why the entry is unusable (a bad glob, a negative or non-finite price, an empty
     /// currency), for the config's error message.
     pub(crate) fn problem(&self) -> Option<String> {
+        if self.model.trim().is_empty() {
+            return Some("model must not be empty (a glob such as \"claude-sonnet-4*\", or \"*\" for every model)".to_owned());
+        }
         if let Err(e) = globset::Glob::new(&self.model) {
             return Some(format!("model {:?} is not a glob: {e}", self.model));
         }
@@ -355,5 +358,9 @@ mod tests {
         assert_eq!(e.problem(), None);
         e.output_per_mtok = -1.0;
         assert!(e.problem().unwrap().contains("output_per_mtok"));
+        // The failing input of a fresh-user pass: an empty model matched nothing, silently.
+        e.output_per_mtok = 1.0;
+        e.model = " ".into();
+        assert!(e.problem().unwrap().contains("model must not be empty"));
     }
 }

@@ -41,7 +41,7 @@ pub(crate) enum ProxyError {
     /// `[server] client_token` is set and the request lacks the right token (header
     /// `x-cachekeeper-token`, a `/t/<token>/` path segment, or for `/metrics` and the
     /// dashboard `Authorization: Bearer`). 401.
-    #[error("cachekeeper: missing or wrong client token (x-cachekeeper-token header or /t/<token>/ path segment)")]
+    #[error("cachekeeper: missing or wrong client token (x-cachekeeper-token header or /t/<token>/ path segment; /metrics and the dashboard also take Authorization: Bearer <token>)")]
     BadClientToken,
     /// Could not connect to the upstream (refused, DNS, TLS). 502.
     #[error("cachekeeper: cannot reach upstream {upstream}: {detail}")]

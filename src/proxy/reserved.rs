@@ -137,19 +137,9 @@ async fn answer(
     req: &Request<Incoming>,
     admission: Admission,
 ) -> Response<ResponseBody> {
-    if !matches!(*req.method(), Method::GET | Method::HEAD) {
-        let mut r = text(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "cachekeeper: GET or HEAD only\n",
-        );
-        r.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return r;
-    }
-    if which == Reserved::Healthz {
-        return text(StatusCode::OK, "ok\n");
-    }
-    if !admission.own() {
+    // The token is checked before the method: without it a reserved path answers 401 to
+    // every method (a POST to /metrics without the token was a 405).
+    if which != Reserved::Healthz && !admission.own() {
         tracing::warn!(
             target: "cachekeeper::server",
             path = %req.uri().path(),
@@ -160,6 +150,15 @@ async fn answer(
             .map(super::phases::full_body);
         r.headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return r;
+    }
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        let mut r = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "cachekeeper: GET or HEAD only\n",
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
     match which {
