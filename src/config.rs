@@ -331,10 +331,22 @@ pub struct RouteConfig {
     /// that carry OpenAI Chat: rejected on a route pinned to another dialect.
     #[serde(default)]
     pub usage_in_streams: bool,
-    /// Not built yet: parsed only so that a config naming it is rejected with that message
-    /// instead of silently ignored (a key that does nothing must not look as if it works).
+    /// `"off"` (the default) or `"auto"`: on the Anthropic wire, add up to 4 `cache_control`
+    /// breakpoints to a request whose client set none (`docs/caching.md#automatic-breakpoints`).
+    /// Rejected on a route pinned to another dialect and on a provider row that caches
+    /// prefixes by itself ([`crate::provider::Provider::caches_automatically`]).
     #[serde(default)]
-    pub cache_breakpoints: Option<toml::Value>,
+    pub cache_breakpoints: Option<crate::caching::Breakpoints>,
+    /// `"5m"` or `"1h"`: the TTL of the breakpoints the proxy adds, and the provider cache
+    /// TTL the session's idle time is judged by (`docs/caching.md#ttl`). Unset: 5 minutes for
+    /// the breakpoints.
+    #[serde(default)]
+    pub cache_ttl: Option<crate::caching::CacheTtl>,
+    /// Prefix stabilisers to run (`["claude_code_billing_line"]`); `[]` runs none. Unset: the
+    /// provider row's default ([`crate::caching::CacheSettings::resolve`]). Anthropic wire
+    /// only: rejected (when not empty) on a route pinned to another dialect.
+    #[serde(default)]
+    pub stabilize: Option<Vec<crate::caching::Stabiliser>>,
     /// Per-route dry run; default: `[server] dry_run`.
     #[serde(default)]
     pub dry_run: Option<bool>,
@@ -427,12 +439,15 @@ impl Config {
             if !seen.insert(r.prefix.trim_end_matches('/').to_owned()) {
                 return invalid(format!("{at}: prefix {:?} is used twice", r.prefix));
             }
-            match r.upstream.parse::<http::Uri>() {
+            let host = match r.upstream.parse::<http::Uri>() {
                 Ok(u)
                     if matches!(u.scheme_str(), Some("http") | Some("https"))
                         && u.host().is_some()
                         && u.query().is_none()
-                        && !u.authority().is_some_and(|a| a.as_str().contains('@')) => {}
+                        && !u.authority().is_some_and(|a| a.as_str().contains('@')) =>
+                {
+                    u.host().unwrap_or_default().to_owned()
+                }
                 _ => {
                     return invalid(format!(
                         "{at}: upstream {:?} must be an http:// or https:// base URL without a \
@@ -440,7 +455,7 @@ impl Config {
                         r.upstream
                     ))
                 }
-            }
+            };
             if let Some(carriers) = &r.carriers {
                 if let Some(bad) = carriers
                     .iter()
@@ -461,11 +476,8 @@ impl Config {
                     ));
                 }
             }
-            if r.cache_breakpoints.is_some() {
-                return invalid(format!(
-                    "{at}: cache_breakpoints: cache breakpoint placement is not built yet; \
-                     remove the key"
-                ));
+            if let Some(problem) = cache_problem(r, &host) {
+                return invalid(format!("{at}: {problem}"));
             }
             if r.usage_in_streams && r.dialect.is_some_and(|d| d != Dialect::Openai) {
                 return invalid(format!(
@@ -499,6 +511,38 @@ impl Config {
         eff.clamp("", &mut Vec::new());
         eff
     }
+}
+
+/// Why a route's prompt-cache keys cannot work, if they cannot (`host`: the upstream's host).
+fn cache_problem(r: &RouteConfig, host: &str) -> Option<String> {
+    use crate::caching::Breakpoints;
+    let pinned = r.dialect.filter(|d| *d != Dialect::Anthropic);
+    if r.cache_breakpoints == Some(Breakpoints::Auto) {
+        if let Some(d) = pinned {
+            return Some(format!(
+                "cache_breakpoints = \"auto\" places Anthropic cache_control markers and applies \
+                 to the Anthropic wire only; this route is pinned to {}",
+                d.as_str()
+            ));
+        }
+        let row = crate::provider::ResolvedProvider::resolve(r.provider.as_deref(), host, None).row;
+        if row.caches_automatically() {
+            return Some(format!(
+                "cache_breakpoints = \"auto\" would do nothing on provider {:?}: it caches prompt \
+                 prefixes by itself, without cache_control markers; remove the key",
+                row.name
+            ));
+        }
+    }
+    if let (Some(d), Some(list)) = (pinned, &r.stabilize) {
+        if !list.is_empty() {
+            return Some(format!(
+                "stabilize applies to Anthropic Messages bodies only; this route is pinned to {}",
+                d.as_str()
+            ));
+        }
+    }
+    None
 }
 
 /// Error of [`Config::from_toml`].
@@ -620,22 +664,12 @@ upstream = "https://api.anthropic.com"
     }
 
     #[test]
-    fn keys_not_built_yet_are_rejected_saying_so() {
+    fn keys_that_cannot_work_are_rejected_saying_why() {
         for (extra, key, says) in [
             (
                 "usage_in_streams = true\ndialect = \"anthropic\"\n",
                 "usage_in_streams",
                 "OpenAI Chat streams only",
-            ),
-            (
-                "cache_breakpoints = \"auto\"\n",
-                "cache_breakpoints",
-                "not built yet",
-            ),
-            (
-                "cache_breakpoints = \"off\"\n",
-                "cache_breakpoints",
-                "not built yet",
             ),
             (
                 "[routes.images]\ntranscode_cache_bytes = 1024\n",
@@ -664,6 +698,151 @@ upstream = "https://api.anthropic.com"
         .unwrap();
         assert_eq!(c.images.transcode_cache_bytes, 1024);
         assert_eq!(c.route_images(&c.routes[0]).transcode_cache_bytes, 1024);
+    }
+
+    fn route(upstream: &str, extra: &str) -> String {
+        format!("[[routes]]\nname = \"r\"\nprefix = \"/r\"\nupstream = \"{upstream}\"\n{extra}")
+    }
+
+    #[test]
+    fn cache_keys_parse() {
+        use crate::caching::{Breakpoints, CacheTtl, Stabiliser};
+        let (c, _) = Config::from_toml(MINIMAL).unwrap();
+        let r = &c.routes[0];
+        assert_eq!(
+            (r.cache_breakpoints, r.cache_ttl, r.stabilize.clone()),
+            (None, None, None)
+        );
+        for (extra, bp, ttl, stab) in [
+            (
+                "cache_breakpoints = \"off\"\n",
+                Some(Breakpoints::Off),
+                None,
+                None,
+            ),
+            (
+                "cache_breakpoints = \"auto\"\ncache_ttl = \"1h\"\n",
+                Some(Breakpoints::Auto),
+                Some(CacheTtl::OneHour),
+                None,
+            ),
+            (
+                "cache_ttl = \"5m\"\n",
+                None,
+                Some(CacheTtl::FiveMinutes),
+                None,
+            ),
+            ("stabilize = []\n", None, None, Some(vec![])),
+            (
+                "stabilize = [\"claude_code_billing_line\"]\n",
+                None,
+                None,
+                Some(vec![Stabiliser::ClaudeCodeBillingLine]),
+            ),
+        ] {
+            let (c, _) = Config::from_toml(&format!("{MINIMAL}{extra}")).unwrap();
+            let r = &c.routes[0];
+            assert_eq!(r.cache_breakpoints, bp, "{extra}");
+            assert_eq!(r.cache_ttl, ttl, "{extra}");
+            assert_eq!(r.stabilize, stab, "{extra}");
+        }
+        // auto is accepted where markers work: Anthropic, gateways, third-party Anthropic
+        // wires without automatic caching, unknown and local hosts.
+        for upstream in [
+            "https://api.anthropic.com",
+            "https://openrouter.ai/api",
+            "https://api.moonshot.ai/anthropic",
+            "https://api.z.ai/api/anthropic",
+            "https://llm.example.com",
+            "http://127.0.0.1:8080",
+        ] {
+            let text = route(upstream, "cache_breakpoints = \"auto\"\n");
+            assert!(Config::from_toml(&text).is_ok(), "{upstream}");
+        }
+    }
+
+    #[test]
+    fn cache_key_typos_name_the_key_and_the_values() {
+        for (extra, key, values) in [
+            (
+                "cache_breakpoints = \"automatic\"\n",
+                "cache_breakpoints",
+                "`off` or `auto`",
+            ),
+            ("cache_breakpoints = true\n", "cache_breakpoints", "string"),
+            ("cache_ttl = \"60m\"\n", "cache_ttl", "`5m` or `1h`"),
+            ("cache_ttl = 300\n", "cache_ttl", "string"),
+            (
+                "stabilize = [\"claude_code_billing\"]\n",
+                "stabilize",
+                "`claude_code_billing_line`",
+            ),
+            (
+                "stabilize = \"claude_code_billing_line\"\n",
+                "stabilize",
+                "sequence",
+            ),
+        ] {
+            let err = Config::from_toml(&format!("{MINIMAL}{extra}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key) && err.contains(values), "{extra}: {err}");
+        }
+    }
+
+    #[test]
+    fn auto_breakpoints_are_rejected_where_they_would_do_nothing() {
+        for (upstream, extra, says) in [
+            (
+                "https://api.openai.com",
+                "",
+                "provider \"openai\": it caches prompt prefixes by itself",
+            ),
+            (
+                "https://api.deepseek.com/anthropic",
+                "",
+                "provider \"deepseek\"",
+            ),
+            (
+                "https://generativelanguage.googleapis.com",
+                "",
+                "provider \"gemini\"",
+            ),
+            (
+                "https://llm.example.com",
+                "provider = \"deepseek\"\n",
+                "provider \"deepseek\"",
+            ),
+            (
+                "https://api.anthropic.com",
+                "dialect = \"openai\"\n",
+                "pinned to openai",
+            ),
+        ] {
+            let text = route(upstream, &format!("{extra}cache_breakpoints = \"auto\"\n"));
+            let err = Config::from_toml(&text).unwrap_err().to_string();
+            assert!(
+                err.contains("cache_breakpoints")
+                    && err.contains(says)
+                    && err.contains("name = \"r\""),
+                "{upstream}: {err}"
+            );
+        }
+        // "off" is fine everywhere.
+        let text = route("https://api.openai.com", "cache_breakpoints = \"off\"\n");
+        assert!(Config::from_toml(&text).is_ok());
+        // A stabiliser on a route pinned to another dialect would do nothing; `[]` is fine.
+        let text = route(
+            "https://api.deepseek.com",
+            "dialect = \"openai\"\nstabilize = [\"claude_code_billing_line\"]\n",
+        );
+        let err = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(err.contains("stabilize applies to Anthropic"), "{err}");
+        let text = route(
+            "https://api.deepseek.com",
+            "dialect = \"openai\"\nstabilize = []\n",
+        );
+        assert!(Config::from_toml(&text).is_ok());
     }
 
     #[test]

@@ -216,7 +216,7 @@ fn check(path: &std::path::Path) -> ExitCode {
             );
         }
         println!(
-            "route {:<12} {:<16} -> {}://{}{}  profile={} matched_by={:?} carriers=[{}] thinking={:?} images={} cache={} dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={}",
+            "route {:<12} {:<16} -> {}://{}{}  profile={} matched_by={:?} carriers=[{}] thinking={:?} images={} cache={} breakpoints={} cache_ttl={} stabilize=[{}] dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={}",
             r.name,
             prefix,
             r.scheme,
@@ -228,6 +228,14 @@ fn check(path: &std::path::Path) -> ExitCode {
             provider.row.thinking,
             provider.images.map(|l| l.name).unwrap_or("from-model"),
             cache_summary(provider.row.cache),
+            r.cache.breakpoints.as_str(),
+            r.cache.ttl.map_or("unset", |t| t.as_str()),
+            r.cache
+                .stabilize
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
             r.dialect.map(|d| d.as_str()).unwrap_or("from-path"),
             r.dry_run,
             r.images.max_blocks,

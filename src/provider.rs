@@ -261,6 +261,18 @@ pub struct Provider {
     pub validates_thought_signatures: bool,
     /// Prompt-cache rules, first match by model prefix wins; empty = none known.
     pub cache: &'static [CacheRule],
+    /// The row's Anthropic-wire endpoint is a third-party model host: not Anthropic, and not
+    /// a gateway that may forward to it. Claude Code's billing line at the head of `system`
+    /// (per conversation, per request with `cch=`) then only keeps requests from sharing the
+    /// cached prefix, so routes on the row get the billing-line stabiliser by default
+    /// (`docs/caching.md#prefix-stabilisers`). False for `anthropic`, the gateways
+    /// (`openrouter`, `copilot`) and `default` (an unknown host may be a gateway to Anthropic).
+    pub third_party_anthropic_wire: bool,
+    /// A 1-hour `cache_control` TTL needs the `extended-cache-ttl-2025-04-11` `anthropic-beta`
+    /// value ([`crate::caching::EXTENDED_CACHE_TTL_BETA`]). False for `anthropic`, whose
+    /// current prompt-caching docs document the 1-hour TTL without a header
+    /// (`docs/caching.md#ttl`).
+    pub ttl_beta: bool,
 }
 
 /// Every dialect: a provider whose wires are not restricted.
@@ -294,6 +306,8 @@ const fn row(
         keep_thinking: None,
         validates_thought_signatures: false,
         cache: &[],
+        third_party_anthropic_wire: true,
+        ttl_beta: true,
     }
 }
 
@@ -323,6 +337,8 @@ pub(crate) const PROVIDERS: &[Provider] = &[
     Provider {
         images: Some(&ANTHROPIC_IMAGES),
         binding_controls: true,
+        third_party_anthropic_wire: false,
+        ttl_beta: false,
         cache: &[CacheRule {
             models: "",
             activation: Explicit,
@@ -358,17 +374,21 @@ pub(crate) const PROVIDERS: &[Provider] = &[
         ],
         ..row("openai", &["openai.com"], &[RC], Strip)
     },
-    row(
-        "openrouter",
-        &[
-            "openrouter.ai",
-            "kilo.ai",
-            "ai-gateway.vercel.sh",
-            "nousresearch.com",
-        ],
-        &[RC, R, RD],
-        Native,
-    ),
+    // Gateways that forward Claude models to Anthropic.
+    Provider {
+        third_party_anthropic_wire: false,
+        ..row(
+            "openrouter",
+            &[
+                "openrouter.ai",
+                "kilo.ai",
+                "ai-gateway.vercel.sh",
+                "nousresearch.com",
+            ],
+            &[RC, R, RD],
+            Native,
+        )
+    },
     Provider {
         images: Some(&GEMINI_IMAGES),
         // Implicit caching (Gemini 2.5 and later): no write charge, no published TTL.
@@ -460,7 +480,10 @@ pub(crate) const PROVIDERS: &[Provider] = &[
     ),
     row("minimax", &["minimax.io", "minimaxi.com"], &[RC, RD], Strip),
     row("ollama", &["ollama.com", "upstage.ai"], &[RC, R], Strip),
-    row("copilot", &["githubcopilot.com"], &[RC, CO], Strip),
+    Provider {
+        third_party_anthropic_wire: false,
+        ..row("copilot", &["githubcopilot.com"], &[RC, CO], Strip)
+    },
     // Local endpoints: matched by address, not by domain. Anthropic-wire traffic to a local
     // server is passed through (a local gateway or mock, not a signature-less model host).
     LOCAL,
@@ -468,9 +491,18 @@ pub(crate) const PROVIDERS: &[Provider] = &[
 ];
 
 const LOCAL: Provider = row("local", &[], &[RC, R], Native);
-const DEFAULT: Provider = row("default", &[], &[RC], Strip);
+const DEFAULT: Provider = Provider {
+    third_party_anthropic_wire: false,
+    ..row("default", &[], &[RC], Strip)
+};
 
 impl Provider {
+    /// The row caches prompt prefixes by itself for every model (every cache rule is
+    /// [`CacheActivation::Automatic`]): `cache_control` breakpoints would do nothing there.
+    pub(crate) fn caches_automatically(&self) -> bool {
+        !self.cache.is_empty() && self.cache.iter().all(|r| r.activation == Automatic)
+    }
+
     /// The cache rule for `model` (first rule whose prefix the model's leaf name, lowercased
     /// and without a `vendor/` part, starts with), if the row has one.
     pub(crate) fn cache_rule(&self, model: &str) -> Option<&'static CacheRule> {

@@ -12,10 +12,13 @@
 //! [`crate::json::scan`]); the dialect gives its image sites ([`crate::dialect::doc::Walk`])
 //! and turns. [`crate::images::passes::run`] repairs, downscales, caps repeats and then asks the
 //! eviction policy ([`crate::images::policy::retire_count`]) how many oldest carriers to
-//! retire; [`crate::reasoning::shape`] shapes the reasoning carriers. Both return edits of the
-//! original bytes, which [`crate::json::edit::splice_all`] writes in one go.
+//! retire; [`crate::reasoning::shape`] shapes the reasoning carriers; on the Anthropic wire
+//! [`crate::caching`] runs the route's prefix stabilisers and places automatic cache
+//! breakpoints. All return edits of the original bytes, which [`crate::json::edit::splice_all`]
+//! writes in one go (a breakpoint on a block another pass replaces is placed on that pass's
+//! output instead).
 
-use crate::caching::CacheSettings;
+use crate::caching::{self, Breakpoints, CacheSettings, CacheTtl};
 use crate::config::ImagesConfig;
 use crate::dialect;
 use crate::dialect::doc::Doc;
@@ -294,12 +297,33 @@ fn rewrite_doc(
         outcome.report.usage_in_streams = true;
         outcome.report.reasons.push(stream_usage::REASON.to_owned());
     }
+    let cached = cache_passes(ctx, doc);
     let Some(inputs) = &ctx.reasoning else {
-        outcome.body = splice_images(body, image_edits, &mut outcome.report);
+        if let Ok(new) = json::edit::splice_all(body, &[&image_edits, &cached.edits]) {
+            outcome.body = (new != body).then_some(new);
+            apply_cached(ctx, cached, &mut outcome);
+        } else {
+            // A marker on an image block the image passes replace: markers go on their output.
+            outcome.body = splice_images(body, image_edits, &mut outcome.report);
+            cache_in_turn(ctx, body, &mut outcome);
+        }
         return Ok(outcome);
     };
-    let first_changed_byte = image_edits.iter().map(|e| e.range.start).min();
+    // The stabiliser's removal changes the binding prefix; a marker is not part of it.
+    let first_changed_byte = image_edits
+        .iter()
+        .map(|e| e.range.start)
+        .chain(cached.changed_from)
+        .min();
     let shaped = shape_pass(inputs, doc, first_changed_byte, &mut outcome);
+    if let Ok(new) = json::edit::splice_all(body, &[&image_edits, &shaped.edits, &cached.edits]) {
+        outcome.body = (new != body).then_some(new);
+        apply_shaped(shaped, &mut outcome);
+        apply_cached(ctx, cached, &mut outcome);
+        return Ok(outcome);
+    }
+    // Some edits overlap: image and shaping edits as below, then the prompt-cache passes on
+    // their output (a marker may sit on a block another pass replaced).
     match json::edit::splice_all(body, &[&image_edits, &shaped.edits]) {
         Ok(new) => {
             outcome.body = (new != body).then_some(new);
@@ -312,7 +336,128 @@ fn rewrite_doc(
             shape_in_turn(ctx.dialect, inputs, body, images_out, &mut outcome);
         }
     }
+    cache_in_turn(ctx, body, &mut outcome);
     Ok(outcome)
+}
+
+/// The prompt-cache passes' edits of one body ([`cache_passes`]).
+#[derive(Debug, Default)]
+struct CacheEdits {
+    edits: Vec<Edit>,
+    /// Lowest byte the stabilisers remove (for shaping's binding check).
+    changed_from: Option<usize>,
+    reasons: Vec<String>,
+    breakpoints_added: usize,
+    stabilized: usize,
+    /// 1-hour markers were placed on a row that needs [`caching::EXTENDED_CACHE_TTL_BETA`].
+    wants_ttl_beta: bool,
+}
+
+/// Pass 7, the prompt-cache passes ([`crate::caching`]) over `doc`, Anthropic Messages only:
+/// the route's stabilisers, then (`cache_breakpoints = "auto"`) the breakpoints, which never
+/// mark a block a stabiliser removes. A 1-hour `cache_ttl` places 1-hour markers, except for a
+/// (host, model) learned to reject [`caching::EXTENDED_CACHE_TTL_BETA`]: 5-minute markers there.
+fn cache_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> CacheEdits {
+    let mut out = CacheEdits::default();
+    if ctx.dialect != Dialect::Anthropic {
+        return out;
+    }
+    let provider = ctx.reasoning.map(|r| r.provider);
+    let stab = caching::stabilize::stabilize(
+        &ctx.cache.stabilize,
+        doc,
+        provider.map_or("this route", |p| p.row.name),
+    );
+    out.changed_from = stab.edits.iter().map(|e| e.range.start).min();
+    out.stabilized = stab.removed.len();
+    out.edits = stab.edits;
+    out.reasons = stab.reasons;
+    if ctx.cache.breakpoints != Breakpoints::Auto {
+        return out;
+    }
+    let mut ttl = ctx.cache.ttl;
+    let mut learned = None;
+    if ttl == Some(CacheTtl::OneHour) {
+        if let Some(inputs) = &ctx.reasoning {
+            let model = doc.model.as_deref().or(inputs.path_model);
+            let beta = Field::Beta(caching::EXTENDED_CACHE_TTL_BETA.to_owned());
+            if let Some(m) = model.filter(|m| {
+                inputs
+                    .verdicts
+                    .omit(&inputs.provider.host, m)
+                    .contains(&beta)
+            }) {
+                ttl = None;
+                learned = Some(format!(
+                    "cache_breakpoints: {} rejected {} for {m} (learned): 5m markers instead of 1h",
+                    inputs.provider.host,
+                    caching::EXTENDED_CACHE_TTL_BETA
+                ));
+            }
+        }
+    }
+    let placed = caching::breakpoints::place(doc, ttl, &stab.removed);
+    if placed.added > 0 {
+        out.reasons.extend(learned);
+        out.wants_ttl_beta =
+            ttl == Some(CacheTtl::OneHour) && provider.is_some_and(|p| p.row.ttl_beta);
+    }
+    out.breakpoints_added = placed.added;
+    out.edits.extend(placed.edits);
+    out.reasons.extend(placed.reasons);
+    out
+}
+
+/// Record what the prompt-cache passes did; merge the 1-hour TTL beta into `anthropic-beta`
+/// (over what shaping set, else the client's header) when it is wanted.
+fn apply_cached(ctx: &RewriteContext<'_>, c: CacheEdits, outcome: &mut RewriteOutcome) {
+    outcome.report.breakpoints_added = c.breakpoints_added;
+    outcome.report.stabilized = c.stabilized;
+    outcome.report.reasons.extend(c.reasons);
+    if !c.wants_ttl_beta {
+        return;
+    }
+    let current = reasoning::betas::forwarded(
+        ctx.reasoning.and_then(|r| r.anthropic_beta),
+        &outcome.set_headers,
+    );
+    let Some(merged) = reasoning::merge_beta(current, caching::EXTENDED_CACHE_TTL_BETA) else {
+        return;
+    };
+    outcome
+        .set_headers
+        .retain(|(n, _)| !n.eq_ignore_ascii_case(reasoning::betas::HEADER));
+    outcome
+        .set_headers
+        .push((reasoning::betas::HEADER.to_owned(), merged));
+}
+
+/// The prompt-cache passes on the other passes' output (`outcome.body`, or `original` when
+/// they changed nothing), with a second parse: the fallback when their edits overlap.
+fn cache_in_turn(ctx: &RewriteContext<'_>, original: &[u8], outcome: &mut RewriteOutcome) {
+    let runs = !ctx.cache.stabilize.is_empty() || ctx.cache.breakpoints == Breakpoints::Auto;
+    if ctx.dialect != Dialect::Anthropic || !runs {
+        return;
+    }
+    let current = outcome.body.clone().unwrap_or_else(|| original.to_vec());
+    let Ok(doc) = dialect::parse(&current, ctx.dialect) else {
+        return;
+    };
+    let cached = cache_passes(ctx, &doc);
+    if cached.edits.is_empty() {
+        apply_cached(ctx, cached, outcome);
+        return;
+    }
+    match json::splice(&current, cached.edits.clone()) {
+        Ok(new) => {
+            outcome.body = (new != original).then_some(new);
+            apply_cached(ctx, cached, outcome);
+        }
+        Err(e) => outcome
+            .report
+            .reasons
+            .push(format!("prompt-cache passes skipped: {e}")),
+    }
 }
 
 /// The image passes' edits spliced alone; `None` when there are none. A failure (cannot
@@ -467,6 +612,8 @@ fn image_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> (Vec<Edit>, RewriteO
         shape: ShapeCounts::default(),
         usage_in_streams: false,
         restore: RestoreCounts::default(),
+        breakpoints_added: 0,
+        stabilized: 0,
     };
     (
         edits,
@@ -977,5 +1124,305 @@ mod tests {
             rewrite_with_restore(&ctx, &known, &dropped).unwrap().body,
             None
         );
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod cache_tests {
+    use super::*;
+    use crate::caching::{Breakpoints, CacheSettings, CacheTtl, Stabiliser};
+    use crate::provider::Provider;
+    use serde_json::{json, Value};
+
+    fn fixture(name: &str) -> String {
+        std::fs::read_to_string(format!(
+            "{}/tests/fixtures/agents/claude_code/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    }
+
+    /// A recorded Claude Code body without its own markers.
+    fn unmarked(name: &str) -> String {
+        fixture(name)
+            .replace(
+                r#","cache_control":{"type":"ephemeral","scope":"global"}"#,
+                "",
+            )
+            .replace(r#","cache_control":{"type":"ephemeral"}"#, "")
+    }
+
+    fn ctx<'a>(
+        images: &'a ImagesConfig,
+        provider: &'a ResolvedProvider,
+        cache: &'a CacheSettings,
+        beta: Option<&'a str>,
+        verdicts: &'a dyn VerdictLookup,
+    ) -> RewriteContext<'a> {
+        RewriteContext {
+            dialect: Dialect::Anthropic,
+            images,
+            transcodes: None,
+            credential_scope: "",
+            image_recovery: None,
+            reasoning: Some(ReasoningInputs {
+                provider,
+                upstream_path: "/v1/messages",
+                droppable_params: &[],
+                droppable_betas: &[],
+                anthropic_beta: beta,
+                path_model: None,
+                verdicts,
+                rejected: &(),
+            }),
+            usage_in_streams: false,
+            cache,
+            cold: None,
+        }
+    }
+
+    fn auto(ttl: Option<CacheTtl>, stabilize: &[Stabiliser]) -> CacheSettings {
+        CacheSettings {
+            breakpoints: Breakpoints::Auto,
+            ttl,
+            stabilize: stabilize.to_vec(),
+        }
+    }
+
+    fn system_markers(v: &Value) -> Vec<usize> {
+        v["system"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.get("cache_control").is_some())
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// A third-party Anthropic-wire route: the billing line goes, then the markers are placed
+    /// on what is left (never on the removed block), with the 1h TTL beta merged into the
+    /// client's `anthropic-beta`; both are logged and counted.
+    #[test]
+    fn stabiliser_then_breakpoints_on_a_third_party_route() {
+        let images = ImagesConfig::default();
+        let kimi = ResolvedProvider::resolve(None, "api.moonshot.ai", None);
+        let cache = CacheSettings::resolve(
+            Some(Breakpoints::Auto),
+            Some(CacheTtl::OneHour),
+            None,
+            kimi.row,
+        );
+        let body = unmarked("direct-5-tools-turn3.json");
+        let c = ctx(&images, &kimi, &cache, Some("client-beta-1"), &());
+        let out = rewrite_request(&c, body.as_bytes()).unwrap();
+        let sent = out.body.clone().unwrap();
+        let v: Value = serde_json::from_slice(&sent).unwrap();
+        assert!(!String::from_utf8_lossy(&sent).contains("x-anthropic-billing-header"));
+        assert_eq!(v["system"].as_array().unwrap().len(), 2);
+        assert_eq!(system_markers(&v), [1]);
+        assert_eq!(
+            v["system"][1]["cache_control"],
+            json!({"type": "ephemeral", "ttl": "1h"})
+        );
+        assert_eq!(out.report.stabilized, 1);
+        assert_eq!(out.report.breakpoints_added, 4);
+        assert_eq!(
+            out.set_headers,
+            [(
+                "anthropic-beta".to_owned(),
+                format!("client-beta-1,{}", caching::EXTENDED_CACHE_TTL_BETA)
+            )]
+        );
+        let reasons = out.report.reasons.join("\n");
+        assert!(reasons.contains("stabilize: removed Claude Code's billing line from system[0]"));
+        assert!(reasons.contains("on kimi)"));
+        assert!(reasons.contains("cache_breakpoints: 4 cache_control marker(s) added (1h;"));
+        // Deterministic, and the forwarded body is left alone by a second run.
+        assert_eq!(rewrite_request(&c, body.as_bytes()).unwrap().body, out.body);
+        let again = rewrite_request(&c, &sent).unwrap();
+        assert_eq!(again.body, None);
+        // A client that already sends the beta gets no header.
+        let beta = format!("a, {}", caching::EXTENDED_CACHE_TTL_BETA);
+        let c = ctx(&images, &kimi, &cache, Some(&beta), &());
+        assert!(rewrite_request(&c, body.as_bytes())
+            .unwrap()
+            .set_headers
+            .is_empty());
+    }
+
+    /// A (host, model) learned to reject the TTL beta: 5-minute markers, no header.
+    #[test]
+    fn a_learned_ttl_beta_rejection_places_5m_markers() {
+        struct RejectsTtlBeta;
+        impl VerdictLookup for RejectsTtlBeta {
+            fn omit(&self, host: &str, model: &str) -> FieldSet {
+                assert_eq!((host, model), ("api.moonshot.ai", "claude-opus-4-8"));
+                FieldSet::from([Field::Beta(caching::EXTENDED_CACHE_TTL_BETA.to_owned())])
+            }
+        }
+        let images = ImagesConfig::default();
+        let kimi = ResolvedProvider::resolve(None, "api.moonshot.ai", None);
+        let cache = auto(Some(CacheTtl::OneHour), &[]);
+        let body = unmarked("direct-5-tools-turn3.json");
+        let out = rewrite_request(
+            &ctx(&images, &kimi, &cache, None, &RejectsTtlBeta),
+            body.as_bytes(),
+        )
+        .unwrap();
+        let sent = String::from_utf8(out.body.unwrap()).unwrap();
+        assert!(!sent.contains("\"ttl\""));
+        assert_eq!(
+            sent.matches(r#""cache_control":{"type":"ephemeral"}"#)
+                .count(),
+            4
+        );
+        assert!(out.set_headers.is_empty());
+        assert!(out
+            .report
+            .reasons
+            .iter()
+            .any(|r| r.contains("(learned): 5m markers")));
+    }
+
+    /// Anthropic itself documents the 1h TTL without a header: none is sent.
+    #[test]
+    fn anthropic_gets_1h_markers_without_the_beta() {
+        let images = ImagesConfig::default();
+        let anthropic = ResolvedProvider::resolve(None, "api.anthropic.com", None);
+        let cache = auto(Some(CacheTtl::OneHour), &[]);
+        let body = unmarked("direct-3-read.json");
+        let out = rewrite_request(
+            &ctx(&images, &anthropic, &cache, None, &()),
+            body.as_bytes(),
+        )
+        .unwrap();
+        assert!(out.report.breakpoints_added >= 3);
+        assert!(out.set_headers.is_empty());
+        let sent = String::from_utf8(out.body.unwrap()).unwrap();
+        assert!(
+            sent.contains("x-anthropic-billing-header"),
+            "not stabilised"
+        );
+    }
+
+    /// On anthropic routes (the row's defaults: no stabiliser, breakpoints off) every
+    /// recorded Claude Code body goes as it would with every prompt-cache pass off.
+    #[test]
+    fn anthropic_route_defaults_are_byte_identical() {
+        let images = ImagesConfig::default();
+        let anthropic = ResolvedProvider::resolve(None, "api.anthropic.com", None);
+        let defaults = CacheSettings::resolve(None, None, None, anthropic.row);
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/agents/claude_code"
+        );
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let body = std::fs::read(&path).unwrap();
+            let with =
+                rewrite_request(&ctx(&images, &anthropic, &defaults, None, &()), &body).unwrap();
+            let off = rewrite_request(
+                &ctx(&images, &anthropic, &caching::CACHE_OFF, None, &()),
+                &body,
+            )
+            .unwrap();
+            assert_eq!(with.body, off.body, "{path:?}");
+            assert_eq!(with.body, None, "{path:?}");
+            assert_eq!(with.report.stabilized + with.report.breakpoints_added, 0);
+        }
+    }
+
+    /// The TTL beta is merged into the `anthropic-beta` shaping sets (the binding beta, set
+    /// because the stabiliser changed the binding prefix of signed thinking), not written over
+    /// it.
+    #[test]
+    fn the_ttl_beta_merges_with_shapings_header() {
+        static BINDING_AND_TTL_BETA: Provider = Provider {
+            ttl_beta: true,
+            ..crate::provider::PROVIDERS[0]
+        };
+        let images = ImagesConfig::default();
+        let provider = ResolvedProvider {
+            row: &BINDING_AND_TTL_BETA,
+            ..ResolvedProvider::resolve(None, "api.anthropic.com", None)
+        };
+        assert_eq!(provider.row.name, "anthropic");
+        let cache = auto(
+            Some(CacheTtl::OneHour),
+            &[Stabiliser::ClaudeCodeBillingLine],
+        );
+        let body = unmarked("firstparty-3-tools-turn3.json");
+        let out = rewrite_request(
+            &ctx(&images, &provider, &cache, Some("c"), &()),
+            body.as_bytes(),
+        )
+        .unwrap();
+        assert!(out.report.shape.binding_set, "{:?}", out.report.reasons);
+        assert_eq!(
+            out.set_headers,
+            [(
+                "anthropic-beta".to_owned(),
+                format!(
+                    "c,{},{}",
+                    crate::reasoning::BINDING_BETA,
+                    caching::EXTENDED_CACHE_TTL_BETA
+                )
+            )]
+        );
+    }
+
+    /// A marker that would land on an image block the image passes replace (an SVG, which the
+    /// provider rejects, becomes a text block): the markers are placed on the image passes'
+    /// output instead.
+    #[test]
+    fn a_marker_on_a_replaced_image_goes_on_its_replacement() {
+        use base64::Engine as _;
+        let svg = base64::engine::general_purpose::STANDARD
+            .encode(b"<svg xmlns=\"http://www.w3.org/2000/svg\"/>");
+        let body = serde_json::to_vec(&json!({"model": "claude-opus-4-5", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "look"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/svg+xml",
+                 "data": svg}}]}]}))
+        .unwrap();
+        let images = ImagesConfig::default();
+        let cache = auto(None, &[]);
+        for reasoning in [true, false] {
+            let provider = ResolvedProvider::resolve(None, "api.anthropic.com", None);
+            let mut c = ctx(&images, &provider, &cache, None, &());
+            if !reasoning {
+                c.reasoning = None;
+            }
+            let out = rewrite_request(&c, &body).unwrap();
+            assert_eq!(out.report.images.replaced, 1);
+            assert_eq!(out.report.breakpoints_added, 1);
+            let v: Value = serde_json::from_slice(&out.body.unwrap()).unwrap();
+            let block = &v["messages"][0]["content"][1];
+            assert_eq!(block["type"], "text");
+            assert_eq!(block["cache_control"], json!({"type": "ephemeral"}));
+        }
+    }
+
+    /// Other dialects: the prompt-cache passes never run.
+    #[test]
+    fn other_dialects_are_untouched() {
+        let images = ImagesConfig::default();
+        let provider = ResolvedProvider::resolve(None, "api.moonshot.ai", None);
+        let cache = auto(
+            Some(CacheTtl::OneHour),
+            &[Stabiliser::ClaudeCodeBillingLine],
+        );
+        let body = br#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#;
+        let c = RewriteContext {
+            dialect: Dialect::Openai,
+            ..ctx(&images, &provider, &cache, None, &())
+        };
+        let out = rewrite_request(&c, body).unwrap();
+        assert_eq!(out.body, None);
+        assert_eq!(out.report.breakpoints_added, 0);
     }
 }

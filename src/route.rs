@@ -32,7 +32,8 @@ pub struct Route {
     pub dry_run: bool,
     /// Ask OpenAI Chat streams for their usage chunk (`usage_in_streams`).
     pub usage_in_streams: bool,
-    /// Prompt-cache settings: breakpoints, TTL, stabilisers ([`crate::caching`]).
+    /// Prompt-cache settings: breakpoints, TTL, stabilisers ([`crate::caching`]), from the
+    /// route's keys and its provider row's defaults ([`crate::caching::CacheSettings::resolve`]).
     pub cache: crate::caching::CacheSettings,
     /// The route's provider row, resolved once from its `provider` key, else the upstream
     /// host, with the route's `carriers = [...]` applied ([`ResolvedProvider::resolve`]).
@@ -102,6 +103,14 @@ impl RouteTable {
                 ));
             };
             let host_key = verdict_host(&authority, &scheme);
+            let provider =
+                ResolvedProvider::resolve(r.provider.as_deref(), &host_key, r.carriers.as_deref());
+            let cache = crate::caching::CacheSettings::resolve(
+                r.cache_breakpoints,
+                r.cache_ttl,
+                r.stabilize.as_deref(),
+                provider.row,
+            );
             routes.push(Arc::new(Route {
                 name: r.name.clone(),
                 prefix: r.prefix.trim_end_matches('/').to_owned(),
@@ -111,12 +120,8 @@ impl RouteTable {
                 images: config.route_images(r),
                 dry_run: r.dry_run.unwrap_or(config.server.dry_run),
                 usage_in_streams: r.usage_in_streams,
-                cache: crate::caching::CacheSettings::OFF,
-                provider: ResolvedProvider::resolve(
-                    r.provider.as_deref(),
-                    &host_key,
-                    r.carriers.as_deref(),
-                ),
+                cache,
+                provider,
                 authority,
             }));
         }
@@ -311,6 +316,57 @@ upstream = "http://127.0.0.1:9000/base"
         assert_eq!(
             t.find("/x/v1", None).unwrap().route.provider.host,
             "api.openai.com"
+        );
+    }
+
+    #[test]
+    fn cache_settings_resolve_from_keys_and_row() {
+        use crate::caching::{Breakpoints, CacheTtl, Stabiliser};
+        let (c, _) = Config::from_toml(
+            r#"
+[[routes]]
+name = "anthropic"
+prefix = "/anthropic"
+upstream = "https://api.anthropic.com"
+cache_breakpoints = "auto"
+cache_ttl = "1h"
+[[routes]]
+name = "deepseek"
+prefix = "/deepseek"
+upstream = "https://api.deepseek.com/anthropic"
+[[routes]]
+name = "kimi-off"
+prefix = "/kimi"
+upstream = "https://api.moonshot.ai/anthropic"
+stabilize = []
+[[routes]]
+name = "gateway"
+prefix = "/gw"
+upstream = "https://llm.example.com"
+[[routes]]
+name = "local"
+prefix = "/local"
+upstream = "http://127.0.0.1:8080"
+"#,
+        )
+        .unwrap();
+        let t = RouteTable::new(&c).unwrap();
+        let cache = |p: &str| t.find(p, None).unwrap().route.cache.clone();
+        let a = cache("/anthropic");
+        assert_eq!(a.breakpoints, Breakpoints::Auto);
+        assert_eq!(a.ttl, Some(CacheTtl::OneHour));
+        assert!(a.stabilize.is_empty(), "Anthropic handles the billing line");
+        let billing = vec![Stabiliser::ClaudeCodeBillingLine];
+        assert_eq!(cache("/deepseek").stabilize, billing);
+        assert_eq!(cache("/deepseek").breakpoints, Breakpoints::Off);
+        assert_eq!(cache("/local").stabilize, billing);
+        assert!(
+            cache("/kimi").stabilize.is_empty(),
+            "[] turns the default off"
+        );
+        assert!(
+            cache("/gw").stabilize.is_empty(),
+            "an unknown host may be Anthropic"
         );
     }
 

@@ -566,7 +566,8 @@ async fn eviction_happens_through_the_proxy_plain_and_gzip() {
          images_replaced=0; images_retired=8; carriers_retired=8; images_failed_open=21; \
          reasoning_edits=0; carriers_dropped=0; carriers_filled=0; echo_pads=0; \
          thinking_stripped=0; thinking_rejected=0; cache_control_moved=0; params_dropped=0; flags_added=0; \
-         binding_set=0; usage_in_streams=0; reasoning_restored=0; restored_reasoning_content=0; \
+         binding_set=0; usage_in_streams=0; breakpoints_added=0; stabilized=0; reasoning_restored=0; \
+         restored_reasoning_content=0; \
          restored_reasoning=0; restored_reasoning_details=0; restored_thought_signature=0; \
          restored_thinking=0; restored_redacted_thinking=0; restored_reasoning_item=0; \
          restored_placeholder_signature=0; body=rewritten",

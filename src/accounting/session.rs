@@ -519,6 +519,10 @@ fn attribute(
         };
     }
     let i = &report.images;
+    // Only a stabiliser edits `system` (images and carriers live in messages).
+    if at == Position::System && report.stabilized > 0 {
+        return Cause::Stabiliser;
+    }
     if i.retired > 0 || i.carriers_retired > 0 {
         Cause::Eviction
     } else if i.repaired + i.downscaled + i.replaced + i.repeat_capped > 0 {
@@ -813,6 +817,31 @@ mod tests {
             );
         let t = r.turn(one_h.as_bytes(), one_h.as_bytes(), &none, 20 * MIN);
         assert_eq!(t.collapse.unwrap().cause, Cause::ClientHistory);
+    }
+
+    /// A system prompt the client kept while the forwarded one changed, on a turn a
+    /// stabiliser acted on (e.g. the first turn after `stabilize` was turned on).
+    #[test]
+    fn a_stabiliser_is_the_cause_of_a_system_change_it_made() {
+        let key = DigestKey::for_credential(None);
+        let client = Prefix::of(
+            Dialect::Anthropic,
+            br#"{"model":"m","system":"s","messages":[]}"#,
+            &key,
+        )
+        .unwrap();
+        let report = RewriteReport {
+            stabilized: 1,
+            ..RewriteReport::default()
+        };
+        let cause = |at| attribute(at, None, &client, None, None, &report);
+        assert_eq!(cause(Position::System), Cause::Stabiliser);
+        assert_eq!(cause(Position::Message(0)), Cause::ClientHistory);
+        let system = Some(Position::System);
+        assert_eq!(
+            attribute(Position::System, system, &client, None, None, &report),
+            Cause::ClientSystem
+        );
     }
 
     #[test]

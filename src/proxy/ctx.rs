@@ -370,6 +370,8 @@ impl RequestCtx {
             flags_added = c.flags_added,
             binding_set = usize::from(c.binding_set),
             usage_in_streams = usize::from(r.usage_in_streams),
+            breakpoints_added = r.breakpoints_added,
+            stabilized = r.stabilized,
             reasoning_restored = r.restore.turns,
             restored_reasoning_content = r.restore.reasoning_content,
             restored_reasoning = r.restore.reasoning,
@@ -563,6 +565,8 @@ pub(crate) mod tests {
                 reasoning_item: 26,
                 placeholder_signature: 27,
             },
+            breakpoints_added: 28,
+            stabilized: 29,
             ..RewriteReport::default()
         };
         ctx.retried = Some(Retried::Image(ImageRejectionKind::TooLarge {

@@ -21,10 +21,14 @@ pub struct RewriteReport {
     pub usage_in_streams: bool,
     /// What carrier restore (pass 5) put back.
     pub restore: RestoreCounts,
+    /// `cache_control` breakpoints the proxy added (`cache_breakpoints = "auto"`, ≤ 4).
+    pub breakpoints_added: usize,
+    /// Blocks a prefix stabiliser removed (`stabilize`).
+    pub stabilized: usize,
 }
 
 /// Number of entries [`RewriteReport::counters`] returns.
-pub(crate) const COUNTERS: usize = 28;
+pub(crate) const COUNTERS: usize = 30;
 
 impl RewriteReport {
     /// Every counter as `(name, value)`, in the order of `x-cachekeeper-rewrites`; the same
@@ -54,6 +58,8 @@ impl RewriteReport {
             ("flags_added", c.flags_added),
             ("binding_set", usize::from(c.binding_set)),
             ("usage_in_streams", usize::from(self.usage_in_streams)),
+            ("breakpoints_added", self.breakpoints_added),
+            ("stabilized", self.stabilized),
             ("reasoning_restored", self.restore.turns),
         ];
         // The restore kinds' names come from the restore pass (one list).

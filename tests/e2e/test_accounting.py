@@ -54,6 +54,14 @@ prefix = "/deepseek"
 upstream = "{mock.url}"
 provider = "deepseek"
 dialect = "anthropic"
+
+[[routes]]
+name = "deepseek-raw"
+prefix = "/deepseek-raw"
+upstream = "{mock.url}"
+provider = "deepseek"
+dialect = "anthropic"
+stabilize = []
 """
 
 
@@ -133,8 +141,10 @@ def test_claude_codes_billing_line_is_one_session_and_churns_only_off_anthropic(
     with MockUpstream() as mock, launch_proxy(tmp_path, _routes(mock)) as proxy:
         log = RequestLog(proxy.stderr_path)
         by_route = {}
-        for route in ("anthropic", "deepseek"):
+        forwarded = {}
+        for route in ("anthropic", "deepseek", "deepseek-raw"):
             log.mark()
+            mock.clear()
             for body in _claude_code_bodies():
                 r = raw_request(
                     proxy.base_url,
@@ -145,11 +155,18 @@ def test_claude_codes_billing_line_is_one_session_and_churns_only_off_anthropic(
                 )
                 assert r.status == 200, r
             by_route[route] = _turns(log, 3)
+            forwarded[route] = [q.json()["system"][0]["text"] for q in mock.matching("POST", "/v1/messages")]
     for route, lines in by_route.items():
         assert len({l["session"] for l in lines}) == 1, (route, lines)
         assert [l["turn"] for l in lines] == [1, 2, 3], route
     assert _collapses(by_route["anthropic"]) == []
-    assert _collapses(by_route["deepseek"]) == [
+    # deepseek's default stabiliser removes the line (docs/caching.md#prefix-stabilisers): the
+    # forwarded system prompt is stable and nothing collapses; with `stabilize = []` it churns.
+    assert [l["stabilized"] for l in by_route["deepseek"]] == [1, 1, 1]
+    assert not any("x-anthropic-billing-header" in t for t in forwarded["deepseek"]), forwarded
+    assert all("x-anthropic-billing-header" in t for t in forwarded["anthropic"] + forwarded["deepseek-raw"])
+    assert _collapses(by_route["deepseek"]) == []
+    assert _collapses(by_route["deepseek-raw"]) == [
         (2, "system", "client_system", WRITE_TOKENS),
         (3, "system", "client_system", WRITE_TOKENS),
     ]
