@@ -180,6 +180,42 @@ fn nothing_recorded_yet() {
 }
 
 #[test]
+fn the_report_changes_nothing_and_skips_unreadable_rows() {
+    // The failing inputs of a fresh-user pass: a 0-byte file got the store's table (the
+    // report opened it read-write), and one row whose value was TEXT failed the whole report.
+    let env = env();
+    std::fs::write(&env.db, b"").unwrap();
+    let out = report(&env.cfg, &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a cachekeeper state file"),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::metadata(&env.db).unwrap().len(),
+        0,
+        "left as it was"
+    );
+    std::fs::remove_file(&env.db).unwrap();
+    write_turns(&env, &fixture());
+    let conn = rusqlite::Connection::open(&env.db).unwrap();
+    conn.execute(
+        "INSERT INTO records (kind, scope, key, version, value, bytes, written_at)
+         VALUES ('usage', '', 'zz\n00000001', 1, 'not json', 64, 0)",
+        [],
+    )
+    .unwrap();
+    let before = std::fs::read(&env.db).unwrap();
+    let text = ok(&report(&env.cfg, &[]));
+    assert!(text.contains("session"), "{text}");
+    assert_eq!(
+        std::fs::read(&env.db).unwrap(),
+        before,
+        "the file is not written"
+    );
+}
+
+#[test]
 fn table_of_sessions_and_collapses_by_cause() {
     let env = env();
     let turns = fixture();

@@ -68,8 +68,8 @@ pub fn run(args: &ReportArgs) -> ExitCode {
     let opts = StoreOptions::from_config(&loaded.config.state, &loaded.base_dir);
     let path = opts.path.display().to_string();
     let turns = if opts.path.exists() {
-        let read =
-            SqliteBackend::open(&opts.path, opts.max_bytes).and_then(|mut b| b.scan(Kind::Usage));
+        // Read-only: the report changes nothing (a read-only copy of the file works too).
+        let read = SqliteBackend::open_read_only(&opts.path).and_then(|mut b| b.scan(Kind::Usage));
         match read {
             Ok(records) => turns_from(&records),
             Err(e) => {

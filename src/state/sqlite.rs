@@ -167,10 +167,24 @@ impl SqliteBackend {
         Self::over(conn)
     }
 
-    /// Open an existing, migrated file read-only (tests: a store whose writes fail).
-    #[cfg(test)]
+    /// Open an existing, migrated file read-only (`cachekeeper report`, which must change
+    /// nothing; tests: a store whose writes fail). Errors: the file cannot be opened, or it
+    /// holds no `records` table (not a cachekeeper state file, or one from before v2 that the
+    /// proxy migrates when it next opens it).
     pub(crate) fn open_read_only(path: &Path) -> Result<Self, StateError> {
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let tables: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'records'",
+            [],
+            |r| r.get(0),
+        )?;
+        if tables == 0 {
+            return Err(StateError::Malformed(
+                "no records table: not a cachekeeper state file (or one the proxy has not \
+                 migrated yet: start the proxy once)"
+                    .to_owned(),
+            ));
+        }
         Self::over(conn)
     }
 
@@ -212,6 +226,21 @@ impl SqliteBackend {
     }
 }
 
+/// A record's `value` column as bytes: a BLOB as written, or TEXT (a row another program wrote
+/// as a string; the failing input: one such row made `cachekeeper report` fail outright).
+fn value_bytes(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Vec<u8>> {
+    use rusqlite::types::ValueRef;
+    match r.get_ref(idx)? {
+        ValueRef::Blob(b) => Ok(b.to_vec()),
+        ValueRef::Text(t) => Ok(t.to_vec()),
+        other => Err(rusqlite::Error::InvalidColumnType(
+            idx,
+            "value".to_owned(),
+            other.data_type(),
+        )),
+    }
+}
+
 fn kind_of(name: &str) -> rusqlite::Result<Kind> {
     Kind::from_name(name).ok_or_else(|| {
         rusqlite::Error::FromSqlConversionFailure(
@@ -242,7 +271,7 @@ impl Backend for SqliteBackend {
                     Ok(Record {
                         key: key.clone(),
                         version: r.get(0)?,
-                        value: r.get(1)?,
+                        value: value_bytes(r, 1)?,
                         written_at: r.get(2)?,
                     })
                 },
@@ -272,11 +301,24 @@ impl Backend for SqliteBackend {
                     key: r.get(1)?,
                 },
                 version: r.get(2)?,
-                value: r.get(3)?,
+                value: value_bytes(r, 3)?,
                 written_at: r.get(4)?,
             })
         })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        // A row another program wrote with a wrong type (a NULL value, a string version) is
+        // skipped, not the reason every other record is unreadable.
+        let mut out = Vec::new();
+        let mut skipped = 0usize;
+        for row in rows {
+            match row {
+                Ok(rec) => out.push(rec),
+                Err(_) => skipped += 1,
+            }
+        }
+        if skipped > 0 {
+            tracing::warn!(target: "cachekeeper::state", kind = kind.name(), skipped, "state: skipped rows of the wrong type");
+        }
+        Ok(out)
     }
 
     fn total_bytes(&mut self) -> Result<u64, StateError> {
@@ -351,6 +393,41 @@ mod tests {
 
     fn rc() -> FieldSet {
         FieldSet::from([Field::message("reasoning_content")])
+    }
+
+    #[test]
+    fn a_text_typed_or_null_value_row_does_not_hide_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = opts(dir.path());
+        let mut b = SqliteBackend::open(&o.path, 1 << 30).unwrap();
+        let rec = |key: &str| Record::new(Kind::Usage, "", key, br#"{"turn":1}"#.to_vec());
+        b.put(&rec("a")).unwrap();
+        b.put(&rec("b")).unwrap();
+        // Another program wrote one value as TEXT and one as NULL (the failing input: a single
+        // such row made `cachekeeper report` fail).
+        b.conn
+            .execute(
+                "UPDATE records SET value = CAST(value AS TEXT) WHERE key = 'a'",
+                [],
+            )
+            .unwrap();
+        b.put(&rec("c")).unwrap();
+        b.conn
+            .execute("UPDATE records SET value = NULL WHERE key = 'c'", [])
+            .unwrap_or(0);
+        let got = b.scan(Kind::Usage).unwrap();
+        let keys: Vec<&str> = got.iter().map(|r| r.key.key.as_str()).collect();
+        assert!(keys.contains(&"a") && keys.contains(&"b"), "{keys:?}");
+        assert_eq!(got[0].value, br#"{"turn":1}"#.to_vec());
+        let a = b
+            .get(&RecordKey {
+                kind: Kind::Usage,
+                scope: String::new(),
+                key: "a".into(),
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.value, br#"{"turn":1}"#.to_vec());
     }
 
     #[test]
