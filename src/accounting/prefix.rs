@@ -60,6 +60,16 @@ pub(crate) struct Prefix {
     pub system_like: Vec<bool>,
     /// Index of the first user message (the first turn), if any.
     pub first_user: Option<usize>,
+    /// One digest per tool definition (when `tools` is an array), so a collapse can name
+    /// the first tool that changed ([`Prefix::location`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_parts: Vec<PosDigest>,
+    /// One digest per system block (when the system prompt is an array).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub system_parts: Vec<PosDigest>,
+    /// Index of Claude Code's billing line among the system blocks, if present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub billing_at: Option<usize>,
 }
 
 impl Prefix {
@@ -83,11 +93,32 @@ impl Prefix {
             Dialect::OpenaiResponses => (&["instructions"], &["input"]),
             Dialect::Gemini => (&["systemInstruction", "system_instruction"], &["contents"]),
         };
-        let tools = member(&["tools"]).map(|r| key.digest(b"tools", &[&canonical(text, &r)]));
-        let (system, system_stable) = match member(system_key) {
+        let tools_at = member(&["tools"]);
+        let tools = tools_at
+            .as_ref()
+            .map(|r| key.digest(b"tools", &[&canonical(text, r)]));
+        let tool_parts = tools_at
+            .as_ref()
+            .map(|r| parts(text, r, key))
+            .unwrap_or_default();
+        let system_at = member(system_key);
+        let (system, system_stable) = match &system_at {
             None => (None, None),
-            Some(r) => system_digests(dialect, text, &r, key),
+            Some(r) => system_digests(dialect, text, r, key),
         };
+        let system_parts = system_at
+            .as_ref()
+            .map(|r| parts(text, r, key))
+            .unwrap_or_default();
+        let billing_at = system_at
+            .as_ref()
+            .filter(|_| dialect == Dialect::Anthropic)
+            .and_then(|r| {
+                let billing = volatile::billing_block(text, r)?;
+                scan::array_at(text, r.start)?
+                    .iter()
+                    .position(|el| *el == billing)
+            });
         let mut messages = Vec::new();
         let mut system_like = Vec::new();
         let mut first_user = None;
@@ -114,6 +145,52 @@ impl Prefix {
             messages,
             system_like,
             first_user,
+            tool_parts,
+            system_parts,
+            billing_at,
+        }
+    }
+
+    /// Where, within `at` (a position where `self` and `prev` differ), the first differing
+    /// element is: `tools[2]` (the first changed tool), `system[0]` (the first changed system
+    /// block; Claude Code's billing line skipped when `ignore_billing_line`), else `at` itself
+    /// (`tools` / `system` when either side is not an array, `messages[3]`). What `report`
+    /// and the log's `collapse_at` show.
+    pub(crate) fn location(
+        &self,
+        prev: &Prefix,
+        at: Position,
+        ignore_billing_line: bool,
+    ) -> String {
+        let (mine, theirs, name) = match at {
+            Position::Tools => (
+                indexed(&self.tool_parts, None),
+                indexed(&prev.tool_parts, None),
+                "tools",
+            ),
+            Position::System => {
+                let skip = |p: &Prefix| p.billing_at.filter(|_| ignore_billing_line);
+                (
+                    indexed(&self.system_parts, skip(self)),
+                    indexed(&prev.system_parts, skip(prev)),
+                    "system",
+                )
+            }
+            Position::Message(_) => return at.to_string(),
+        };
+        if mine.is_empty() || theirs.is_empty() {
+            return name.to_owned();
+        }
+        let first = mine
+            .iter()
+            .zip(&theirs)
+            .position(|(a, b)| a.1 != b.1)
+            .or_else(|| (mine.len() != theirs.len()).then(|| mine.len().min(theirs.len())));
+        match first {
+            // The original index of the element in this request (past its end: one was
+            // removed at the end).
+            Some(i) => format!("{name}[{}]", mine.get(i).map_or(mine.len(), |e| e.0)),
+            None => name.to_owned(),
         }
     }
 
@@ -172,6 +249,28 @@ impl Prefix {
         }
         Some(key.digest(b"session", &parts))
     }
+}
+
+/// One keyed digest per element of the array at `r` (empty when it is not an array).
+fn parts(text: &str, r: &Range<usize>, key: &DigestKey) -> Vec<PosDigest> {
+    if !scan::slice(text, r).starts_with('[') {
+        return Vec::new();
+    }
+    scan::array_at(text, r.start)
+        .unwrap_or_default()
+        .iter()
+        .map(|el| key.digest(b"part", &[&canonical(text, el)]))
+        .collect()
+}
+
+/// `parts` with their indexes, without the one at `skip`.
+fn indexed(parts: &[PosDigest], skip: Option<usize>) -> Vec<(usize, PosDigest)> {
+    parts
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != skip)
+        .collect()
 }
 
 /// The system digests (as sent, without the billing line).
@@ -424,5 +523,52 @@ mod tests {
             a.session_anchor(&k1, "r", "m"),
             a.session_anchor(&k1, "r", "m2")
         );
+    }
+
+    #[test]
+    fn a_collapse_names_the_first_changed_tool_or_system_block() {
+        let k = key();
+        let of = |b: &str| Prefix::of(Dialect::Anthropic, b.as_bytes(), &k).unwrap();
+        let billing = |cch: &str| {
+            format!(
+                r#"{{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.197.014; cc_entrypoint=sdk-cli; cch={cch};"}}"#
+            )
+        };
+        let body = |tools: &str, system: &str| {
+            format!(
+                r#"{{"model":"m","tools":[{tools}],"system":[{system}],"messages":[{{"role":"user","content":"hi"}}]}}"#
+            )
+        };
+        let a = of(&body(
+            r#"{"name":"a"},{"name":"b"}"#,
+            r#"{"type":"text","text":"S"}"#,
+        ));
+        let b = of(&body(
+            r#"{"name":"a"},{"name":"B"}"#,
+            r#"{"type":"text","text":"S"}"#,
+        ));
+        assert_eq!(b.location(&a, Position::Tools, false), "tools[1]");
+        let c = of(&body(
+            r#"{"name":"a"},{"name":"b"},{"name":"c"}"#,
+            r#"{"type":"text","text":"S"}"#,
+        ));
+        assert_eq!(
+            c.location(&a, Position::Tools, false),
+            "tools[2]",
+            "one appended"
+        );
+        // The billing line is system[0]; ignoring it, the block after it is named.
+        let sys = |cch: &str, text: &str| {
+            format!(r#"{},{{"type":"text","text":"{text}"}}"#, billing(cch))
+        };
+        let d = of(&body(r#"{"name":"a"}"#, &sys("aaaaa", "S")));
+        let e = of(&body(r#"{"name":"a"}"#, &sys("bbbbb", "S2")));
+        assert_eq!(e.location(&d, Position::System, false), "system[0]");
+        assert_eq!(e.location(&d, Position::System, true), "system[1]");
+        assert_eq!(e.location(&d, Position::Message(0), false), "messages[0]");
+        // A string system prompt has no blocks to name.
+        let f = of(r#"{"model":"m","system":"S","messages":[]}"#);
+        let g = of(r#"{"model":"m","system":"T","messages":[]}"#);
+        assert_eq!(g.location(&f, Position::System, false), "system");
     }
 }

@@ -277,7 +277,7 @@ impl SessionTracker {
                 forwarded
                     .first_difference(&p.forwarded, ignore)
                     .map(|at| Collapse {
-                        at: at.to_string(),
+                        at: forwarded.location(&p.forwarded, at, ignore),
                         cause: attribute(
                             at,
                             client.first_difference(&p.client, ignore),
@@ -863,7 +863,8 @@ mod tests {
             assert_eq!(t2.turn, 2);
             assert_eq!(
                 t2.collapse.map(|c| (c.at, c.cause)),
-                collapse.map(|c| ("system".to_owned(), c))
+                // The billing line is system[0]: the collapse names the block.
+                collapse.map(|c| ("system[0]".to_owned(), c))
             );
         }
     }

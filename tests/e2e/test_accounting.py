@@ -167,8 +167,9 @@ def test_claude_codes_billing_line_is_one_session_and_churns_only_off_anthropic(
     assert all("x-anthropic-billing-header" in t for t in forwarded["anthropic"] + forwarded["deepseek-raw"])
     assert _collapses(by_route["deepseek"]) == []
     assert _collapses(by_route["deepseek-raw"]) == [
-        (2, "system", "client_system", WRITE_TOKENS),
-        (3, "system", "client_system", WRITE_TOKENS),
+        # The collapse names the block that changed: the billing line, system[0].
+        (2, "system[0]", "client_system", WRITE_TOKENS),
+        (3, "system[0]", "client_system", WRITE_TOKENS),
     ]
 
 
