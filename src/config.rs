@@ -146,6 +146,11 @@ pub struct ImagesConfig {
     pub evict_batch: usize,
     /// Newest carriers protected when uploads alone break the block ceiling. Default 3.
     pub evict_floor: usize,
+    /// Image blocks (uploads included) left after a step retires carriers, the low-water
+    /// mark. Default unset = half the ceiling in force (`max_blocks` or `max_blocks_small`,
+    /// whichever the request is held to); a value not below that ceiling is held at
+    /// ceiling − 1, with a warning at load (`docs/images.md#low-water-mark`).
+    pub evict_low_water: Option<usize>,
     /// Agent images whose base64 / data-URL string is longer than this are downscaled,
     /// bytes. Default 262144; clamped to 64 KiB … 4 MiB.
     pub embed_target_bytes: u64,
@@ -162,6 +167,18 @@ pub struct ImagesConfig {
     pub agent_images_in_user_turns: bool,
     /// Memory for cached transcodes, bytes. Default 256 MiB.
     pub transcode_cache_bytes: u64,
+    /// Which ceilings a `[routes.images]` table set (not a key: filled by
+    /// [`ImagesConfig::with_overrides`]); those win over the provider table's per-model
+    /// ceilings ([`ImagesConfig::for_model`]).
+    #[serde(skip)]
+    pub route_set: RouteCeilings,
+}
+
+/// Which image ceilings a route's `[routes.images]` table set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteCeilings {
+    pub max_blocks: bool,
+    pub max_blocks_small: bool,
 }
 
 /// Lower clamp of `embed_target_bytes` (64 KiB).
@@ -177,12 +194,14 @@ impl Default for ImagesConfig {
             max_bytes: 24_000_000,
             evict_batch: 8,
             evict_floor: 3,
+            evict_low_water: None,
             embed_target_bytes: 262_144,
             max_dimension: 1568,
             max_image_bytes: 5_000_000,
             max_calls_per_image: 0,
             agent_images_in_user_turns: true,
             transcode_cache_bytes: 256 * 1024 * 1024,
+            route_set: RouteCeilings::default(),
         }
     }
 }
@@ -196,6 +215,7 @@ pub struct ImagesOverride {
     pub max_bytes: Option<u64>,
     pub evict_batch: Option<usize>,
     pub evict_floor: Option<usize>,
+    pub evict_low_water: Option<usize>,
     pub embed_target_bytes: Option<u64>,
     pub max_dimension: Option<u32>,
     pub max_image_bytes: Option<u64>,
@@ -215,6 +235,7 @@ impl ImagesConfig {
             max_bytes: o.max_bytes.unwrap_or(self.max_bytes),
             evict_batch: o.evict_batch.unwrap_or(self.evict_batch),
             evict_floor: o.evict_floor.unwrap_or(self.evict_floor),
+            evict_low_water: o.evict_low_water.or(self.evict_low_water),
             embed_target_bytes: o.embed_target_bytes.unwrap_or(self.embed_target_bytes),
             max_dimension: o.max_dimension.unwrap_or(self.max_dimension),
             max_image_bytes: o.max_image_bytes.unwrap_or(self.max_image_bytes),
@@ -224,7 +245,39 @@ impl ImagesConfig {
                 .unwrap_or(self.agent_images_in_user_turns),
             // One cache per process: never per route (a route's override is rejected).
             transcode_cache_bytes: self.transcode_cache_bytes,
+            route_set: RouteCeilings {
+                max_blocks: self.route_set.max_blocks || o.max_blocks.is_some(),
+                max_blocks_small: self.route_set.max_blocks_small || o.max_blocks_small.is_some(),
+            },
         }
+    }
+
+    /// The settings for one request to a model whose provider row has a per-model image
+    /// ceiling (`docs/images.md#per-model-ceilings`): a ceiling the route's `[routes.images]`
+    /// set wins, then the row's value, then this config's (the global `[images]` value).
+    /// `max_blocks_small` is kept ≥ `max_blocks`, as at load. `None` when nothing changes.
+    pub(crate) fn for_model(
+        &self,
+        ceiling: Option<&crate::provider::ImageCeiling>,
+    ) -> Option<ImagesConfig> {
+        let c = ceiling?;
+        let pick = |route_set: bool, row: Option<usize>, global: usize| match row {
+            Some(v) if !route_set => v,
+            _ => global,
+        };
+        let max_blocks = pick(self.route_set.max_blocks, c.max_blocks, self.max_blocks).max(1);
+        let max_blocks_small = pick(
+            self.route_set.max_blocks_small,
+            c.max_blocks_small,
+            self.max_blocks_small,
+        )
+        .max(max_blocks);
+        let out = ImagesConfig {
+            max_blocks,
+            max_blocks_small,
+            ..self.clone()
+        };
+        (out != *self).then_some(out)
     }
 
     /// Clamp out-of-range values; each clamp is described in the returned warnings.
@@ -253,6 +306,16 @@ impl ImagesConfig {
                 self.max_blocks_small, self.max_blocks, self.max_blocks
             ));
             self.max_blocks_small = self.max_blocks;
+        }
+        if let Some(low) = self.evict_low_water {
+            if low >= self.max_blocks_small {
+                let held = self.max_blocks_small.saturating_sub(1);
+                warnings.push(format!(
+                    "{scope}.evict_low_water = {low} is not below max_blocks_small = {}; using {held}",
+                    self.max_blocks_small
+                ));
+                self.evict_low_water = Some(held);
+            }
         }
         if self.max_dimension < 64 {
             warnings.push(format!(
@@ -633,6 +696,64 @@ upstream = "https://api.anthropic.com"
         let (c, w) = Config::from_toml(&text).unwrap();
         assert_eq!(c.images.embed_target_bytes, EMBED_TARGET_MIN);
         assert_eq!(w.len(), 1, "{w:?}");
+    }
+
+    #[test]
+    fn evict_low_water_defaults_to_unset_and_is_held_below_the_ceiling() {
+        let (c, w) = Config::from_toml(MINIMAL).unwrap();
+        assert_eq!((c.images.evict_low_water, w.len()), (None, 0));
+        let (c, w) =
+            Config::from_toml(&format!("{MINIMAL}[images]\nevict_low_water = 15\n")).unwrap();
+        assert_eq!((c.images.evict_low_water, w.len()), (Some(15), 0));
+        // Not below max_blocks (20): allowed (it serves max_blocks_small); requests held to
+        // max_blocks use 19 (`Limits::low_water_blocks`).
+        let (c, w) =
+            Config::from_toml(&format!("{MINIMAL}[images]\nevict_low_water = 60\n")).unwrap();
+        assert_eq!((c.images.evict_low_water, w.len()), (Some(60), 0));
+        // Not below max_blocks_small (100): held at 99.
+        let (c, w) =
+            Config::from_toml(&format!("{MINIMAL}[images]\nevict_low_water = 100\n")).unwrap();
+        assert_eq!(c.images.evict_low_water, Some(99));
+        assert!(w.len() == 1 && w[0].contains("using 99"), "{w:?}");
+        // Per route, and the route's value wins.
+        let (c, w) = Config::from_toml(&format!(
+            "{MINIMAL}[routes.images]\nevict_low_water = 5\n[images]\nevict_low_water = 8\n"
+        ))
+        .unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(c.route_images(&c.routes[0]).evict_low_water, Some(5));
+    }
+
+    #[test]
+    fn per_model_ceilings_yield_to_the_route_and_win_over_the_global_value() {
+        let anthropic = crate::provider::by_name("anthropic").unwrap();
+        let opus = anthropic.image_ceiling("claude-opus-4-6");
+        let (c, _) =
+            Config::from_toml(&format!("{MINIMAL}[images]\nmax_blocks_small = 50\n")).unwrap();
+        let eff = c.route_images(&c.routes[0]);
+        // The row's 600 wins over the global [images] value.
+        let per = eff.for_model(opus).unwrap();
+        assert_eq!((per.max_blocks, per.max_blocks_small), (20, 600));
+        // Other models: unchanged.
+        assert_eq!(
+            eff.for_model(anthropic.image_ceiling("claude-haiku-4-5")),
+            None
+        );
+        // The route's key wins over the row's.
+        let (c, _) = Config::from_toml(&format!(
+            "{MINIMAL}[routes.images]\nmax_blocks_small = 80\n"
+        ))
+        .unwrap();
+        let eff = c.route_images(&c.routes[0]);
+        assert!(eff.route_set.max_blocks_small && !eff.route_set.max_blocks);
+        assert_eq!(eff.for_model(opus), None);
+        // A row that lowers both: both follow, unless the route set one.
+        let groq = crate::provider::by_name("groq").unwrap();
+        let one = groq.image_ceiling("llama-3.2-11b-vision-preview");
+        let per = ImagesConfig::default().for_model(one).unwrap();
+        assert_eq!((per.max_blocks, per.max_blocks_small), (1, 1));
+        let per = eff.for_model(one).unwrap();
+        assert_eq!((per.max_blocks, per.max_blocks_small), (1, 80));
     }
 
     #[test]

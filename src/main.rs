@@ -216,7 +216,7 @@ fn check(path: &std::path::Path) -> ExitCode {
             );
         }
         println!(
-            "route {:<12} {:<16} -> {}://{}{}  profile={} matched_by={:?} carriers=[{}] thinking={:?} images={} cache={} breakpoints={} cache_ttl={} stabilize=[{}] dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={}",
+            "route {:<12} {:<16} -> {}://{}{}  profile={} matched_by={:?} carriers=[{}] thinking={:?} images={} cache={} breakpoints={} cache_ttl={} stabilize=[{}] dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={} evict_low_water={}",
             r.name,
             prefix,
             r.scheme,
@@ -243,6 +243,9 @@ fn check(path: &std::path::Path) -> ExitCode {
             r.images.max_bytes,
             r.images.evict_batch,
             r.images.evict_floor,
+            r.images
+                .evict_low_water
+                .map_or_else(|| "half".to_owned(), |v| v.to_string()),
         );
     }
     ExitCode::SUCCESS

@@ -198,6 +198,63 @@ pub(crate) const GEMINI_IMAGES: ImageLimits = ImageLimits {
     many_image: None,
 };
 
+/// A provider's per-request image-count ceiling for some of its models, where it differs from
+/// the `[images]` defaults (`docs/providers.md#image-ceilings`). Precedence per request: a
+/// route's `[routes.images]` key, then this, then the global `[images]` value
+/// ([`crate::config::ImagesConfig::for_model`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageCeiling {
+    /// Lowercased model-name prefix (after any `vendor/`) the ceiling is for.
+    pub models: &'static str,
+    /// Most image blocks in one request when an image may be over 2000 px (`max_blocks`);
+    /// `None` = no documented value different from the default.
+    pub max_blocks: Option<usize>,
+    /// Most image blocks in one request when every image is ≤ 2000 px (`max_blocks_small`);
+    /// `None` = no documented value different from the default.
+    pub max_blocks_small: Option<usize>,
+    /// Public source of the value (also listed in docs/providers.md).
+    pub source: &'static str,
+}
+
+const ANTHROPIC_VISION: &str = "https://platform.claude.com/docs/en/build-with-claude/vision";
+const GROQ_VISION: &str = "https://console.groq.com/docs/vision";
+
+/// Anthropic: 100 images per request on models with a 200k-token context window (the
+/// `[images]` default), 600 on the others — the 1M-context models (context windows from each
+/// model's overview page, `docs/providers.md#image-ceilings`). Above 20 images every image is
+/// still held to 2000 px, so `max_blocks` (20) stays.
+const ANTHROPIC_CEILINGS: &[ImageCeiling] = &[
+    ImageCeiling {
+        models: "claude-opus-4-6",
+        max_blocks: None,
+        max_blocks_small: Some(600),
+        source: ANTHROPIC_VISION,
+    },
+    ImageCeiling {
+        models: "claude-sonnet-4-6",
+        max_blocks: None,
+        max_blocks_small: Some(600),
+        source: ANTHROPIC_VISION,
+    },
+];
+
+/// Groq's Llama 3.2 vision preview models: one image per request ("Requests with multiple
+/// images will return a 400 error").
+const GROQ_CEILINGS: &[ImageCeiling] = &[
+    ImageCeiling {
+        models: "llama-3.2-11b-vision",
+        max_blocks: Some(1),
+        max_blocks_small: Some(1),
+        source: GROQ_VISION,
+    },
+    ImageCeiling {
+        models: "llama-3.2-90b-vision",
+        max_blocks: Some(1),
+        max_blocks_small: Some(1),
+        source: GROQ_VISION,
+    },
+];
+
 /// How a provider's prompt cache is filled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheActivation {
@@ -273,6 +330,8 @@ pub struct Provider {
     /// current prompt-caching docs document the 1-hour TTL without a header
     /// (`docs/caching.md#ttl`).
     pub ttl_beta: bool,
+    /// Per-model image ceilings, first match by model prefix wins; empty = none known.
+    pub image_ceilings: &'static [ImageCeiling],
 }
 
 /// Every dialect: a provider whose wires are not restricted.
@@ -308,6 +367,7 @@ const fn row(
         cache: &[],
         third_party_anthropic_wire: true,
         ttl_beta: true,
+        image_ceilings: &[],
     }
 }
 
@@ -348,6 +408,7 @@ pub(crate) const PROVIDERS: &[Provider] = &[
             read_milli: Some(100),
             source: ANTHROPIC_CACHE,
         }],
+        image_ceilings: ANTHROPIC_CEILINGS,
         ..row("anthropic", &["anthropic.com"], &[RC], Native)
     },
     Provider {
@@ -462,7 +523,10 @@ pub(crate) const PROVIDERS: &[Provider] = &[
         )
     },
     row("mistral", &["mistral.ai"], &[], Strip),
-    row("groq", &["groq.com"], &[], Strip),
+    Provider {
+        image_ceilings: GROQ_CEILINGS,
+        ..row("groq", &["groq.com"], &[], Strip)
+    },
     // Cerebras takes reasoning back as `reasoning` and rejects `reasoning_content`.
     row("cerebras", &["cerebras.ai"], &[R], Strip),
     row("sambanova", &["sambanova.ai"], &[], Strip),
@@ -508,6 +572,15 @@ impl Provider {
     pub(crate) fn cache_rule(&self, model: &str) -> Option<&'static CacheRule> {
         let leaf = model_leaf(model);
         self.cache.iter().find(|r| leaf.starts_with(r.models))
+    }
+
+    /// The image ceiling for `model` (first entry whose prefix the model's leaf name,
+    /// lowercased and without a `vendor/` part, starts with), if the row has one.
+    pub(crate) fn image_ceiling(&self, model: &str) -> Option<&'static ImageCeiling> {
+        let leaf = model_leaf(model);
+        self.image_ceilings
+            .iter()
+            .find(|c| leaf.starts_with(c.models))
     }
 }
 
@@ -801,6 +874,33 @@ impl ModelFamily {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn image_ceilings_by_model() {
+        let anthropic = by_name("anthropic").unwrap();
+        let c = anthropic.image_ceiling("claude-opus-4-6").unwrap();
+        assert_eq!((c.max_blocks, c.max_blocks_small), (None, Some(600)));
+        assert!(anthropic
+            .image_ceiling("Claude-Sonnet-4-6-20260217")
+            .is_some());
+        assert!(anthropic
+            .image_ceiling("anthropic/claude-sonnet-4-6")
+            .is_some());
+        // 200k-context models keep the `[images]` default (100).
+        assert_eq!(anthropic.image_ceiling("claude-sonnet-4-5"), None);
+        assert_eq!(anthropic.image_ceiling("claude-haiku-4-5"), None);
+        let groq = by_name("groq").unwrap();
+        let c = groq.image_ceiling("llama-3.2-90b-vision-preview").unwrap();
+        assert_eq!((c.max_blocks, c.max_blocks_small), (Some(1), Some(1)));
+        assert_eq!(
+            groq.image_ceiling("meta-llama/llama-4-scout-17b-16e-instruct"),
+            None
+        );
+        assert!(PROVIDERS
+            .iter()
+            .flat_map(|p| p.image_ceilings)
+            .all(|c| c.source.starts_with("https://")));
+    }
 
     #[test]
     fn placeholder_signature_only_for_gemini_3_on_google_rows() {

@@ -592,14 +592,21 @@ fn image_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> (Vec<Edit>, RewriteO
             .as_deref()
             .or(ctx.reasoning.and_then(|r| r.path_model)),
     );
-    let (edits, mut images) = passes::run(
+    // A per-model image ceiling from the route's provider row (`[routes.images]` keys win).
+    let per_model = ctx.reasoning.and_then(|r| {
+        let m = model.as_deref().or(r.path_model)?;
+        ctx.images.for_model(r.provider.row.image_ceiling(m))
+    });
+    let (edits, mut images, retired) = passes::run(
         &walk,
         &Settings {
-            cfg: ctx.images,
+            cfg: per_model.as_ref().unwrap_or(ctx.images),
             profile,
             cache: ctx.transcodes,
             scope: ctx.credential_scope,
             recovery: ctx.image_recovery,
+            cold: ctx.cold,
+            text: doc.text,
         },
     );
     // The image counters are kept as the passes counted them; their reasons join the
@@ -619,6 +626,7 @@ fn image_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> (Vec<Edit>, RewriteO
         edits,
         RewriteOutcome {
             report,
+            retired,
             ..RewriteOutcome::default()
         },
     )
@@ -634,6 +642,7 @@ mod tests {
     use base64::Engine as _;
     use serde_json::{json, Value};
 
+    use crate::digest::DigestKey;
     use crate::testing::Rng;
 
     fn b64_png(w: u32, h: u32, pad: usize) -> String {
@@ -819,6 +828,129 @@ mod tests {
             rewritten += usize::from(check_property(Dialect::Openai, &body, &cfg));
         }
         assert!(rewritten > 30, "only {rewritten} bodies were rewritten");
+    }
+
+    /// A session of `turns` turns, one small screenshot per turn in a tool_result, as the
+    /// client sends it (turn n + 1's body is turn n's with messages appended).
+    fn screenshot_session(turns: usize, upload: bool) -> Vec<u8> {
+        let mut messages = Vec::new();
+        let mut first = vec![json!({"type": "text", "text": "go"})];
+        if upload {
+            first.push(json!({"type": "image", "source": {"type": "base64",
+                "media_type": "image/png", "data": b64_png(64, 64, 7)}}));
+        }
+        messages.push(json!({"role": "user", "content": first}));
+        for t in 0..turns {
+            messages.push(json!({"role": "assistant", "content": [
+                {"type": "tool_use", "id": format!("toolu_{t}"), "name": "shot", "input": {}}]}));
+            // Turn 3's screenshot repeats turn 1's (a static screen): the set's counts go to
+            // the oldest occurrence.
+            let pad = if t == 3 { 1 } else { t };
+            messages.push(json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": format!("toolu_{t}"), "content": [
+                    {"type": "text", "text": "ok"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                        "data": b64_png(120, 80, pad)}}]}]}));
+        }
+        let parts: Vec<String> = messages.iter().map(Value::to_string).collect();
+        format!(
+            r#"{{"model":"claude-test","max_tokens":10,"messages":[{}]}}"#,
+            parts.join(",")
+        )
+        .into_bytes()
+    }
+
+    fn cold_ctx<'a>(images: &'a ImagesConfig, cold: Option<ColdInputs<'a>>) -> RewriteContext<'a> {
+        RewriteContext {
+            dialect: Dialect::Anthropic,
+            images,
+            transcodes: None,
+            credential_scope: "",
+            image_recovery: None,
+            reasoning: None,
+            usage_in_streams: false,
+            cache: &crate::caching::CACHE_OFF,
+            cold,
+        }
+    }
+
+    fn cold<'a>(retired: &'a RetiredSet, cold: bool, key: &'a DigestKey) -> Option<ColdInputs<'a>> {
+        Some(ColdInputs { retired, cold, key })
+    }
+
+    /// Cold-cache eviction: deterministic given (body, settings, set, cold flag); the turn
+    /// after a decision, sent with the new set, retires the same images and keeps the earlier
+    /// bytes; a warm turn without a set runs the step function alone.
+    #[test]
+    fn property_cold_cache_decision_is_remembered_and_byte_stable() {
+        let key = DigestKey::for_credential(None);
+        let other_key =
+            DigestKey::for_credential(Some(&crate::state::seal::SealKey::from_bytes([7; 32])));
+        let mut rng = Rng(0x5EED_C01D);
+        let mut decisions = 0;
+        for case in 0..40 {
+            let cfg = ImagesConfig {
+                max_blocks_small: [20, 30, 12][rng.below(3) as usize],
+                evict_batch: 1 + rng.below(8) as usize,
+                evict_floor: rng.below(4) as usize,
+                evict_low_water: [None, Some(4), Some(9)][rng.below(3) as usize],
+                ..ImagesConfig::default()
+            };
+            let upload = rng.chance(50);
+            let n = 5 + rng.below(40) as usize;
+            let empty = RetiredSet::default();
+            let body = screenshot_session(n, upload);
+            let a = rewrite_request(&cold_ctx(&cfg, cold(&empty, true, &key)), &body).unwrap();
+            let again = rewrite_request(&cold_ctx(&cfg, cold(&empty, true, &key)), &body).unwrap();
+            assert_eq!(
+                (&a.body, &a.retired),
+                (&again.body, &again.retired),
+                "case {case}"
+            );
+            // Warm and no set: the step function alone, no set.
+            let warm = rewrite_request(&cold_ctx(&cfg, cold(&empty, false, &key)), &body).unwrap();
+            let plain = rewrite_request(&cold_ctx(&cfg, None), &body).unwrap();
+            assert_eq!(warm.body, plain.body);
+            assert_eq!(warm.retired, None);
+            let Some(set) = a.retired.clone() else {
+                assert_eq!(a.report.images.cold_retired, 0, "case {case}");
+                continue;
+            };
+            decisions += 1;
+            assert!(a.report.images.cold_retired > 0);
+            let low = crate::images::policy::Limits::from(&cfg).low_water_blocks(true);
+            let kept = a.report.images.seen - a.report.images.retired;
+            assert!(
+                kept <= low || n - a.report.images.carriers_retired == cfg.evict_floor + 1,
+                "case {case}: kept {kept} > low water {low}"
+            );
+            let sent = a.body.clone().unwrap();
+            // The next turns, warm, with the new set: the same images retired, the earlier bytes
+            // as they were, the set unchanged until the ceiling is crossed again.
+            let mut prev = sent;
+            for extra in 1..4 {
+                let next = screenshot_session(n + extra, upload);
+                let b = rewrite_request(&cold_ctx(&cfg, cold(&set, false, &key)), &next).unwrap();
+                let fwd = b.body.clone().unwrap();
+                assert_eq!(b.retired, None, "case {case}: warm turns make no decision");
+                if b.report.images.carriers_retired == a.report.images.carriers_retired {
+                    assert!(
+                        fwd.starts_with(&prev[..prev.len() - 2]),
+                        "case {case} +{extra}: earlier bytes changed"
+                    );
+                    assert_eq!(b.report.images.set_retired, a.report.images.retired);
+                }
+                let again =
+                    rewrite_request(&cold_ctx(&cfg, cold(&set, false, &key)), &next).unwrap();
+                assert_eq!(again.body, b.body);
+                prev = fwd;
+            }
+            // Another credential's key matches nothing of this set.
+            let next = screenshot_session(n + 1, upload);
+            let c = rewrite_request(&cold_ctx(&cfg, cold(&set, false, &other_key)), &next).unwrap();
+            assert_eq!(c.report.images.set_retired, 0);
+        }
+        assert!(decisions > 10, "only {decisions} cold decisions");
     }
 
     #[test]

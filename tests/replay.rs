@@ -195,10 +195,12 @@ fn replay(dialect: Dialect, head: &str, upload_msg: &str, per_turn: &[Vec<String
 fn anthropic_40_turns_large_screenshots_step_in_batches() {
     let (upload, per_turn) = anthropic_session(40, (2600, 1400), LARGE);
     let head = r#""model":"claude-test","max_tokens":1024"#;
-    // 1 upload + n screenshots > 20 at n = 20; the kept 12 refill to 20 at n = 27, etc.
+    // 1 upload + n screenshots > 20 at n = 20: retired down to the low-water mark (10 images
+    // with the upload, 11 retired); the kept 10 refill to 20 at n = 30, the next step is at 31
+    // (22 retired). Batches of 8 stepped at 20, 28 and 36.
     assert_eq!(
         replay(Dialect::Anthropic, head, &upload, &per_turn),
-        vec![20, 28, 36]
+        vec![20, 31]
     );
     let last = body_with(head, &per_turn[39]);
     let out = run(Dialect::Anthropic, &ImagesConfig::default(), &last);
@@ -207,7 +209,7 @@ fn anthropic_40_turns_large_screenshots_step_in_batches() {
             out.report.images.carriers_retired,
             out.report.images.retired
         ),
-        (24, 24)
+        (22, 22)
     );
     assert_eq!(
         out.report.reasons[0],
@@ -220,9 +222,11 @@ fn anthropic_40_turns_large_screenshots_step_in_batches() {
 fn openai_40_turns_large_screenshots_step_in_batches() {
     let (upload, per_turn) = openai_session(40, (2600, 1400), LARGE);
     let head = r#""model":"gpt-test","stream":true"#;
+    // As on the Anthropic wire: down to the low-water mark at 20 and 31 (batches of 8: 20, 28,
+    // 36).
     assert_eq!(
         replay(Dialect::Openai, head, &upload, &per_turn),
-        vec![20, 28, 36]
+        vec![20, 31]
     );
 }
 
@@ -250,12 +254,13 @@ fn small_screenshots_are_never_retired() {
 
 #[test]
 fn one_large_upload_keeps_the_strict_ceiling() {
-    // `docs/images.md#worked-cases`: one upload at 2001 px plus 20 small screenshots → 8 retired,
-    // upload untouched.
+    // `docs/images.md#worked-cases`: one upload at 2001 px plus 20 small screenshots → 11
+    // retired (10 images left: the low-water mark; the reference policy retired 8), upload
+    // untouched.
     let (upload, per_turn) = anthropic_session(20, (2001, 1000), SMALL);
     let body = body_with(r#""model":"m""#, &per_turn[19]);
     let (fwd, out) = forwarded(Dialect::Anthropic, &ImagesConfig::default(), &body);
-    assert_eq!(out.report.images.carriers_retired, 8);
+    assert_eq!(out.report.images.carriers_retired, 11);
     assert!(String::from_utf8(fwd).unwrap().contains(&upload));
 }
 
@@ -314,7 +319,8 @@ fn three_image_tool_results_retire_as_units() {
 #[test]
 fn sibling_tool_results_retire_oldest_first() {
     // 7 user messages × 3 sibling tool_results (one large image each) = 21 carriers.
-    // The oldest 8 are messages 0 and 1 whole, and the FIRST two siblings of message 2.
+    // Down to the low-water mark (10): the oldest 11 are messages 0, 1 and 2 whole, and the
+    // FIRST two siblings of message 3 (with batches of 8: messages 0 and 1, two of message 2).
     let mut messages = Vec::new();
     for m in 0..7u32 {
         let siblings: Vec<String> = (0..3)
@@ -332,7 +338,7 @@ fn sibling_tool_results_retire_oldest_first() {
     }
     let body = body_with(r#""model":"m""#, &messages);
     let (fwd, out) = forwarded(Dialect::Anthropic, &ImagesConfig::default(), &body);
-    assert_eq!(out.report.images.carriers_retired, 8);
+    assert_eq!(out.report.images.carriers_retired, 11);
     let v: Value = serde_json::from_slice(&fwd).unwrap();
     let retired =
         |m: usize, s: usize| v["messages"][m]["content"][s]["content"][1]["text"] == RETIRED_IMAGE;
@@ -340,7 +346,7 @@ fn sibling_tool_results_retire_oldest_first() {
         for s in 0..3 {
             assert_eq!(
                 retired(m, s),
-                m < 2 || (m == 2 && s < 2),
+                m < 3 || (m == 3 && s < 2),
                 "message {m} sibling {s}"
             );
             assert_eq!(
@@ -350,8 +356,8 @@ fn sibling_tool_results_retire_oldest_first() {
         }
     }
     assert_eq!(
-        out.report.reasons[7].split(':').next(),
-        Some("retired carrier messages[2].content[1] (tool_use_id toolu_2_1)")
+        out.report.reasons[10].split(':').next(),
+        Some("retired carrier messages[3].content[1] (tool_use_id toolu_3_1)")
     );
 }
 
@@ -379,10 +385,11 @@ fn untouched_bytes_are_byte_exact_and_cache_control_is_kept() {
         &ImagesConfig::default(),
         body.as_bytes(),
     );
-    assert_eq!(out.report.images.carriers_retired, 8);
-    // Rebuild the expected bytes by hand: only the 8 oldest image blocks differ.
+    // Down to the low-water mark: 11 of 21 (batches of 8 retired 8).
+    assert_eq!(out.report.images.carriers_retired, 11);
+    // Rebuild the expected bytes by hand: only the 11 oldest image blocks differ.
     let mut expected = body.clone();
-    for t in 0..8u32 {
+    for t in 0..11u32 {
         let cc = if t == 0 {
             r#", "cache_control" : {"type":"ephemeral","ttl":"1h"}"#
         } else {
@@ -528,9 +535,10 @@ fn bad_input_corrupt_base64_counts_as_a_large_image() {
     }
     let body = body_with(r#""model":"m""#, &messages);
     let out = run(Dialect::Anthropic, &cfg, &body);
+    // 21 > 20: down to the low-water mark 10 (batches of 8: 8).
     assert_eq!(
         (out.report.images.seen, out.report.images.carriers_retired),
-        (21, 8)
+        (21, 11)
     );
     assert!(out.body.is_some());
     // The same in OpenAI Chat.
@@ -553,7 +561,7 @@ fn bad_input_corrupt_base64_counts_as_a_large_image() {
     );
     assert_eq!(
         (out.report.images.seen, out.report.images.carriers_retired),
-        (21, 8)
+        (21, 11)
     );
 }
 
@@ -573,9 +581,10 @@ fn bad_input_missing_source_is_a_block() {
     }
     let body = body_with(r#""model":"m""#, &messages);
     let (fwd, out) = forwarded(Dialect::Anthropic, &cfg, &body);
+    // Down to the low-water mark (batches of 8: 8).
     assert_eq!(
         (out.report.images.seen, out.report.images.carriers_retired),
-        (21, 8)
+        (21, 11)
     );
     let v: Value = serde_json::from_slice(&fwd).unwrap();
     assert_eq!(
@@ -612,8 +621,13 @@ fn uploads_alone_over_the_ceiling_keep_the_floor() {
 #[test]
 fn golden_fixtures() {
     // fixtures/<dialect>/evict.request.json → evict.expected.json (set UPDATE_GOLDEN=1 to
-    // regenerate after an intended change).
-    let cfg = ImagesConfig::default();
+    // regenerate after an intended change). The goldens stay byte-identical: they are checked
+    // with the low-water mark at ceiling − 1, which gives the reference policy's batches of 8;
+    // the default (half the ceiling) retires 11 of the same 21.
+    let cfg = ImagesConfig {
+        evict_low_water: Some(19),
+        ..ImagesConfig::default()
+    };
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
     for (dir, dialect) in [
         ("anthropic", Dialect::Anthropic),
@@ -623,6 +637,8 @@ fn golden_fixtures() {
         let expected_path = root.join(dir).join("evict.expected.json");
         let (fwd, out) = forwarded(dialect, &cfg, &request);
         assert_eq!(out.report.images.carriers_retired, 8, "{dir}");
+        let (_, default) = forwarded(dialect, &ImagesConfig::default(), &request);
+        assert_eq!(default.report.images.carriers_retired, 11, "{dir}");
         if std::env::var_os("UPDATE_GOLDEN").is_some() {
             std::fs::write(&expected_path, &fwd).unwrap();
         }

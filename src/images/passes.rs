@@ -29,6 +29,7 @@ use crate::images::format::{self, Format};
 use crate::images::policy::Limits;
 use crate::images::profile::ImageProfile;
 use crate::images::recovery::ImageRejectionKind;
+use crate::images::retired::{image_digest, ColdInputs, RetiredSet};
 use crate::images::{evict, Carrier, Inventory};
 use crate::json::edit::{removal_edits, Edit};
 use crate::texts;
@@ -51,6 +52,11 @@ pub(crate) struct Settings<'a> {
     /// A provider rejection being recovered from (reactive recovery,
     /// `docs/images.md#rejection-wordings`).
     pub recovery: Option<ImageRejectionKind>,
+    /// Cold-cache eviction inputs (`docs/images.md#cold-cache-eviction`); `None` runs the
+    /// step function alone.
+    pub cold: Option<ColdInputs<'a>>,
+    /// The body text the walk's spans index (digests of images without base64 text).
+    pub text: &'a str,
 }
 
 /// What the image passes saw and did.
@@ -62,6 +68,11 @@ pub struct ImageReport {
     pub retired: usize,
     /// Carriers retired (pass 4).
     pub carriers_retired: usize,
+    /// Of `retired`: image blocks retired because the session's retired set names them
+    /// (`docs/images.md#cold-cache-eviction`).
+    pub set_retired: usize,
+    /// Of `retired`: image blocks retired by this turn's cold-cache decision.
+    pub cold_retired: usize,
     /// Images repaired (media type, format conversion, hard-limit shrink; pass 1).
     pub repaired: usize,
     /// Agent images downscaled to the budget (pass 2).
@@ -125,8 +136,12 @@ fn images_only<'w, 'a>(walk: &'w Walk<'a>) -> std::borrow::Cow<'w, Walk<'a>> {
     std::borrow::Cow::Owned(owned)
 }
 
-/// Run passes 1–4 on `walk` (spans into `text`); returns the edits and the report.
-pub(crate) fn run(walk: &Walk<'_>, s: &Settings<'_>) -> (Vec<Edit>, ImageReport) {
+/// Run passes 1–4 on `walk` (spans into `s.text`); returns the edits, the report and the
+/// session's new retired set when a cold-cache decision changed it.
+pub(crate) fn run(
+    walk: &Walk<'_>,
+    s: &Settings<'_>,
+) -> (Vec<Edit>, ImageReport, Option<RetiredSet>) {
     let walk: &Walk<'_> = &images_only(walk);
     let mut report = ImageReport {
         seen: walk.sites.len(),
@@ -162,19 +177,19 @@ pub(crate) fn run(walk: &Walk<'_>, s: &Settings<'_>) -> (Vec<Edit>, ImageReport)
                 site.path
             ));
         }
-        return (render(walk, &states), report);
+        return (render(walk, &states), report, None);
     }
 
     repeat_cap(walk, s, &mut states, &mut report);
     for (i, st) in states.iter_mut().enumerate() {
         repair_and_downscale(walk, i, s, st, &mut report);
     }
-    let retired = eviction(walk, s, &states, &mut report);
+    let (retired, set) = eviction(walk, s, &states, &mut report);
     for &i in &retired {
         states[i].fate = Fate::Text(texts::RETIRED_IMAGE.to_owned());
     }
     many_image_rule(walk, s, &mut states, &mut report);
-    (render(walk, &states), report)
+    (render(walk, &states), report, set)
 }
 
 /// The eviction inventory of a walk as sent (no pass applied), with each carrier's retire
@@ -201,7 +216,7 @@ fn plain_inventory(walk: &Walk<'_>) -> Inventory {
             }
         })
         .collect();
-    let (mut inv, members) = inventory(walk, &states);
+    let (mut inv, members) = inventory(walk, &states, None);
     for (carrier, sites) in inv.carriers.iter_mut().zip(&members) {
         let mut retired = states.clone();
         for &i in sites {
@@ -214,8 +229,13 @@ fn plain_inventory(walk: &Walk<'_>) -> Inventory {
 }
 
 /// Build the eviction inventory from the current states; also returns, per inventory carrier,
-/// the site indices it holds.
-fn inventory(walk: &Walk<'_>, states: &[State]) -> (Inventory, Vec<Vec<usize>>) {
+/// the site indices it holds. With `digests` (the key and the body text), each carrier gets
+/// its images' digests ([`image_digest`], of the images as the client sent them).
+fn inventory(
+    walk: &Walk<'_>,
+    states: &[State],
+    digests: Option<(&crate::digest::DigestKey, &str)>,
+) -> (Inventory, Vec<Vec<usize>>) {
     let mut inv = Inventory::default();
     let mut by_carrier: Vec<Vec<usize>> = vec![Vec::new(); walk.carriers.len()];
     for (i, (site, st)) in walk.sites.iter().zip(states).enumerate() {
@@ -237,35 +257,54 @@ fn inventory(walk: &Walk<'_>, states: &[State]) -> (Inventory, Vec<Vec<usize>>) 
         if sites.is_empty() {
             continue;
         }
+        let digests = match digests {
+            Some((key, text)) => sites
+                .iter()
+                .map(|&i| {
+                    let site = &walk.sites[i];
+                    let b64 = site.payload.base64().map(|(b, _)| b);
+                    image_digest(key, b64, text.get(site.block.clone()).unwrap_or(""))
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         inv.carriers.push(Carrier {
             path: info.path.clone(),
             label: info.label.clone(),
             blocks: sites.len(),
             bytes: sites.iter().map(|&i| states[i].len).sum(),
             edits: Vec::new(),
+            digests,
         });
         members.push(sites);
     }
     (inv, members)
 }
 
-/// Pass 4: which sites the eviction policy retires.
+/// Pass 4: which sites the eviction policy retires, and the session's new retired set when a
+/// cold-cache decision changed it.
 fn eviction(
     walk: &Walk<'_>,
     s: &Settings<'_>,
     states: &[State],
     report: &mut ImageReport,
-) -> Vec<usize> {
-    let (inv, members) = inventory(walk, states);
-    let ev = evict(inv, &Limits::from(s.cfg));
+) -> (Vec<usize>, Option<RetiredSet>) {
+    let cold = s.cold.filter(ColdInputs::needs_digests);
+    let (inv, members) = inventory(walk, states, cold.as_ref().map(|c| (c.key, s.text)));
+    let ev = evict(inv, &Limits::from(s.cfg), cold.as_ref());
     report.retired += ev.images_retired;
     report.carriers_retired += ev.carriers_retired;
+    report.set_retired += ev.set_retired;
+    report.cold_retired += ev.cold_retired;
     report.reasons.extend(ev.reasons);
-    members
-        .into_iter()
-        .take(ev.carriers_retired)
+    let sites = ev
+        .carriers
+        .iter()
+        .filter_map(|&c| members.get(c))
         .flatten()
-        .collect()
+        .copied()
+        .collect();
+    (sites, ev.retired_set)
 }
 
 /// Pass 3: the (N+1)-th and later occurrences of one agent image (same base64, hence same

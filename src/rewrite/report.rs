@@ -46,6 +46,8 @@ impl RewriteReport {
             ("images_replaced", i.replaced),
             ("images_retired", i.retired),
             ("carriers_retired", i.carriers_retired),
+            ("images_set_retired", i.set_retired),
+            ("images_cold_retired", i.cold_retired),
             ("images_failed_open", i.failed_open),
             ("reasoning_edits", self.reasoning_edits()),
             ("carriers_dropped", c.carriers_dropped),

@@ -108,7 +108,12 @@ def test_a_client_edit_of_message_3_is_one_collapse_in_the_same_session(tmp_path
 
 
 def test_an_eviction_batch_is_one_collapse_attributed_to_eviction(tmp_path: Path) -> None:
-    images = "[routes.images]\nmax_blocks = 6\nmax_blocks_small = 6\nevict_batch = 2\nevict_floor = 1"
+    # A low-water mark of ceiling - 1 keeps steps of evict_batch (2), so nine turns give two
+    # batches (the default, half the ceiling, would retire 4 at turn 7 and nothing more).
+    images = (
+        "[routes.images]\nmax_blocks = 6\nmax_blocks_small = 6\nevict_batch = 2\nevict_floor = 1\n"
+        "evict_low_water = 5"
+    )
     with MockUpstream() as mock, launch_proxy(tmp_path, _routes(mock, images)) as proxy:
         log = RequestLog(proxy.stderr_path)
         log.mark()

@@ -136,7 +136,7 @@ def _eviction_body(n: int, w: int = 16, h: int = 16) -> bytes:
 @pytest.mark.parametrize(
     "n,w,h,expect",
     [
-        (101, 16, 16, "images_retired=8"),  # 101 small images > the 100-block ceiling: one batch retired
+        (101, 16, 16, "images_retired=51"),  # 101 small images > the 100-block ceiling: retired down to the low-water mark (50 left)
         (21, 2100, 2, "images_downscaled=21"),  # agent images over max_dimension: downscaled
     ],
 )

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 CLAUDE = "claude-e2e-test-model"  # not a real model: keeps the SDK from warning about deprecations
 GPT = "gpt-4.1"
 REWRITES_HEADER = "x-cachekeeper-rewrites"
-BATCH = 8  # images.evict_batch default
+FIRST_STEP = 11  # 21 images > the ceiling of 20: retired down to the low-water mark (half of 20: 10 left); batches of 8 before the low-water mark
 
 
 def _rewrites(headers: Any) -> dict[str, str]:
@@ -427,29 +427,29 @@ def test_anthropic_eviction_retires_oldest_batch(
     headers = _anthropic_send(anthropic_client, messages, stream)
     counts = _rewrites(headers)
     assert counts.get("images_seen") == str(n), counts
-    assert counts.get("images_retired") == str(BATCH), counts
-    assert counts.get("carriers_retired") == str(BATCH), counts
+    assert counts.get("images_retired") == str(FIRST_STEP), counts
+    assert counts.get("carriers_retired") == str(FIRST_STEP), counts
 
     rec = upstream.last("POST", "/v1/messages")
     got = json.loads(rec.body)["messages"]
     orig = json.loads(sent.last().body)["messages"]
-    retired_idx = {anthropic_carrier_index(i) for i in range(BATCH)}
+    retired_idx = {anthropic_carrier_index(i) for i in range(FIRST_STEP)}
     retired_texts = set()
     for i in range(n):
         idx = anthropic_carrier_index(i)
         g, o = got[idx]["content"][0], orig[idx]["content"][0]
-        if i < BATCH:
+        if i < FIRST_STEP:
             assert g["type"] == "tool_result" and g["tool_use_id"] == o["tool_use_id"], g
             assert len(g["content"]) == len(o["content"]) == 2
             assert g["content"][0] == o["content"][0], "the tool result's own text must be kept"
             repl = g["content"][1]
-            assert repl["type"] == "text", f"carrier {i} (oldest {BATCH} are retired) still holds {repl['type']}"
+            assert repl["type"] == "text", f"carrier {i} (oldest {FIRST_STEP} are retired) still holds {repl['type']}"
             assert_retired_text(repl["text"])
             retired_texts.add(repl["text"])
         else:
-            assert g == o, f"carrier {i} is among the newest {n - BATCH} and must be untouched"
+            assert g == o, f"carrier {i} is among the newest {n - FIRST_STEP} and must be untouched"
     assert len(retired_texts) == 1, "every retired image gets the same fixed sentence"
-    assert count_anthropic_images(got) == n - BATCH
+    assert count_anthropic_images(got) == n - FIRST_STEP
     _assert_untouched_except(sent.last().body, rec.body, retired_idx)
 
 
@@ -462,26 +462,26 @@ def test_openai_eviction_retires_oldest_batch(
     headers = _openai_send(openai_client, messages, stream)
     counts = _rewrites(headers)
     assert counts.get("images_seen") == str(n), counts
-    assert counts.get("images_retired") == str(BATCH), counts
-    assert counts.get("carriers_retired") == str(BATCH), counts
+    assert counts.get("images_retired") == str(FIRST_STEP), counts
+    assert counts.get("carriers_retired") == str(FIRST_STEP), counts
 
     rec = upstream.last("POST", "/chat/completions")
     got = json.loads(rec.body)["messages"]
     orig = json.loads(sent.last().body)["messages"]
-    retired_idx = {openai_carrier_index(i) for i in range(BATCH)}
+    retired_idx = {openai_carrier_index(i) for i in range(FIRST_STEP)}
     for i in range(n):
         idx = openai_carrier_index(i)
         g, o = got[idx], orig[idx]
-        if i < BATCH:
+        if i < FIRST_STEP:
             assert g["role"] == "tool" and g["tool_call_id"] == o["tool_call_id"], g
             assert len(g["content"]) == 2
             assert g["content"][0] == o["content"][0], "the tool message's own text must be kept"
             repl = g["content"][1]
-            assert repl["type"] == "text", f"tool message {i} (oldest {BATCH} are retired) still holds {repl['type']}"
+            assert repl["type"] == "text", f"tool message {i} (oldest {FIRST_STEP} are retired) still holds {repl['type']}"
             assert_retired_text(repl["text"])
         else:
-            assert g == o, f"tool message {i} is among the newest {n - BATCH} and must be untouched"
-    assert count_openai_images(got) == n - BATCH
+            assert g == o, f"tool message {i} is among the newest {n - FIRST_STEP} and must be untouched"
+    assert count_openai_images(got) == n - FIRST_STEP
     _assert_untouched_except(sent.last().body, rec.body, retired_idx)
 
 
@@ -492,27 +492,27 @@ def test_openai_eviction_of_screenshots_in_user_turns(
     OpenAI rejects images in tool messages; those user messages are carriers too."""
     n = 21
     headers = _openai_send(openai_client, openai_user_turn_session(n, LARGE), stream=True)
-    assert _rewrites(headers).get("images_retired") == str(BATCH), headers.get(REWRITES_HEADER)
+    assert _rewrites(headers).get("images_retired") == str(FIRST_STEP), headers.get(REWRITES_HEADER)
     rec = upstream.last("POST", "/chat/completions")
     got = json.loads(rec.body)["messages"]
     orig = json.loads(sent.last().body)["messages"]
     for i in range(n):
         idx = openai_user_turn_carrier_index(i)
         g, o = got[idx], orig[idx]
-        if i < BATCH:
+        if i < FIRST_STEP:
             assert g["role"] == "user" and g["content"][0] == o["content"][0]
             assert g["content"][1]["type"] == "text", f"user-turn screenshot {i} should be retired"
             assert_retired_text(g["content"][1]["text"])
         else:
-            assert g == o, f"user-turn screenshot {i} is among the newest {n - BATCH} and must be untouched"
-    _assert_untouched_except(sent.last().body, rec.body, {openai_user_turn_carrier_index(i) for i in range(BATCH)})
+            assert g == o, f"user-turn screenshot {i} is among the newest {n - FIRST_STEP} and must be untouched"
+    _assert_untouched_except(sent.last().body, rec.body, {openai_user_turn_carrier_index(i) for i in range(FIRST_STEP)})
 
 
 def test_anthropic_user_upload_is_reserved(
     anthropic_client: anthropic.Anthropic, upstream: MockUpstream, sent: Capture
 ) -> None:
     """One upload wider than 2000 px + 20 small screenshots: 21 images, one large, so the
-    ceiling is 20 and a batch of 8 screenshots goes; the upload itself is never rewritten."""
+    ceiling is 20 and 11 screenshots go (down to the low-water mark, 10 left); the upload itself is never rewritten."""
     messages = anthropic_session(20, SMALL)
     upload = {"type": "base64", "media_type": "image/png", "data": fake_png_b64(2001, 1000, 999)}
     messages[0] = {
@@ -520,13 +520,13 @@ def test_anthropic_user_upload_is_reserved(
         "content": [{"type": "text", "text": "Here is the design mock-up."}, {"type": "image", "source": upload}],
     }
     headers = _anthropic_send(anthropic_client, messages, stream=False)
-    assert _rewrites(headers).get("images_retired") == str(BATCH), headers.get(REWRITES_HEADER)
+    assert _rewrites(headers).get("images_retired") == str(FIRST_STEP), headers.get(REWRITES_HEADER)
     rec = upstream.last("POST", "/v1/messages")
     got = json.loads(rec.body)["messages"]
     assert got[0] == json.loads(sent.last().body)["messages"][0], "the user's upload must be untouched"
-    assert count_anthropic_images(got) == 21 - BATCH
-    retired = {anthropic_carrier_index(i) for i in range(BATCH)}
-    for i in range(BATCH):
+    assert count_anthropic_images(got) == 21 - FIRST_STEP
+    retired = {anthropic_carrier_index(i) for i in range(FIRST_STEP)}
+    for i in range(FIRST_STEP):
         assert got[anthropic_carrier_index(i)]["content"][0]["content"][1]["type"] == "text"
     _assert_untouched_except(sent.last().body, rec.body, retired)
 
@@ -553,7 +553,7 @@ def test_anthropic_eviction_prefix_is_stable_across_turns(
     assert len(items22) == len(items21) + 2
     for idx, item in enumerate(items21):
         assert items22[idx] == item, f"messages[{idx}] changed between turn 21 and 22: the cached prefix would break"
-    assert count_anthropic_images(json.loads(turn22)["messages"]) == 22 - BATCH
+    assert count_anthropic_images(json.loads(turn22)["messages"]) == 22 - FIRST_STEP
 
 
 @pytest.mark.parametrize("n,size", [(21, SMALL), (20, LARGE)], ids=["21-small", "20-large"])
