@@ -169,14 +169,29 @@ fn an_idle_gap_is_an_expiry_driven_write_and_no_markers_cache_nothing() {
     let cfg = config(dir.path(), "https://api.anthropic.com");
 
     let r = replay_json(&cfg, &dir.path().join("upload60-idle.jsonl"));
-    for v in ["as_sent", "cachekeeper"] {
-        let e = r[v]["expiry_writes"].as_array().unwrap();
-        assert_eq!(e.len(), 1, "{v}: {e:?}");
-        assert_eq!(e[0]["turn"], 31);
-        assert!(e[0]["idle_ms"].as_u64().unwrap() > 600_000);
-        assert!(e[0]["expired_tokens"].as_u64().unwrap() > 0);
-        assert!(e[0]["write_tokens"].as_u64().unwrap() >= e[0]["expired_tokens"].as_u64().unwrap());
-    }
+    let e = r["as_sent"]["expiry_writes"].as_array().unwrap();
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(e[0]["turn"], 31);
+    assert!(e[0]["idle_ms"].as_u64().unwrap() > 600_000);
+    assert!(e[0]["expired_tokens"].as_u64().unwrap() > 0);
+    assert!(e[0]["write_tokens"].as_u64().unwrap() >= e[0]["expired_tokens"].as_u64().unwrap());
+    // cachekeeper: the expired turn is where cold-cache eviction retires down to the low-water
+    // mark (free: it is a full write anyway), so it is a collapse caused by the expiry, and the
+    // later eviction steps come at 42 and 53 instead of 43 and 54.
+    let c = collapses(&r["cachekeeper"]);
+    assert_eq!(
+        c.iter().map(|c| (c.0, c.2.as_str())).collect::<Vec<_>>(),
+        vec![
+            (21, "eviction"),
+            (31, "provider_expiry"),
+            (42, "eviction"),
+            (53, "eviction")
+        ]
+    );
+    assert!(r["cachekeeper"]["expiry_writes"]
+        .as_array()
+        .unwrap()
+        .is_empty());
     let plain = replay_json(&cfg, &dir.path().join("upload60.jsonl"));
     assert!(plain["as_sent"]["expiry_writes"]
         .as_array()

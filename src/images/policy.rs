@@ -124,16 +124,18 @@ impl<'a> Sums<'a> {
         let mut bytes = Vec::with_capacity(total + 1);
         blocks.push(0usize);
         bytes.push(0u64);
-        for i in 0..total {
-            // Oldest first: index `total - 1 - i` of the newest-first slices.
-            let j = total - 1 - i;
-            let b = load.carrier_blocks.get(j).copied().unwrap_or(0);
+        // Oldest first: the newest-first slices read backwards.
+        for (j, &b) in load.carrier_blocks.iter().enumerate().rev() {
             let size = load
                 .carrier_bytes
                 .and_then(|s| s.get(j).copied())
                 .unwrap_or(0);
-            blocks.push(blocks[i].saturating_add(b));
-            bytes.push(bytes[i].saturating_add(size));
+            let (kept_b, kept_y) = (
+                blocks.last().copied().unwrap_or(0),
+                bytes.last().copied().unwrap_or(0),
+            );
+            blocks.push(kept_b.saturating_add(b));
+            bytes.push(kept_y.saturating_add(size));
         }
         Self {
             load,
