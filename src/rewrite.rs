@@ -817,6 +817,91 @@ mod tests {
         assert!(rewritten > 30, "only {rewritten} bodies were rewritten");
     }
 
+    /// Every `cache_control` member in `v`, at any depth.
+    fn count_markers(v: &Value) -> usize {
+        match v {
+            Value::Object(m) => {
+                usize::from(m.contains_key("cache_control"))
+                    + m.values().map(count_markers).sum::<usize>()
+            }
+            Value::Array(a) => a.iter().map(count_markers).sum(),
+            _ => 0,
+        }
+    }
+
+    fn strip_markers(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("cache_control");
+                m.values_mut().for_each(strip_markers);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip_markers),
+            _ => {}
+        }
+    }
+
+    /// With automatic breakpoints and the stabiliser on, over the image passes' edits (repairs,
+    /// downscales, evictions, replaced images): deterministic, valid JSON, at most 4 markers
+    /// (all counted), and a second run changes nothing.
+    #[test]
+    fn property_anthropic_with_breakpoints_idempotent_and_deterministic() {
+        let cache = crate::caching::CacheSettings {
+            breakpoints: crate::caching::Breakpoints::Auto,
+            ttl: None,
+            stabilize: vec![crate::caching::Stabiliser::ClaudeCodeBillingLine],
+        };
+        let mut rng = Rng(0x5EED_0003);
+        let mut marked = 0;
+        for _ in 0..120 {
+            let images = random_config(&mut rng);
+            let mut body = random_anthropic(&mut rng);
+            if rng.chance(50) {
+                body["system"] = json!("You are a test.");
+            } else if rng.chance(50) {
+                body["system"] = json!([
+                    {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.197.7b2; cc_entrypoint=sdk-cli;"},
+                    {"type": "text", "text": "You are a test."}]);
+            }
+            if rng.chance(50) {
+                body["tools"] = json!([{"name": "shot", "input_schema": {"type": "object"}}]);
+            }
+            // Most clients of this pass mark nothing: take the random markers off most bodies.
+            if rng.chance(80) {
+                strip_markers(&mut body);
+            }
+            let client_markers = count_markers(&body);
+            let body = serde_json::to_vec(&body).unwrap();
+            let ctx = RewriteContext {
+                dialect: Dialect::Anthropic,
+                images: &images,
+                transcodes: None,
+                credential_scope: "",
+                image_recovery: None,
+                reasoning: None,
+                usage_in_streams: false,
+                cache: &cache,
+                cold: None,
+            };
+            let first = rewrite_request(&ctx, &body).unwrap();
+            assert_eq!(rewrite_request(&ctx, &body).unwrap().body, first.body);
+            let Some(new_body) = first.body else {
+                continue;
+            };
+            let after: Value = serde_json::from_slice(&new_body).expect("valid JSON");
+            // The client's own markers: ours stand down (an image's marker may move onto
+            // the text block that replaces it, never be lost).
+            let added = first.report.breakpoints_added;
+            assert!(client_markers == 0 || added == 0);
+            assert_eq!(count_markers(&after), client_markers + added);
+            assert!(added <= 4);
+            assert!(!String::from_utf8_lossy(&new_body).contains("x-anthropic-billing-header"));
+            let second = rewrite_request(&ctx, &new_body).unwrap();
+            assert_eq!(second.body, None, "second pass changed the body");
+            marked += usize::from(first.report.breakpoints_added > 0);
+        }
+        assert!(marked > 60, "only {marked} bodies got markers");
+    }
+
     #[test]
     fn property_openai_idempotent_and_deterministic() {
         let mut rng = Rng(0x5EED_0002);
