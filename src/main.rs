@@ -46,7 +46,8 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// List the unknown-field verdicts learned from providers, or clear some.
+    /// List the verdicts learned from providers (unknown fields, rejected `anthropic-beta`
+    /// values, models without image input, restore off), or clear some.
     ///
     /// A running proxy notices a clear within a few seconds.
     Verdicts {
@@ -136,7 +137,8 @@ fn verdicts(path: &std::path::Path, clear: Option<&[String]>) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // One line per (host, model): host, model, fields (`message:…` / `param:…` /
-    // `model:image_input`), when learned, the provider's wording.
+    // `beta:…` / `model:image_input` / `model:no_restore`), when learned, the provider's
+    // wording.
     for (k, v) in all {
         println!(
             "{}\t{}\t{}\t{}\t{}",

@@ -40,10 +40,18 @@ fn has_block_binding(r: &Recorded) -> bool {
 /// A mock that rejects any request carrying `value` in `anthropic-beta` with Anthropic's
 /// wording, and (like the API) a `block_binding` sent without the binding beta.
 fn rejecting(value: &'static str) -> Handler {
+    rejecting_with(value, None)
+}
+
+/// [`rejecting`], answering `wording` (a whole error body) when given.
+fn rejecting_with(value: &'static str, wording: Option<&'static str>) -> Handler {
     Arc::new(move |r: &Recorded| {
         let betas = beta_values(r);
         if betas.iter().any(|b| b == value) {
-            return json_response(400, &unexpected(value));
+            return json_response(
+                400,
+                &wording.map_or_else(|| unexpected(value), str::to_owned),
+            );
         }
         if has_block_binding(r) && !betas.iter().any(|b| b == BINDING_BETA) {
             return json_response(
@@ -270,5 +278,24 @@ async fn a_listed_client_beta_is_learned_and_removed_from_its_header() {
     assert_eq!(status, 200);
     assert_eq!(mock.count(), 5);
     assert!(mock.last().headers.get("anthropic-beta").is_none());
+    proxy.stop().await;
+}
+
+/// Bedrock's wording names no value: the one value the proxy added is to blame, the client's
+/// own stays.
+#[tokio::test]
+async fn bedrock_invalid_beta_flag_blames_the_one_added_value() {
+    const BEDROCK: &str = r#"{"type":"error","error":{"type":"invalid_request_error","message":"invalid beta flag"}}"#;
+    let mock = start_mock(rejecting_with(BINDING_BETA, Some(BEDROCK))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&config(&mock, &dir.path().join("s.db"), "")).await;
+    let client_beta = "interleaved-thinking-2025-05-14";
+    let (status, _, _) = post(&proxy, &bound_body("claude-fable-5-1"), Some(client_beta)).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 2);
+    let reqs = mock.requests.lock().unwrap().clone();
+    assert_eq!(beta_values(&reqs[0]), [client_beta, BINDING_BETA]);
+    assert_eq!(beta_values(&reqs[1]), [client_beta]);
+    assert!(!has_block_binding(&reqs[1]));
     proxy.stop().await;
 }

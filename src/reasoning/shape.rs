@@ -46,7 +46,8 @@
 //! [`KEEP_THINKING_PARAMS`]) are removed; a dotted name (`thinking.keep`) removes a nested key.
 //! A value of the client's `anthropic-beta` header that is learned as rejected (`Field::Beta`
 //! in `omit`) and on `droppable_betas` is removed from the header (the header itself when no
-//! value is left).
+//! value is left); removing the client's [`BINDING_BETA`] also removes its
+//! `thinking.block_binding`, which the provider rejects without the beta.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -175,6 +176,7 @@ pub(crate) fn shape(ctx: &ShapeContext<'_>, doc: &Doc<'_>) -> Shaped {
         set_headers: Vec::new(),
         beta: ctx.anthropic_beta.map(str::to_owned),
         beta_changed: false,
+        drop_client_binding: false,
     };
     s.drop_betas();
     let removed_top = s.drop_params(top);
@@ -222,6 +224,9 @@ struct Shaper<'t, 'c> {
     beta: Option<String>,
     /// `beta` differs from the request's.
     beta_changed: bool,
+    /// The client's [`BINDING_BETA`] was removed: its `thinking.block_binding` goes too (the
+    /// provider rejects `block_binding` without the beta).
+    drop_client_binding: bool,
 }
 
 /// The [`SignatureId`] of a signed Anthropic block: a `thinking` block's non-empty
@@ -287,6 +292,9 @@ impl Shaper<'_, '_> {
                 Some(_) => {}
             }
         }
+        if self.drop_client_binding {
+            nested.entry("thinking").or_default().push("block_binding");
+        }
         let removed: BTreeSet<String> = whole
             .iter()
             .filter_map(|i| top.members.get(*i))
@@ -313,9 +321,13 @@ impl Shaper<'_, '_> {
             for child in children {
                 let found = obj.indexes_of(child);
                 if !found.is_empty() {
+                    let why = if (parent, child) == ("thinking", "block_binding") {
+                        format!("its beta {BINDING_BETA} was removed from anthropic-beta")
+                    } else {
+                        format!("learned unknown for {}", self.ctx.route.host)
+                    };
                     self.reasons.push(format!(
-                        "reasoning: dropped parameter {parent}.{child} (learned unknown for {})",
-                        self.ctx.route.host
+                        "reasoning: dropped parameter {parent}.{child} ({why})"
                     ));
                     self.counts.params_dropped += 1;
                 }
@@ -810,6 +822,7 @@ impl Shaper<'_, '_> {
             .into_iter()
             .filter(|v| doomed(v))
         {
+            self.drop_client_binding |= v == BINDING_BETA;
             self.reasons.push(format!(
                 "reasoning: removed `{v}` from the anthropic-beta header ({} rejected it for this model; on droppable_betas)",
                 self.ctx.route.host
@@ -1392,6 +1405,32 @@ mod tests {
         assert_eq!(
             out.set_headers,
             vec![("anthropic-beta".to_owned(), format!("bar-2,{BINDING_BETA}"))]
+        );
+        // The client's own binding beta, listed and learned: its block_binding goes with it.
+        let own = plain.replace(
+            r#"{"type":"adaptive"}"#,
+            r#"{"type":"adaptive","block_binding":{"prefix_mismatch_behavior":"drop_block"}}"#,
+        );
+        let listed = vec![BINDING_BETA.to_owned()];
+        let out = run_betas(
+            &fable,
+            &[BINDING_BETA],
+            &listed,
+            fcb,
+            Some(BINDING_BETA),
+            &own,
+        );
+        assert_eq!(out.body.as_deref(), Some(plain.as_bytes()));
+        assert_eq!(
+            out.set_headers,
+            vec![("anthropic-beta".to_owned(), String::new())]
+        );
+        assert!(
+            out.reasons
+                .iter()
+                .any(|r| r.contains("dropped parameter thinking.block_binding")),
+            "{:?}",
+            out.reasons
         );
     }
 
