@@ -28,7 +28,7 @@ pub struct RewriteReport {
 }
 
 /// Number of entries [`RewriteReport::counters`] returns.
-pub(crate) const COUNTERS: usize = 30;
+pub(crate) const COUNTERS: usize = 32;
 
 impl RewriteReport {
     /// Every counter as `(name, value)`, in the order of `x-cachekeeper-rewrites`; the same
@@ -87,5 +87,27 @@ impl RewriteReport {
             + c.params_dropped
             + c.flags_added
             + usize::from(c.binding_set)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The failing case: two parts each added two counters and the merge kept COUNTERS at
+    /// 30, so the zip silently dropped the last two restore kinds from the header and the log.
+    #[test]
+    fn every_counter_has_a_slot_and_none_is_dropped() {
+        let names: Vec<&str> = RewriteReport::default()
+            .counters()
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        assert!(names.iter().all(|n| !n.is_empty()), "{names:?}");
+        for (kind, _) in RestoreCounts::default().kinds() {
+            assert!(names.contains(&kind), "{kind} missing from {names:?}");
+        }
+        let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(unique.len(), COUNTERS);
     }
 }
