@@ -27,8 +27,15 @@ pub struct RewriteReport {
     pub stabilized: usize,
 }
 
-/// Number of entries [`RewriteReport::counters`] returns.
-pub(crate) const COUNTERS: usize = 32;
+/// Counters of the report's own list (every one but the restore kinds).
+const FIXED: usize = 24;
+/// Restore kinds ([`RestoreCounts::kinds`]).
+const KINDS: usize = 8;
+/// Number of entries [`RewriteReport::counters`] returns. Both parts are array lengths the
+/// compiler checks, so a counter added to either list without its count is a build error,
+/// never a counter silently cut off the end (the failing input: two counters added in two
+/// branches, the last two restore kinds dropped from the header and the log).
+pub(crate) const COUNTERS: usize = FIXED + KINDS;
 
 impl RewriteReport {
     /// Every counter as `(name, value)`, in the order of `x-cachekeeper-rewrites`; the same
@@ -38,7 +45,7 @@ impl RewriteReport {
     pub(crate) fn counters(&self) -> [(&'static str, usize); COUNTERS] {
         let c = &self.shape;
         let i = &self.images;
-        let fixed = [
+        let fixed: [(&'static str, usize); FIXED] = [
             ("images_seen", i.seen),
             ("images_repaired", i.repaired),
             ("images_downscaled", i.downscaled),
@@ -65,13 +72,11 @@ impl RewriteReport {
             ("reasoning_restored", self.restore.turns),
         ];
         // The restore kinds' names come from the restore pass (one list).
+        let kinds: [(&'static str, usize); KINDS] = self.restore.kinds();
         let mut all = [("", 0); COUNTERS];
-        for (slot, entry) in all
-            .iter_mut()
-            .zip(fixed.into_iter().chain(self.restore.kinds()))
-        {
-            *slot = entry;
-        }
+        let (head, tail) = all.split_at_mut(FIXED);
+        head.copy_from_slice(&fixed);
+        tail.copy_from_slice(&kinds);
         all
     }
 
@@ -109,5 +114,6 @@ mod tests {
         }
         let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
         assert_eq!(unique.len(), COUNTERS);
+        assert_eq!(names.last(), Some(&"restored_placeholder_signature"));
     }
 }
