@@ -299,3 +299,62 @@ async fn bedrock_invalid_beta_flag_blames_the_one_added_value() {
     assert!(!has_block_binding(&reqs[1]));
     proxy.stop().await;
 }
+
+/// The 1-hour cache TTL beta (added with 1-hour markers on a third-party Anthropic-wire row):
+/// a host that rejects it is learned after one retry, which carries 5-minute markers and no
+/// beta; later requests too.
+#[tokio::test]
+async fn a_rejected_ttl_beta_falls_back_to_five_minute_markers() {
+    const TTL: &str = "extended-cache-ttl-2025-04-11";
+    let mock = start_mock(rejecting(TTL)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        r#"
+[state]
+path = {:?}
+
+[[routes]]
+name = "kimi-cc"
+prefix = "/a"
+upstream = "{}"
+provider = "kimi"
+dialect = "anthropic"
+cache_breakpoints = "auto"
+cache_ttl = "1h"
+"#,
+        dir.path().join("s.db").display().to_string(),
+        mock.url()
+    );
+    let proxy = start_proxy(&cfg).await;
+    let body = json!({
+        "model": "kimi-k2.6", "max_tokens": 64,
+        "system": [{"type": "text", "text": "You are a coding agent."}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "read main.rs"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+            {"role": "user", "content": [{"type": "text", "text": "now test it"}]}
+        ]
+    })
+    .to_string();
+    let hour = |r: &Recorded| String::from_utf8_lossy(&r.body).contains(r#""ttl":"1h""#);
+    let marked = |r: &Recorded| String::from_utf8_lossy(&r.body).contains("cache_control");
+
+    let (status, headers, _) = post(&proxy, &body, Some("client-beta-1")).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 2, "one retry");
+    let reqs = mock.requests.lock().unwrap().clone();
+    assert_eq!(beta_values(&reqs[0]), ["client-beta-1", TTL]);
+    assert!(hour(&reqs[0]));
+    assert_eq!(beta_values(&reqs[1]), ["client-beta-1"]);
+    assert!(!hour(&reqs[1]) && marked(&reqs[1]), "5-minute markers");
+    let h = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(h.contains(&format!("retried_without=beta:{TTL}")), "{h}");
+
+    let (status, _, _) = post(&proxy, &body, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.count(), 3, "no retry");
+    let last = mock.last();
+    assert!(last.headers.get("anthropic-beta").is_none());
+    assert!(!hour(&last) && marked(&last));
+    proxy.stop().await;
+}
