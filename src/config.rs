@@ -151,6 +151,11 @@ pub struct ImagesConfig {
     /// whichever the request is held to); a value not below that ceiling is held at
     /// ceiling − 1, with a warning at load (`docs/images.md#low-water-mark`).
     pub evict_low_water: Option<usize>,
+    /// Cold-cache eviction: when the session's previous turn is older than the provider's
+    /// cache TTL (the next turn is a full cache write anyway), retire down to the low-water
+    /// mark at once and remember what was retired (`docs/images.md#cold-cache-eviction`).
+    /// Default true.
+    pub cold_eviction: bool,
     /// Agent images whose base64 / data-URL string is longer than this are downscaled,
     /// bytes. Default 262144; clamped to 64 KiB … 4 MiB.
     pub embed_target_bytes: u64,
@@ -195,6 +200,7 @@ impl Default for ImagesConfig {
             evict_batch: 8,
             evict_floor: 3,
             evict_low_water: None,
+            cold_eviction: true,
             embed_target_bytes: 262_144,
             max_dimension: 1568,
             max_image_bytes: 5_000_000,
@@ -216,6 +222,7 @@ pub struct ImagesOverride {
     pub evict_batch: Option<usize>,
     pub evict_floor: Option<usize>,
     pub evict_low_water: Option<usize>,
+    pub cold_eviction: Option<bool>,
     pub embed_target_bytes: Option<u64>,
     pub max_dimension: Option<u32>,
     pub max_image_bytes: Option<u64>,
@@ -236,6 +243,7 @@ impl ImagesConfig {
             evict_batch: o.evict_batch.unwrap_or(self.evict_batch),
             evict_floor: o.evict_floor.unwrap_or(self.evict_floor),
             evict_low_water: o.evict_low_water.or(self.evict_low_water),
+            cold_eviction: o.cold_eviction.unwrap_or(self.cold_eviction),
             embed_target_bytes: o.embed_target_bytes.unwrap_or(self.embed_target_bytes),
             max_dimension: o.max_dimension.unwrap_or(self.max_dimension),
             max_image_bytes: o.max_image_bytes.unwrap_or(self.max_image_bytes),

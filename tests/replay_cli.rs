@@ -192,6 +192,25 @@ fn an_idle_gap_is_an_expiry_driven_write_and_no_markers_cache_nothing() {
         .as_array()
         .unwrap()
         .is_empty());
+    // `cold_eviction = false`: the expired turn retires nothing (an expiry write, no
+    // collapse), and the eviction steps keep their places.
+    let nocold = dir.path().join("nocold.toml");
+    std::fs::write(
+        &nocold,
+        "[[routes]]\nname = \"anthropic\"\nprefix = \"/anthropic\"\nupstream = \"https://api.anthropic.com\"\n[routes.images]\ncold_eviction = false\n",
+    )
+    .unwrap();
+    let off = replay_json(&nocold, &dir.path().join("upload60-idle.jsonl"));
+    let c = collapses(&off["cachekeeper"]);
+    assert!(c.iter().all(|c| c.2 == "eviction"), "{c:?}");
+    assert_eq!(c.first().map(|c| c.0), Some(21));
+    assert_eq!(
+        off["cachekeeper"]["expiry_writes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
     let plain = replay_json(&cfg, &dir.path().join("upload60.jsonl"));
     assert!(plain["as_sent"]["expiry_writes"]
         .as_array()

@@ -561,7 +561,7 @@ impl Session {
         });
         let cold = memo.as_ref().map(|m| ColdInputs {
             retired: &m.retired,
-            cold: m.cold,
+            cold: m.cold && self.route.images.cold_eviction,
             key: &self.key,
         });
         let (forwarded, report, retired) =

@@ -173,7 +173,7 @@ pub(crate) async fn run(
         });
         let cold = memo.as_ref().map(|m| ColdInputs {
             retired: &m.retired,
-            cold: m.cold,
+            cold: m.cold && job.route.images.cold_eviction,
             key: &key,
         });
         Some(run_blocking(&job, &decoded, recovery, cold).map(|outcome| {
