@@ -343,7 +343,19 @@ fn canonical(text: &str, r: &Range<usize>) -> [u8; 16] {
 /// Feed the value at `r` to `h` in canonical form: objects and arrays by their structure
 /// (keys decoded, no whitespace, `cache_control` members left out), scalars as sent.
 fn feed(text: &str, r: &Range<usize>, h: &mut Xxh3) {
+    feed_at(text, r, h, 0);
+}
+
+/// Deepest nesting [`feed`] canonicalises, levels; deeper values are hashed as sent (serde_json's
+/// own recursion limit is 128; the failing input: 100,000 nested arrays overflowed the stack).
+const MAX_FEED_DEPTH: usize = 128;
+
+fn feed_at(text: &str, r: &Range<usize>, h: &mut Xxh3, depth: usize) {
     let raw = scan::slice(text, r);
+    if depth >= MAX_FEED_DEPTH {
+        h.update(raw.as_bytes());
+        return;
+    }
     match raw.as_bytes().first() {
         Some(b'{') => match scan::object_at(text, r.start) {
             Some(obj) => {
@@ -358,7 +370,7 @@ fn feed(text: &str, r: &Range<usize>, h: &mut Xxh3) {
                     h.update(&(m.key.len() as u64).to_le_bytes());
                     h.update(m.key.as_bytes());
                     h.update(b":");
-                    feed(text, &m.value, h);
+                    feed_at(text, &m.value, h, depth + 1);
                 }
                 h.update(b"}");
             }
@@ -371,7 +383,7 @@ fn feed(text: &str, r: &Range<usize>, h: &mut Xxh3) {
                     if i > 0 {
                         h.update(b",");
                     }
-                    feed(text, el, h);
+                    feed_at(text, el, h, depth + 1);
                 }
                 h.update(b"]");
             }
@@ -570,5 +582,18 @@ mod tests {
         let f = of(r#"{"model":"m","system":"S","messages":[]}"#);
         let g = of(r#"{"model":"m","system":"T","messages":[]}"#);
         assert_eq!(g.location(&f, Position::System, false), "system");
+    }
+
+    #[test]
+    fn deep_nesting_is_digested_without_recursing_past_the_limit() {
+        // The failing input (tests/e2e/test_adversarial_inputs.py deep_nesting): 100,000 nested
+        // arrays as `messages` overflowed the stack of the thread that opens the session.
+        let body = format!(
+            r#"{{"model":"m","messages":{}{}}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let p = Prefix::of(Dialect::Anthropic, body.as_bytes(), &key()).unwrap();
+        assert_eq!(p.messages.len(), 1);
     }
 }
