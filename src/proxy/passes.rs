@@ -279,14 +279,9 @@ fn account(
     let Some(opened) = opened else {
         return (None, Prefix::of(plan.dialect, forwarded, key));
     };
-    let input = turn_input(
-        plan,
-        key,
-        decoded,
-        forwarded,
-        &outcome.report,
-        outcome.retired.as_ref(),
-    );
+    // In dry run the original bytes go upstream: nothing was retired, so nothing is stored.
+    let retired = outcome.retired.as_ref().filter(|_| !plan.route.dry_run);
+    let input = turn_input(plan, key, decoded, forwarded, &outcome.report, retired);
     let (turn, prefix) = sessions.commit(opened, &input);
     (Some(turn), Some(prefix))
 }
