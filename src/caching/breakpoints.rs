@@ -31,6 +31,7 @@ use std::ops::Range;
 use super::{marker_member, CacheTtl};
 use crate::dialect::doc::{Block, Doc, Turn};
 use crate::dialect::Dialect;
+use crate::json::edit::append_member;
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
 
@@ -83,7 +84,7 @@ pub(crate) fn place(doc: &Doc<'_>, ttl: Option<CacheTtl>, skip: &[Range<usize>])
         let last = scan::array_at(text, tools.value.start)
             .and_then(|t| t.into_iter().enumerate().next_back());
         if let Some((i, obj)) = last.and_then(|(i, r)| Some((i, scan::object_at(text, r.start)?))) {
-            out.edits.push(insert(&obj, member));
+            out.edits.push(append_member(&obj, member));
             at.push(format!("tools[{i}]"));
         }
     }
@@ -111,7 +112,7 @@ pub(crate) fn place(doc: &Doc<'_>, ttl: Option<CacheTtl>, skip: &[Range<usize>])
                     (kind.as_deref() == Some("text") && has_text(text, &obj)).then_some((i, obj))
                 });
             if let Some((i, obj)) = last {
-                out.edits.push(insert(&obj, member));
+                out.edits.push(append_member(&obj, member));
                 at.push(format!("system[{i}]"));
             }
         }
@@ -136,7 +137,7 @@ pub(crate) fn place(doc: &Doc<'_>, ttl: Option<CacheTtl>, skip: &[Range<usize>])
                 }),
         };
         if let Some((i, j, obj)) = target {
-            out.edits.push(insert(obj, member));
+            out.edits.push(append_member(obj, member));
             at.push(format!("messages[{i}].content[{j}]"));
         }
     }
@@ -215,20 +216,6 @@ fn has_text(text: &str, obj: &Object) -> bool {
     obj.get("text")
         .and_then(|m| scan::string_at(text, &m.value))
         .is_some_and(|t| !t.trim().is_empty())
-}
-
-/// Insert `member` as the last member of `obj`.
-fn insert(obj: &Object, member: &str) -> Edit {
-    let (at, comma) = obj.append_point();
-    let mut replacement = Vec::with_capacity(member.len() + 1);
-    if comma {
-        replacement.push(b',');
-    }
-    replacement.extend_from_slice(member.as_bytes());
-    Edit {
-        range: at..at,
-        replacement,
-    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,22 @@ pub(crate) enum EditError {
 
 /// Apply `edits` (in any order, non-overlapping) to `original` and return the new bytes.
 /// Bytes outside the edited ranges are copied unchanged.
+/// The edit that adds `member` (`"key":value`, raw JSON text) as the last member of `obj`,
+/// with the comma it needs: an insertion before the object's closing brace, so every byte of
+/// the object already there is kept.
+pub(crate) fn append_member(obj: &crate::json::scan::Object, member: &str) -> Edit {
+    let (at, comma) = obj.append_point();
+    let mut replacement = Vec::with_capacity(member.len() + 1);
+    if comma {
+        replacement.push(b',');
+    }
+    replacement.extend_from_slice(member.as_bytes());
+    Edit {
+        range: at..at,
+        replacement,
+    }
+}
+
 pub(crate) fn splice(original: &[u8], edits: Vec<Edit>) -> Result<Vec<u8>, EditError> {
     splice_all(original, &[&edits])
 }

@@ -10,6 +10,7 @@
 
 use crate::dialect::doc::Doc;
 use crate::dialect::Dialect;
+use crate::json::edit::append_member;
 use crate::json::scan;
 use crate::json::Edit;
 
@@ -29,9 +30,10 @@ pub(crate) fn edit(doc: &Doc<'_>) -> Option<Edit> {
         return None;
     }
     let Some(options) = doc.top.get("stream_options") else {
-        let (at, comma) = doc.top.append_point();
-        let member = r#""stream_options":{"include_usage":true}"#;
-        return Some(insert(at, comma, member));
+        return Some(append_member(
+            &doc.top,
+            r#""stream_options":{"include_usage":true}"#,
+        ));
     };
     if scan::slice(text, &options.value) == "null" {
         return Some(Edit {
@@ -43,20 +45,7 @@ pub(crate) fn edit(doc: &Doc<'_>) -> Option<Edit> {
     if obj.get("include_usage").is_some() {
         return None;
     }
-    let (at, comma) = obj.append_point();
-    Some(insert(at, comma, r#""include_usage":true"#))
-}
-
-fn insert(at: usize, comma: bool, member: &str) -> Edit {
-    let mut replacement = Vec::with_capacity(member.len() + 1);
-    if comma {
-        replacement.push(b',');
-    }
-    replacement.extend_from_slice(member.as_bytes());
-    Edit {
-        range: at..at,
-        replacement,
-    }
+    Some(append_member(&obj, r#""include_usage":true"#))
 }
 
 #[cfg(test)]
