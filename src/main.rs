@@ -218,7 +218,7 @@ fn check(path: &std::path::Path) -> ExitCode {
             );
         }
         println!(
-            "route {:<12} {:<16} -> {}://{}{}  profile={} matched_by={:?} carriers=[{}] thinking={:?} images={} cache={} breakpoints={} cache_ttl={} stabilize=[{}] dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={} evict_low_water={}",
+            "route {:<12} {:<16} -> {}://{}{}  profile={} matched_by={:?} carriers=[{}] thinking={:?} images={} cache={} breakpoints={} cache_ttl={} stabilize=[{}] dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={} evict_low_water={} cold_eviction={}",
             r.name,
             prefix,
             r.scheme,
@@ -248,6 +248,7 @@ fn check(path: &std::path::Path) -> ExitCode {
             r.images
                 .evict_low_water
                 .map_or_else(|| "half".to_owned(), |v| v.to_string()),
+            r.images.cold_eviction,
         );
     }
     ExitCode::SUCCESS
