@@ -163,7 +163,7 @@ def session(name, seed, idle, marks, route, idle_at=None, billing=False):
     body["messages"].append({"role": "user", "content": first})
     set_marker(body["messages"], marks)
     ts = START_MS
-    gap_before = (idle_at or turns // 2 + 1) if idle else None
+    gap_before = (turns // 2 + 1 if idle_at is None else idle_at) if idle else None
     cch = random.Random(f"{seed}:{name}:billing")
     for turn in range(1, turns + 1):
         if billing:
@@ -212,6 +212,11 @@ def main(argv):
     ap.add_argument("--billing-line", action="store_true",
                     help="put Claude Code's billing line (a new cch= every request) in system[0]")
     args = ap.parse_args(argv)
+    if args.idle_at is not None:
+        for name in args.only or SESSIONS:
+            turns = SESSIONS[name][0]
+            if not 2 <= args.idle_at <= turns:
+                ap.error(f"--idle-at {args.idle_at}: {name} has turns 1..{turns}; the gap comes before a turn in 2..{turns}")
     os.makedirs(args.outdir, exist_ok=True)
     for name in args.only or SESSIONS:
         for idle in (False, True):

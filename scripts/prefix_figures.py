@@ -12,6 +12,7 @@ Nothing is sent anywhere. Takes about a minute with a release build.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,13 +62,17 @@ stabilize = []
 
 
 def replay(binary, config, route, session):
-    out = subprocess.run(
-        [binary, "replay", "--config", config, "--route", route, session, "--json"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return json.loads(out)
+    try:
+        done = subprocess.run(
+            [binary, "replay", "--config", config, "--route", route, session, "--json"],
+            capture_output=True,
+            text=True,
+        )
+    except OSError as e:
+        sys.exit(f"error: cannot run {binary}: {e} (build it: cargo build --release)")
+    if done.returncode != 0:
+        sys.exit(f"error: {binary} replay --route {route} {session} failed ({done.returncode}):\n{done.stderr}")
+    return json.loads(done.stdout)
 
 
 def row(name, v):
@@ -92,6 +97,14 @@ def main(argv):
     ap.add_argument("--keep", help="generate the sessions into this folder and keep them")
     args = ap.parse_args(argv)
     work = args.keep or tempfile.mkdtemp(prefix="cachekeeper-figures-")
+    try:
+        figures(args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def figures(args, work):
     gen = os.path.join(ROOT, "scripts", "gen_sessions.py")
     plain, idle, billing = (os.path.join(work, d) for d in ("plain", "idle100", "billing"))
     subprocess.run([sys.executable, gen, plain, "--only", "every150", "every3rd90"], check=True, stdout=subprocess.DEVNULL)

@@ -358,3 +358,38 @@ cache_ttl = "1h"
     assert!(!hour(&last) && marked(&last));
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn a_client_beta_sent_as_several_lines_keeps_every_value_when_the_proxy_adds_one() {
+    // The failing input of a fresh-user pass: `-H anthropic-beta:a-1 -H anthropic-beta:b-2` on
+    // a route that adds the 1h TTL beta reached the upstream as `a-1,extended-cache-ttl-…`.
+    const TTL: &str = "extended-cache-ttl-2025-04-11";
+    let mock = start_mock(rejecting("never-sent")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        "[state]\npath = {:?}\n\n[[routes]]\nname = \"kimi-cc\"\nprefix = \"/a\"\nupstream = \"{}\"\nprovider = \"kimi\"\ndialect = \"anthropic\"\ncache_breakpoints = \"auto\"\ncache_ttl = \"1h\"\n",
+        dir.path().join("s.db").display().to_string(),
+        mock.url()
+    );
+    let proxy = start_proxy(&cfg).await;
+    let body = json!({
+        "model": "kimi-k2.6", "max_tokens": 64, "system": "S",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "r"}]}]
+    })
+    .to_string();
+    let (status, _, _) = send(
+        &client(),
+        &proxy.url("/a/v1/messages"),
+        &[
+            ("x-api-key", "sk-ant-test"),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "a-1"),
+            ("anthropic-beta", "b-2"),
+        ],
+        body,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(beta_values(&mock.last()), ["a-1", "b-2", TTL]);
+    proxy.stop().await;
+}

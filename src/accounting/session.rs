@@ -108,6 +108,11 @@ impl Opened {
         &self.session
     }
 
+    /// The model the body names (else the caller's).
+    pub(crate) fn model(&self) -> &str {
+        &self.model
+    }
+
     /// Whether the session's prompt cache has gone cold: its previous turn is older than
     /// `ttl_ms` ([`cold_ttl_ms`]). `false` when either is unknown.
     pub(crate) fn is_cold(&self, ttl_ms: Option<u64>) -> bool {

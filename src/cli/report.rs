@@ -71,7 +71,16 @@ pub fn run(args: &ReportArgs) -> ExitCode {
         // Read-only: the report changes nothing (a read-only copy of the file works too).
         let read = SqliteBackend::open_read_only(&opts.path).and_then(|mut b| b.scan(Kind::Usage));
         match read {
-            Ok(records) => turns_from(&records),
+            Ok(records) => {
+                let turns = turns_from(&records);
+                if turns.len() < records.len() {
+                    eprintln!(
+                        "warning: skipped {} usage record(s) in {path} that this build cannot read",
+                        records.len() - turns.len()
+                    );
+                }
+                turns
+            }
             Err(e) => {
                 eprintln!("error: cannot read state database {path}: {e}");
                 return ExitCode::FAILURE;

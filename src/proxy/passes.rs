@@ -10,6 +10,7 @@ use http::header::{self, HeaderMap, HeaderValue};
 use crate::accounting::prefix::{DigestKey, Prefix};
 use crate::accounting::session::{ColdMemo, Opened, SessionTracker, TurnInput};
 use crate::accounting::TurnAccount;
+use crate::caching::CacheTtl;
 use crate::dialect::Dialect;
 use crate::images::cache::TranscodeCache;
 use crate::images::recovery::ImageRejectionKind;
@@ -165,7 +166,7 @@ pub(crate) async fn run(
         let mut unrecorded = None;
         let memo = memo.or_else(|| {
             let o = opened.as_ref()?;
-            let (memo, known) = o.cold_memo(route.cache.ttl, &route.provider, &decoded);
+            let (memo, known) = o.cold_memo(cold_route_ttl(&job, o), &route.provider, &decoded);
             if !known {
                 unrecorded = Some(o.session().to_owned());
             }
@@ -223,6 +224,24 @@ pub(crate) async fn run(
         cold: memo,
         retired: outcome.retired,
     }
+}
+
+/// The route's `cache_ttl` as cold-cache eviction judges it: a 1-hour TTL whose beta the host
+/// rejected for the model (learned as `beta:extended-cache-ttl-…`) is 5 minutes there, since
+/// the proxy then places 5-minute markers (the failing input of a fresh-user pass: the cold
+/// decision kept waiting an hour after the host refused the beta).
+fn cold_route_ttl(plan: &Plan, opened: &Opened) -> Option<CacheTtl> {
+    let ttl = plan.route.cache.ttl?;
+    let refused = Field::Beta(crate::caching::EXTENDED_CACHE_TTL_BETA.to_owned());
+    if ttl == CacheTtl::OneHour
+        && plan
+            .store
+            .omit(&plan.route.provider.host, opened.model())
+            .contains(&refused)
+    {
+        return Some(CacheTtl::FiveMinutes);
+    }
+    Some(ttl)
 }
 
 /// The turn's input as the session tracker reads it (the forwarded bytes and report are

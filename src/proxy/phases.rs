@@ -241,6 +241,21 @@ async fn read_body(
     }
 }
 
+/// Every line of a comma-list header joined with `,` (`None` when absent): a client may send
+/// `anthropic-beta` as several lines, and a pass that sets the header replaces all of them
+/// (the failing input: `-H anthropic-beta:a-1 -H anthropic-beta:b-2` lost `b-2` when the proxy
+/// merged its own value in).
+fn joined_header(headers: &HeaderMap, name: &str) -> Option<String> {
+    let values: Vec<&str> = headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .collect();
+    (!values.is_empty()).then(|| values.join(","))
+}
+
 /// Phase 3: what the passes read besides the body.
 fn plan(
     state: &AppState,
@@ -263,7 +278,7 @@ fn plan(
         credential_scope: credential.scope,
         sealing: credential.sealing,
         encoding: header_str(header::CONTENT_ENCODING.as_str()),
-        anthropic_beta: header_str("anthropic-beta"),
+        anthropic_beta: joined_header(headers, "anthropic-beta"),
         droppable: state.reasoning.droppable_params.clone().into(),
         droppable_betas: state.reasoning.droppable_betas.clone().into(),
         store: state.store.clone(),
