@@ -247,3 +247,46 @@ def test_cold_cache_eviction_after_an_idle_gap(tmp_path: Path, every150: list[di
     assert all(at is None for _, at in later[1:]), later
     assert run.writes[120] > 10_000, "the lost record costs one rewrite"
     assert max(run.writes[121:]) < 2000, run.writes[121:]
+
+
+def _session(tmp: Path, name: str, *flags: str) -> list[dict[str, Any]]:
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_sessions.py"), str(tmp), "--only", "every3rd90", *flags],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    with open(tmp / name, encoding="utf-8") as f:
+        return [json.loads(line)["body"] for line in f]
+
+
+def _read_share(run: Run) -> float:
+    return sum(run.reads) / max(1, sum(run.reads) + sum(run.writes) + sum(run.inputs))
+
+
+def test_auto_breakpoints_and_the_billing_line_stabiliser_at_the_mock(tmp_path: Path) -> None:
+    nomarks = _session(tmp_path / "plain", "every3rd90-nomarks.jsonl")
+    billing = _session(tmp_path / "billing", "every3rd90.jsonl", "--billing-line")
+    routes = "".join(
+        f'\n[[routes]]\nname = "{name}"\nprefix = "/{name}"\nupstream = "MOCK"\n{extra}\n'
+        for name, extra in (
+            ("off", 'provider = "anthropic"'),
+            ("auto", 'provider = "anthropic"\ncache_breakpoints = "auto"'),
+            ("kimi", 'provider = "kimi"\ndialect = "anthropic"'),
+            ("kimi-raw", 'provider = "kimi"\ndialect = "anthropic"\nstabilize = []'),
+        )
+    )
+    share: dict[str, float] = {}
+    with MockUpstream(sse_delay=0) as mock, launch_proxy(tmp_path, routes.replace("MOCK", mock.url)) as proxy:
+        for route, bodies in (("off", nomarks), ("auto", nomarks), ("kimi-raw", billing), ("kimi", billing)):
+            mock.prefix_cache.clear()
+            run = Run()
+            _drive(_client(f"{proxy.base_url}/{route}", f"e2e-{route}"), mock, bodies, run)
+            share[route] = _read_share(run)
+    print(f"\n[figures] cache-read share: {share}", file=sys.stderr)
+    # A client that marks nothing reads nothing; with auto breakpoints nearly everything.
+    assert share["off"] == 0
+    assert share["auto"] > 0.9
+    # Claude Code's billing line (a new cch= every request) in system[0] on a third-party
+    # route: only the tools before it are ever read; removed, nearly everything.
+    assert share["kimi-raw"] < 0.05
+    assert share["kimi"] > 0.9
