@@ -166,7 +166,11 @@ pub(crate) async fn run(
         let mut unrecorded = None;
         let memo = memo.or_else(|| {
             let o = opened.as_ref()?;
-            let (memo, known) = o.cold_memo(cold_route_ttl(&job, o), &route.provider, &decoded);
+            let (memo, known) = o.cold_memo(
+                cold_route_ttl(route.cache.ttl, &job.store, &route.provider.host, o.model()),
+                &route.provider,
+                &decoded,
+            );
             if !known {
                 unrecorded = Some(o.session().to_owned());
             }
@@ -230,18 +234,19 @@ pub(crate) async fn run(
 /// rejected for the model (learned as `beta:extended-cache-ttl-…`) is 5 minutes there, since
 /// the proxy then places 5-minute markers (the failing input of a fresh-user pass: the cold
 /// decision kept waiting an hour after the host refused the beta).
-fn cold_route_ttl(plan: &Plan, opened: &Opened) -> Option<CacheTtl> {
-    let ttl = plan.route.cache.ttl?;
+fn cold_route_ttl(
+    ttl: Option<CacheTtl>,
+    verdicts: &dyn VerdictLookup,
+    host: &str,
+    model: &str,
+) -> Option<CacheTtl> {
     let refused = Field::Beta(crate::caching::EXTENDED_CACHE_TTL_BETA.to_owned());
-    if ttl == CacheTtl::OneHour
-        && plan
-            .store
-            .omit(&plan.route.provider.host, opened.model())
-            .contains(&refused)
-    {
-        return Some(CacheTtl::FiveMinutes);
+    match ttl? {
+        CacheTtl::OneHour if verdicts.omit(host, model).contains(&refused) => {
+            Some(CacheTtl::FiveMinutes)
+        }
+        t => Some(t),
     }
-    Some(ttl)
 }
 
 /// The turn's input as the session tracker reads it (the forwarded bytes and report are
@@ -355,4 +360,32 @@ fn run_blocking(
         return rewrite_with_restore(&ctx, &carriers, decoded);
     }
     Ok(first)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::state::{FieldSet, MemoryBackend};
+
+    #[test]
+    fn a_refused_ttl_beta_makes_the_cold_cache_ttl_five_minutes() {
+        // The failing input of a fresh-user pass: after the host refused the 1h TTL beta (the
+        // proxy then sends 5-minute markers), cold-cache eviction still waited an hour.
+        let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 20);
+        let hour = Some(CacheTtl::OneHour);
+        assert_eq!(cold_route_ttl(hour, &store, "api.kimi.com", "k2"), hour);
+        let refused = FieldSet::from([Field::Beta(
+            crate::caching::EXTENDED_CACHE_TTL_BETA.to_owned(),
+        )]);
+        store
+            .verdicts()
+            .learn("api.kimi.com", "k2", &refused, "Unexpected value(s)");
+        assert_eq!(
+            cold_route_ttl(hour, &store, "api.kimi.com", "k2"),
+            Some(CacheTtl::FiveMinutes)
+        );
+        assert_eq!(cold_route_ttl(hour, &store, "api.kimi.com", "other"), hour);
+        assert_eq!(cold_route_ttl(None, &store, "api.kimi.com", "k2"), None);
+    }
 }
