@@ -328,9 +328,32 @@ fn serve(
             .map(|a| a.to_string())
             .unwrap_or_default();
         tracing::info!(target: "cachekeeper::server", listen = %addr, routes = loaded.config.routes.len(), "cachekeeper ready");
+        reload_on_sighup(server.reloader(), path.to_path_buf());
         server.run(shutdown_signal()).await;
         ExitCode::SUCCESS
     })
+}
+
+/// On every `SIGHUP`, reload `path` ([`cachekeeper::proxy::Reloader::reload_logged`]: a bad
+/// file is logged and the running configuration kept).
+fn reload_on_sighup(reloader: cachekeeper::proxy::Reloader, path: PathBuf) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(target: "cachekeeper::config", error = %e, "cannot listen for SIGHUP; reload by restarting");
+                return;
+            }
+        };
+        while hup.recv().await.is_some() {
+            let (r, p) = (reloader.clone(), path.clone());
+            // Reading the file and the CA bundle is blocking I/O.
+            let _ = tokio::task::spawn_blocking(move || r.reload_logged(&p)).await;
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = (reloader, path);
 }
 
 async fn shutdown_signal() {

@@ -15,6 +15,7 @@ mod observe;
 mod passes;
 mod phases;
 mod record;
+mod reload;
 mod reserved;
 mod retry;
 mod send;
@@ -48,7 +49,12 @@ pub(crate) fn overhead_value(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1000.0)
 }
 
-/// Shared, read-only state of a running proxy.
+pub use reload::{ReloadError, Reloaded, Reloader};
+
+/// Shared, read-only state of a running proxy: one snapshot per configuration. A `SIGHUP`
+/// reload ([`Reloader`]) builds a new snapshot from the new file, sharing every field that
+/// holds what the proxy learned or is doing (store, semaphores, transcodes, metrics, sessions,
+/// recorder — the `Arc` fields); a request keeps the snapshot it started with to its end.
 pub(crate) struct AppState {
     pub routes: RouteTable,
     pub client: HttpClient,
@@ -57,7 +63,7 @@ pub(crate) struct AppState {
     pub store: Store,
     /// Bounds how many requests run the passes at once, so concurrent image decodes cannot
     /// grow memory without limit (each pass run is CPU-bound anyway).
-    pub passes: tokio::sync::Semaphore,
+    pub passes: Arc<tokio::sync::Semaphore>,
     /// Transcoded images, shared by all requests (bounded by `[images] transcode_cache_bytes`).
     pub transcodes: Arc<TranscodeCache>,
     /// The metrics every request is counted in (`GET /metrics`).
@@ -67,7 +73,76 @@ pub(crate) struct AppState {
     /// `[[pricing]]`, for the dashboard.
     pub pricing: Arc<Pricing>,
     /// `serve --record FILE`: where buffered generation requests are written ([`record`]).
-    pub record: Option<record::Recorder>,
+    pub record: Option<Arc<record::Recorder>>,
+}
+
+impl AppState {
+    /// The snapshot of `loaded`'s reloadable settings (routes, `[server]` timeouts and limits,
+    /// `[reasoning]`, `[[pricing]]`, the upstream client) over `shared`'s long-lived parts.
+    ///
+    /// Errors: a route is unusable, or `ca_file` is unreadable.
+    fn build(loaded: &Loaded, shared: Shared) -> Result<Self, StartError> {
+        let cfg = &loaded.config;
+        let routes = RouteTable::new(cfg).map_err(StartError::Routes)?;
+        let ca = cfg.server.ca_file.as_ref().map(|p| loaded.base_dir.join(p));
+        let client = upstream::build_client(
+            Duration::from_millis(cfg.server.connect_timeout_ms),
+            ca.as_deref(),
+        )?;
+        Ok(Self {
+            routes,
+            client,
+            server: cfg.server.clone(),
+            reasoning: cfg.reasoning.clone(),
+            pricing: Arc::new(Pricing::new(&cfg.pricing)),
+            store: shared.store,
+            passes: shared.passes,
+            transcodes: shared.transcodes,
+            metrics: shared.metrics,
+            sessions: shared.sessions,
+            record: shared.record,
+        })
+    }
+
+    /// This snapshot's settings over `shared` (the `--record` file set after start-up).
+    fn with_shared(&self, shared: Shared) -> Self {
+        Self {
+            routes: self.routes.clone(),
+            client: self.client.clone(),
+            server: self.server.clone(),
+            reasoning: self.reasoning.clone(),
+            pricing: Arc::clone(&self.pricing),
+            store: shared.store,
+            passes: shared.passes,
+            transcodes: shared.transcodes,
+            metrics: shared.metrics,
+            sessions: shared.sessions,
+            record: shared.record,
+        }
+    }
+
+    /// The long-lived parts a reload keeps.
+    fn shared(&self) -> Shared {
+        Shared {
+            store: self.store.clone(),
+            passes: Arc::clone(&self.passes),
+            transcodes: Arc::clone(&self.transcodes),
+            metrics: Arc::clone(&self.metrics),
+            sessions: Arc::clone(&self.sessions),
+            record: self.record.clone(),
+        }
+    }
+}
+
+/// What outlives a reload: what the proxy learned (store, sessions, transcodes, metrics) and
+/// what bounds it (the passes' semaphore), and the `--record` file.
+struct Shared {
+    store: Store,
+    passes: Arc<tokio::sync::Semaphore>,
+    transcodes: Arc<TranscodeCache>,
+    metrics: Arc<Metrics>,
+    sessions: Arc<SessionTracker>,
+    record: Option<Arc<record::Recorder>>,
 }
 
 /// Why the server could not start.
@@ -94,7 +169,8 @@ pub enum StartError {
 /// A bound, not yet running proxy.
 pub struct Server {
     listener: TcpListener,
-    state: Arc<AppState>,
+    live: Arc<arc_swap::ArcSwap<AppState>>,
+    reloader: Reloader,
 }
 
 impl Server {
@@ -104,49 +180,46 @@ impl Server {
     /// Errors: the address cannot be bound, a route is unusable, or `ca_file` is unreadable.
     pub async fn bind(loaded: &Loaded, listen: Option<SocketAddr>) -> Result<Self, StartError> {
         let cfg = &loaded.config;
-        let routes = RouteTable::new(cfg).map_err(StartError::Routes)?;
-        let ca = cfg.server.ca_file.as_ref().map(|p| loaded.base_dir.join(p));
-        let client = upstream::build_client(
-            Duration::from_millis(cfg.server.connect_timeout_ms),
-            ca.as_deref(),
-        )?;
+        let store = Store::open(&StoreOptions::from_config(&cfg.state, &loaded.base_dir));
+        let shared = Shared {
+            passes: Arc::new(tokio::sync::Semaphore::new(concurrent_passes())),
+            transcodes: Arc::new(TranscodeCache::new(cfg.images.transcode_cache_bytes)),
+            metrics: Arc::new(Metrics::new()),
+            sessions: Arc::new(SessionTracker::new(store.clone())),
+            record: None,
+            store,
+        };
+        let state = AppState::build(loaded, shared)?;
         let addr = listen.unwrap_or(cfg.server.listen);
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| StartError::Bind { addr, source })?;
-        let store = Store::open(&StoreOptions::from_config(&cfg.state, &loaded.base_dir));
+        let live = Arc::new(arc_swap::ArcSwap::from_pointee(state));
+        let reloader = Reloader::new(Arc::clone(&live), loaded, listen.is_some());
         Ok(Self {
             listener,
-            state: Arc::new(AppState {
-                routes,
-                client,
-                server: cfg.server.clone(),
-                reasoning: cfg.reasoning.clone(),
-                passes: tokio::sync::Semaphore::new(concurrent_passes()),
-                transcodes: Arc::new(TranscodeCache::new(cfg.images.transcode_cache_bytes)),
-                metrics: Arc::new(Metrics::new()),
-                sessions: Arc::new(SessionTracker::new(store.clone())),
-                pricing: Arc::new(Pricing::new(&cfg.pricing)),
-                record: None,
-                store,
-            }),
+            live,
+            reloader,
         })
     }
 
     /// Also write every buffered generation request a route receives to `path`, one
     /// `cachekeeper replay` line each (`serve --record FILE`; the file is created mode 0600
-    /// and appended to; `docs/replay.md`).
+    /// and appended to; `docs/replay.md`). A reload keeps recording to the same file.
     ///
     /// Errors: the file cannot be opened.
-    pub fn record_to(mut self, path: &std::path::Path) -> Result<Self, StartError> {
+    pub fn record_to(self, path: &std::path::Path) -> Result<Self, StartError> {
         let rec = record::Recorder::open(path).map_err(|source| StartError::Record {
             path: path.display().to_string(),
             source,
         })?;
-        if let Some(state) = Arc::get_mut(&mut self.state) {
-            state.record = Some(rec);
-        }
+        self.reloader.set_record(Arc::new(rec));
         Ok(self)
+    }
+
+    /// The handle that reloads this server's configuration (`SIGHUP`); usable while it runs.
+    pub fn reloader(&self) -> Reloader {
+        self.reloader.clone()
     }
 
     /// The bound address.
@@ -155,20 +228,21 @@ impl Server {
     }
 
     /// Serve until `shutdown` completes, then stop accepting, let in-flight requests
-    /// (streams included) finish for up to `shutdown_grace_ms`, and flush the state store's
-    /// queued writes ([`Store::flush`]).
+    /// (streams included) finish for up to `shutdown_grace_ms` (as it was at start-up), and
+    /// flush the state store's queued writes ([`Store::flush`]). Each request runs on the
+    /// configuration snapshot current when it arrived ([`Reloader`]).
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        let grace = Duration::from_millis(self.state.server.shutdown_grace_ms);
-        let state = self.state;
-        let store = state.store.clone();
-        let kept = Arc::clone(&state);
-        let handler = move |req| phases::handle(Arc::clone(&state), req);
+        let live = self.live;
+        let grace = Duration::from_millis(live.load().server.shutdown_grace_ms);
+        let serving = Arc::clone(&live);
+        let handler = move |req| phases::handle(serving.load_full(), req);
         crate::wire::listener::serve(self.listener, handler, shutdown, grace).await;
         // The writes still queued (the last turns' carriers) reach the disk before the
         // process exits; the flush waits on the writer thread, so off the runtime.
+        let last = live.load_full();
         let _ = tokio::task::spawn_blocking(move || {
-            store.flush();
-            if let Some(rec) = &kept.record {
+            last.store.flush();
+            if let Some(rec) = &last.record {
                 rec.flush();
             }
         })

@@ -1,0 +1,197 @@
+//! Reloading `proxy.toml` while serving (`SIGHUP`): a new configuration snapshot replaces the
+//! old one for the requests that arrive after it; requests in flight, streams included, finish
+//! on the snapshot they started with, so no connection is dropped.
+//!
+//! What changes on a reload: the routes (upstreams, dialects, profiles, images and reasoning
+//! settings, cache breakpoints), `[server]` timeouts, body limits, `dry_run`, `client_token`
+//! and `ca_file`, `[images]`, `[reasoning]` and `[[pricing]]`. What needs a restart, and is
+//! reported as such (the running value stays): `[server] listen` (unless `--listen` overrides
+//! it), `[server] shutdown_grace_ms`, the `[state]` store (`path`, `retention_days`,
+//! `max_bytes`) and `[images] transcode_cache_bytes` (the shared cache is sized once). A file
+//! that does not load, or whose routes or CA bundle are unusable, changes nothing: the error is
+//! returned (and logged by [`Reloader::reload_logged`]) and the old configuration keeps serving.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use crate::config::{ConfigError, Loaded};
+use crate::proxy::record::Recorder;
+use crate::proxy::{AppState, StartError};
+
+/// Why a reload changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The file did not read or parse, or a value is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The file loaded but its routes or `ca_file` are unusable.
+    #[error(transparent)]
+    Build(#[from] StartError),
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Routes now served.
+    pub routes: usize,
+    /// Settings the file changes that only a restart applies, each as
+    /// `"[section] key: running → in file"`, in the order of the module docs.
+    pub needs_restart: Vec<String>,
+    /// The new file's load warnings (deprecated keys, ...).
+    pub warnings: Vec<String>,
+}
+
+/// The settings a running proxy keeps until it restarts, as it started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fixed {
+    /// `[server] listen`, or `None` when `--listen` overrides it.
+    listen: Option<std::net::SocketAddr>,
+    shutdown_grace_ms: u64,
+    /// The state file, resolved against the config file's folder.
+    state_path: PathBuf,
+    retention_days: u32,
+    state_max_bytes: u64,
+    transcode_cache_bytes: u64,
+}
+
+impl Fixed {
+    fn of(loaded: &Loaded, listen_overridden: bool) -> Self {
+        let cfg = &loaded.config;
+        Self {
+            listen: (!listen_overridden).then_some(cfg.server.listen),
+            shutdown_grace_ms: cfg.server.shutdown_grace_ms,
+            state_path: loaded.base_dir.join(&cfg.state.path),
+            retention_days: cfg.state.retention_days,
+            state_max_bytes: cfg.state.max_bytes,
+            transcode_cache_bytes: cfg.images.transcode_cache_bytes,
+        }
+    }
+
+    /// `"[section] key: running → in file"` for each setting that differs.
+    fn changes(&self, new: &Fixed) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut diff = |key: &str, old: String, new: String| {
+            if old != new {
+                out.push(format!("{key}: {old} → {new}"));
+            }
+        };
+        if let (Some(old), Some(new)) = (self.listen, new.listen) {
+            diff("[server] listen", old.to_string(), new.to_string());
+        }
+        diff(
+            "[server] shutdown_grace_ms",
+            self.shutdown_grace_ms.to_string(),
+            new.shutdown_grace_ms.to_string(),
+        );
+        diff(
+            "[state] path",
+            self.state_path.display().to_string(),
+            new.state_path.display().to_string(),
+        );
+        diff(
+            "[state] retention_days",
+            self.retention_days.to_string(),
+            new.retention_days.to_string(),
+        );
+        diff(
+            "[state] max_bytes",
+            self.state_max_bytes.to_string(),
+            new.state_max_bytes.to_string(),
+        );
+        diff(
+            "[images] transcode_cache_bytes",
+            self.transcode_cache_bytes.to_string(),
+            new.transcode_cache_bytes.to_string(),
+        );
+        out
+    }
+}
+
+/// Reloads a running [`crate::proxy::Server`]'s configuration ([`crate::proxy::Server::reloader`]).
+/// Cheap to clone; reloads are serialised.
+#[derive(Clone)]
+pub struct Reloader {
+    live: Arc<ArcSwap<AppState>>,
+    /// What the proxy started with (restart-only settings); the lock serialises reloads.
+    fixed: Arc<Mutex<Fixed>>,
+    listen_overridden: bool,
+}
+
+impl Reloader {
+    pub(crate) fn new(
+        live: Arc<ArcSwap<AppState>>,
+        loaded: &Loaded,
+        listen_overridden: bool,
+    ) -> Self {
+        Self {
+            live,
+            fixed: Arc::new(Mutex::new(Fixed::of(loaded, listen_overridden))),
+            listen_overridden,
+        }
+    }
+
+    /// Apply `loaded`: requests that arrive after this returns run on it.
+    ///
+    /// Errors: [`ReloadError::Build`] when a route or the CA bundle is unusable; nothing
+    /// changed then.
+    pub fn reload(&self, loaded: &Loaded) -> Result<Reloaded, ReloadError> {
+        let fixed = self
+            .fixed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let current = self.live.load_full();
+        let next = AppState::build(loaded, current.shared())?;
+        let routes = next.routes.routes().len();
+        self.live.store(Arc::new(next));
+        Ok(Reloaded {
+            routes,
+            needs_restart: fixed.changes(&Fixed::of(loaded, self.listen_overridden)),
+            warnings: loaded.warnings.clone(),
+        })
+    }
+
+    /// Load `path` and apply it ([`Self::reload`]).
+    ///
+    /// Errors: [`ReloadError::Config`] when the file does not load; nothing changed then.
+    pub fn reload_from(&self, path: &Path) -> Result<Reloaded, ReloadError> {
+        let loaded = crate::config::Config::load(path)?;
+        self.reload(&loaded)
+    }
+
+    /// [`Self::reload_from`], logged: `info` with the route count when applied, a `warn` per
+    /// setting that needs a restart and per load warning, `error` (the old configuration kept)
+    /// when the file is unusable. What `serve` does on `SIGHUP`.
+    pub fn reload_logged(&self, path: &Path) -> Result<Reloaded, ReloadError> {
+        let file = path.display().to_string();
+        match self.reload_from(path) {
+            Ok(done) => {
+                for w in &done.warnings {
+                    tracing::warn!(target: "cachekeeper::config", file = %file, "{w}");
+                }
+                for setting in &done.needs_restart {
+                    tracing::warn!(target: "cachekeeper::config", file = %file, setting = %setting, "this setting changed in the file but needs a restart; the running value stays");
+                }
+                tracing::info!(target: "cachekeeper::config", file = %file, routes = done.routes, "configuration reloaded");
+                Ok(done)
+            }
+            Err(e) => {
+                tracing::error!(target: "cachekeeper::config", file = %file, error = %e, "configuration not reloaded; the running configuration stays");
+                Err(e)
+            }
+        }
+    }
+
+    /// Record to `rec` from now on (`serve --record`), kept across reloads.
+    pub(crate) fn set_record(&self, rec: Arc<Recorder>) {
+        let _serial = self
+            .fixed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let current = self.live.load_full();
+        let mut shared = current.shared();
+        shared.record = Some(rec);
+        self.live.store(Arc::new(current.with_shared(shared)));
+    }
+}
