@@ -6,7 +6,7 @@ use std::io::Read;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use http_body::Frame;
-use http_body_util::{BodyExt, BodyStream, Full, StreamBody};
+use http_body_util::{BodyExt, BodyStream, Empty, Full, StreamBody};
 use hyper::body::Incoming;
 
 use crate::wire::upstream::{BoxError, UpstreamBody};
@@ -92,11 +92,21 @@ pub(crate) fn full(bytes: Bytes) -> UpstreamBody {
 ///
 /// `sent` fires once the client's body has ended (whole, or with an error), so the caller can
 /// start the first-byte timer only then: an upload may take longer than the timeout.
+///
+/// A request that has no body (nothing read and the client's body already at its end: no
+/// `content-length` and no `transfer-encoding`, or `content-length: 0`) goes upstream without
+/// one. A stream body of unknown length would make hyper's client add
+/// `transfer-encoding: chunked` and an empty chunked body to every method but GET / HEAD /
+/// CONNECT (found by testing: the openai and anthropic SDKs' body-less `DELETE`s).
 pub(crate) fn streamed(
     head: Vec<Bytes>,
     rest: Incoming,
     sent: tokio::sync::oneshot::Sender<()>,
 ) -> UpstreamBody {
+    if head.is_empty() && http_body::Body::is_end_stream(&rest) {
+        let _ = sent.send(());
+        return Empty::new().map_err(|never| match never {}).boxed_unsync();
+    }
     let head = futures_util::stream::iter(head.into_iter().map(|b| Ok(Frame::data(b))));
     let rest = BodyStream::new(rest).map(|r| r.map_err(|e| Box::new(e) as BoxError));
     let end = futures_util::stream::once(async move {
