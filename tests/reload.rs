@@ -51,6 +51,28 @@ fn loaded(text: &str) -> cachekeeper::config::Loaded {
     }
 }
 
+/// Bind and run a proxy on `text` (`[server] listen` decides the port): its address, reloader,
+/// stop signal and task.
+async fn serve(
+    text: &str,
+) -> (
+    std::net::SocketAddr,
+    cachekeeper::proxy::Reloader,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let server = cachekeeper::proxy::Server::bind(&loaded(text), None)
+        .await
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    let reloader = server.reloader();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let done = tokio::spawn(server.run(async move {
+        let _ = stopped.await;
+    }));
+    (addr, reloader, stop, done)
+}
+
 const BODY: &str =
     r#"{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#;
 const STREAM: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
@@ -62,15 +84,7 @@ async fn a_reload_applies_to_new_requests_while_an_open_stream_finishes_on_the_o
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.db");
     let listen = "[server]\nlisten = \"127.0.0.1:0\"\n";
-    let server = cachekeeper::proxy::Server::bind(&loaded(&config(&a.url(), &state, listen)), None)
-        .await
-        .unwrap();
-    let addr = server.local_addr().unwrap();
-    let reloader = server.reloader();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let done = tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
+    let (addr, reloader, stop, done) = serve(&config(&a.url(), &state, listen)).await;
     let url = format!("http://{addr}/anthropic/v1/messages");
     let http = client();
 
@@ -137,15 +151,7 @@ async fn a_bad_file_changes_nothing_and_restart_only_settings_are_reported() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.db");
     let listen = "[server]\nlisten = \"127.0.0.1:0\"\n";
-    let server = cachekeeper::proxy::Server::bind(&loaded(&config(&a.url(), &state, listen)), None)
-        .await
-        .unwrap();
-    let addr = server.local_addr().unwrap();
-    let reloader = server.reloader();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let done = tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
+    let (addr, reloader, stop, done) = serve(&config(&a.url(), &state, listen)).await;
     let url = format!("http://{addr}/anthropic/v1/messages");
     let http = client();
 
