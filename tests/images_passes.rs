@@ -327,6 +327,66 @@ fn hard_limits_shrink_just_enough() {
 }
 
 #[test]
+fn a_flat_banner_downscaled_for_gemini_is_never_a_larger_jpeg() {
+    // The failing input: a 9000×300 flat-colour PNG (a wide banner) in a Gemini tool result
+    // came out as a JPEG 2.3× the PNG's bytes.
+    let cfg = ImagesConfig::default();
+    let src = png(&banner(9000, 300));
+    let body = gemini_body(None, &[("image/png".to_owned(), b64(&src))], false);
+    let out = run(Dialect::Gemini, &cfg, &body);
+    assert_eq!(out.report.images.downscaled, 1);
+    let new = out.body.clone().unwrap();
+    let images = images_in(&new);
+    assert_eq!(images.len(), 1);
+    let (mime, bytes) = &images[0];
+    assert_eq!(mime, "image/png");
+    let img = image::load_from_memory_with_format(bytes, ImageFormat::Png).unwrap();
+    assert_eq!((img.width(), img.height()), (1568, 52));
+    assert!(bytes.len() < src.len(), "{} vs {}", bytes.len(), src.len());
+    // Deterministic, and a second run changes nothing.
+    assert_eq!(run(Dialect::Gemini, &cfg, &body).body, out.body);
+    assert_eq!(run(Dialect::Gemini, &cfg, &new).body, None);
+}
+
+#[test]
+fn an_agent_image_over_the_downscale_bound_is_left_unless_the_provider_would_reject_it() {
+    // 16,020,000 px (over the 16,000,000-pixel downscale bound), flat, small in bytes.
+    let cfg = ImagesConfig::default();
+    let src = png(&banner(20_000, 801));
+    let data = b64(&src);
+    assert!((data.len() as u64) < cfg.max_image_bytes);
+    // Gemini has no side limit: over max_dimension only, so forwarded as sent, with a reason.
+    let body = gemini_body(None, &[("image/png".to_owned(), data.clone())], false);
+    let out = run(Dialect::Gemini, &cfg, &body);
+    assert_eq!(out.body, None);
+    assert_eq!(
+        (out.report.images.downscaled, out.report.images.failed_open),
+        (0, 0)
+    );
+    assert!(
+        out.report.reasons.iter().any(|r| r
+            == "left image contents[2].parts[0].functionResponse.parts[0] as sent: 16020000 px \
+                are over the 16000000-pixel downscale bound (within the gemini profile's \
+                limits, so not repaired)"),
+        "{:?}",
+        out.report.reasons
+    );
+    // Anthropic rejects a side over 8000 px: repaired (the repair bound is 100,000,000 px) to
+    // 8000 px, as a repair does (PNG, the smallest change), not downscaled to 1568.
+    let body = anthropic_body(&[], &[a_image("image/png", &data)]);
+    let out = run(Dialect::Anthropic, &cfg, &body);
+    assert_eq!(
+        (out.report.images.repaired, out.report.images.downscaled),
+        (1, 0)
+    );
+    let new = out.body.unwrap();
+    let (mime, bytes) = &images_in(&new)[0];
+    assert_eq!(mime, "image/png");
+    let img = image::load_from_memory(bytes).unwrap();
+    assert_eq!((img.width(), img.height()), (8000, 320));
+}
+
+#[test]
 fn many_image_rule_after_eviction() {
     // 21 uploads (floor case: eviction keeps the newest 3 screenshots) and one upload at
     // 2400 px: the request still carries > 20 images, so that upload goes to 2000 px.

@@ -20,9 +20,17 @@ pub(crate) const QUALITY_LADDER: [u8; 3] = [85, 70, 50];
 pub(crate) const MAX_HALVINGS: u32 = 4;
 /// A halving never takes the shorter side below this, px (`docs/images.md#downscale`).
 pub(crate) const MIN_SHORT_SIDE: u32 = 64;
-/// Most pixels (width × height) decoded from one image: a decompression-bomb guard
+/// Most pixels (width × height) decoded from one image for a repair ([`Mode::Repair`]: an
+/// image the provider would certainly reject): a decompression-bomb guard
 /// (`docs/images.md#decode-bounds`, 100,000,000 aggregate pixels).
 pub(crate) const MAX_PIXELS: u64 = 100_000_000;
+/// Most pixels (width × height) decoded from one image to downscale it for cost
+/// ([`Mode::Downscale`]), px: 16,000,000. A screenshot of the largest common display, 5K
+/// (5120 × 2880 = 14.7 MP), fits with 9% to spare; a 4K one (3840 × 2160) is 8.3 MP. Decoding
+/// costs up to 4 bytes per pixel (RGBA8) plus 3 for the flattened RGB copy: about 112 MB for
+/// one downscale at this bound, 700 MB at the repair bound (`docs/images.md#decode-bounds`). An agent image over it is forwarded as sent
+/// unless the provider would reject it (then it is repaired, up to [`MAX_PIXELS`]).
+pub(crate) const DOWNSCALE_MAX_PIXELS: u64 = 16_000_000;
 /// Most frames an animated GIF / WebP may declare (`docs/images.md#decode-bounds`); only the
 /// first is decoded (providers use the first frame).
 pub(crate) const MAX_FRAMES: usize = 100;
@@ -46,13 +54,24 @@ pub struct Target {
 /// Encoding strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
-    /// Agent images over the budget: always JPEG (alpha flattened onto white), quality ladder,
-    /// then halvings (`docs/images.md#downscale`).
+    /// Agent images over the budget: alpha flattened onto white, the JPEG quality ladder, then
+    /// halvings; at each size the PNG of the same pixels is kept instead when it is not longer
+    /// (`docs/images.md#downscale`). Decodes at most [`DOWNSCALE_MAX_PIXELS`].
     Downscale,
     /// A repair: the smallest change that fits. A lossless source (PNG, GIF, BMP, TIFF) is
     /// tried as PNG first at the fitted size; otherwise (or when PNG is too long) as
-    /// [`Mode::Downscale`] does.
+    /// [`Mode::Downscale`] does. Decodes at most [`MAX_PIXELS`].
     Repair,
+}
+
+impl Mode {
+    /// Most pixels decoded in this mode (`docs/images.md#decode-bounds`).
+    pub(crate) fn max_pixels(self) -> u64 {
+        match self {
+            Mode::Downscale => DOWNSCALE_MAX_PIXELS,
+            Mode::Repair => MAX_PIXELS,
+        }
+    }
 }
 
 /// A transcoded image.
@@ -82,8 +101,9 @@ pub enum TranscodeError {
     Base64,
     #[error("unknown or undecodable format")]
     Format,
-    #[error("{0} px exceed the {MAX_PIXELS}-pixel decode limit")]
-    TooManyPixels(u64),
+    /// The header's width × height is over the mode's bound ([`Mode::max_pixels`]), px.
+    #[error("{pixels} px exceed the {limit}-pixel decode limit")]
+    TooManyPixels { pixels: u64, limit: u64 },
     #[error("more than {MAX_FRAMES} frames")]
     TooManyFrames,
     #[error("decode failed: {0}")]
@@ -100,8 +120,12 @@ pub(crate) fn header_len(format: Format) -> u64 {
 /// Decode `raw_b64` (raw JSON string text, `\/` allowed) and transcode it to `target`.
 ///
 /// The output always has its longest side ≤ `target.max_side`. It is ≤ `target.max_len` unless
-/// even the last candidate (quality 50 after [`MAX_HALVINGS`] halvings) is longer; that last
-/// candidate is returned then.
+/// even the last candidate (the shorter of quality 50 and PNG after [`MAX_HALVINGS`]
+/// halvings) is longer; that last candidate is returned then. At the size it is returned at,
+/// a JPEG output is always shorter than the PNG of the same pixels.
+///
+/// Errors: [`TranscodeError`]; [`TranscodeError::TooManyPixels`] when the header's size is
+/// over [`Mode::max_pixels`] of `target.mode`.
 pub fn transcode(raw_b64: &str, target: &Target) -> Result<Transcoded, TranscodeError> {
     let bytes = decode_all(raw_b64).ok_or(TranscodeError::Base64)?;
     transcode_bytes(&bytes, target)
@@ -110,7 +134,7 @@ pub fn transcode(raw_b64: &str, target: &Target) -> Result<Transcoded, Transcode
 /// [`transcode`] on decoded bytes.
 pub(crate) fn transcode_bytes(bytes: &[u8], target: &Target) -> Result<Transcoded, TranscodeError> {
     let format = sniff(bytes).ok_or(TranscodeError::Format)?;
-    let img = decode(bytes, format)?;
+    let img = decode(bytes, format, target.mode.max_pixels())?;
     let from = img.dimensions();
     let fitted = fit(from, target.max_side);
     let lossless = matches!(
@@ -152,26 +176,55 @@ pub(crate) fn transcode_bytes(bytes: &[u8], target: &Target) -> Result<Transcode
         } else {
             rgb.resize_exact(size.0, size.1, RESIZE_FILTER).to_rgb8()
         };
+        // The same pixels as PNG: what a JPEG must beat (flat graphics compress far better
+        // losslessly; the failing input was a 9000×300 banner whose JPEG was 2.3× its PNG).
+        let png = Transcoded {
+            format: Format::Png,
+            b64: base64::engine::general_purpose::STANDARD
+                .encode(encode_png(&DynamicImage::ImageRgb8(resized.clone()))?),
+            from,
+            to: size,
+        };
+        let mut jpeg = None;
         for q in QUALITY_LADDER {
-            let jpeg = encode_jpeg(&resized, q)?;
+            let bytes = encode_jpeg(&resized, q)?;
             let out = Transcoded {
                 format: Format::Jpeg,
-                b64: base64::engine::general_purpose::STANDARD.encode(&jpeg),
+                b64: base64::engine::general_purpose::STANDARD.encode(&bytes),
                 from,
                 to: size,
             };
-            if out.sent_len(target.data_url) <= target.max_len {
-                return Ok(out);
+            let fits = out.sent_len(target.data_url) <= target.max_len;
+            jpeg = Some(out);
+            if fits {
+                break;
             }
-            last = Some(out);
         }
+        let best = smaller(jpeg, png, target.data_url);
+        if best.sent_len(target.data_url) <= target.max_len {
+            return Ok(best);
+        }
+        last = Some(best);
     }
     last.ok_or_else(|| TranscodeError::Encode("no candidate".to_owned()))
 }
 
-/// Decode the first frame with the bomb guards: the header's pixel count and the frame count
-/// are checked before any pixel is decoded.
-pub(crate) fn decode(bytes: &[u8], format: Format) -> Result<DynamicImage, TranscodeError> {
+/// The JPEG candidate when it is strictly shorter as sent than the PNG of the same pixels,
+/// else the PNG (so a downscale is never longer than its pixels cost losslessly).
+fn smaller(jpeg: Option<Transcoded>, png: Transcoded, data_url: bool) -> Transcoded {
+    match jpeg {
+        Some(j) if j.sent_len(data_url) < png.sent_len(data_url) => j,
+        _ => png,
+    }
+}
+
+/// Decode the first frame with the bomb guards: the header's pixel count (at most
+/// `max_pixels`) and the frame count are checked before any pixel is decoded.
+pub(crate) fn decode(
+    bytes: &[u8],
+    format: Format,
+    max_pixels: u64,
+) -> Result<DynamicImage, TranscodeError> {
     let codec = format.codec().ok_or(TranscodeError::Format)?;
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(MAX_ALLOC);
@@ -181,8 +234,11 @@ pub(crate) fn decode(bytes: &[u8], format: Format) -> Result<DynamicImage, Trans
         .into_dimensions()
         .map_err(|e| TranscodeError::Decode(e.to_string()))?;
     let pixels = u64::from(w) * u64::from(h);
-    if pixels > MAX_PIXELS {
-        return Err(TranscodeError::TooManyPixels(pixels));
+    if pixels > max_pixels {
+        return Err(TranscodeError::TooManyPixels {
+            pixels,
+            limit: max_pixels,
+        });
     }
     let frames = match format {
         Format::Gif => gif_frames(bytes),
@@ -363,6 +419,133 @@ mod tests {
         g.push(0x3B);
         assert_eq!(gif_frames(&g), 3);
         assert_eq!(gif_frames(&g[..20]), 0);
+    }
+
+    /// A wide banner in flat colours: bands and blocks, no gradients (the failing input).
+    fn banner(w: u32, h: u32) -> image::RgbImage {
+        image::RgbImage::from_fn(w, h, |x, y| {
+            let c = match (x / 700, y / 60) {
+                (0, _) => [250, 200, 20],
+                (n, r) if (n + r) % 3 == 0 => [20, 40, 110],
+                (n, _) if n % 2 == 0 => [240, 240, 245],
+                _ => [200, 30, 40],
+            };
+            image::Rgb(c)
+        })
+    }
+
+    fn png_of(img: &image::RgbImage) -> Vec<u8> {
+        encode_png(&DynamicImage::ImageRgb8(img.clone())).unwrap()
+    }
+
+    fn downscale(max_len: u64) -> Target {
+        Target {
+            max_side: 1568,
+            max_len,
+            data_url: false,
+            mode: Mode::Downscale,
+        }
+    }
+
+    #[test]
+    fn a_flat_banner_is_downscaled_to_png_not_a_larger_jpeg() {
+        // The failing input: a 9000×300 flat-colour PNG downscaled for Gemini came out as a
+        // JPEG 2.3× the PNG's bytes.
+        let src = banner(9000, 300);
+        let png = png_of(&src);
+        let resized = DynamicImage::ImageRgb8(src)
+            .resize_exact(1568, 52, RESIZE_FILTER)
+            .to_rgb8();
+        let old_jpeg = encode_jpeg(&resized, QUALITY_LADDER[0]).unwrap();
+        assert!(
+            old_jpeg.len() > png.len(),
+            "{} vs {}",
+            old_jpeg.len(),
+            png.len()
+        );
+
+        let out = transcode_bytes(&png, &downscale(262_144)).unwrap();
+        assert_eq!(
+            (out.format, out.from, out.to),
+            (Format::Png, (9000, 300), (1568, 52))
+        );
+        let bytes = decode_all(&out.b64).unwrap();
+        assert_eq!(
+            bytes,
+            png_of(&resized),
+            "the PNG of the same resized pixels"
+        );
+        assert!(bytes.len() < old_jpeg.len() && bytes.len() < png.len());
+        // Deterministic.
+        assert_eq!(transcode_bytes(&png, &downscale(262_144)).unwrap(), out);
+    }
+
+    #[test]
+    fn a_noisy_image_stays_jpeg_and_shorter_than_its_png() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let noisy = image::RgbImage::from_fn(800, 600, |_, _| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            image::Rgb([(x >> 8) as u8, (x >> 16) as u8, (x >> 24) as u8])
+        });
+        let png = png_of(&noisy);
+        let out = transcode_bytes(&png, &downscale(4 << 20)).unwrap();
+        assert_eq!((out.format, out.to), (Format::Jpeg, (800, 600)));
+        assert!(decode_all(&out.b64).unwrap().len() < png.len());
+    }
+
+    /// A PNG whose IHDR (CRC-checked) claims `w`×`h`, with a 1-byte-row IDAT: only the header
+    /// is real, so a decode past the pixel check fails as a decode error.
+    fn header_only_png(w: u32, h: u32) -> Vec<u8> {
+        let mut v = b"\x89PNG\r\n\x1a\n".to_vec();
+        let chunk = |v: &mut Vec<u8>, kind: &[u8], data: &[u8]| {
+            v.extend_from_slice(&u32::try_from(data.len()).unwrap().to_be_bytes());
+            let mut crc = flate2::Crc::new();
+            crc.update(kind);
+            crc.update(data);
+            v.extend_from_slice(kind);
+            v.extend_from_slice(data);
+            v.extend_from_slice(&crc.sum().to_be_bytes());
+        };
+        let mut ihdr = w.to_be_bytes().to_vec();
+        ihdr.extend_from_slice(&h.to_be_bytes());
+        ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+        chunk(&mut v, b"IHDR", &ihdr);
+        chunk(
+            &mut v,
+            b"IDAT",
+            &[0x78, 0x9C, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+        );
+        chunk(&mut v, b"IEND", &[]);
+        v
+    }
+
+    #[test]
+    fn pixel_bounds_per_mode_on_both_sides() {
+        let over = |w: u32, h: u32, mode: Mode| {
+            let target = Target {
+                mode,
+                ..downscale(262_144)
+            };
+            match transcode_bytes(&header_only_png(w, h), &target) {
+                Err(TranscodeError::TooManyPixels { pixels, limit }) => {
+                    assert_eq!(pixels, u64::from(w) * u64::from(h));
+                    assert_eq!(limit, mode.max_pixels());
+                    true
+                }
+                Err(TranscodeError::Decode(_)) => false,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(DOWNSCALE_MAX_PIXELS, 4000 * 4000);
+        // Downscale: 16,000,000 px pass the guard, one row more does not.
+        assert!(!over(4000, 4000, Mode::Downscale));
+        assert!(over(4000, 4001, Mode::Downscale));
+        // Repair: the same image passes; the bound is 100,000,000.
+        assert!(!over(4000, 4001, Mode::Repair));
+        assert!(!over(10_000, 10_000, Mode::Repair));
+        assert!(over(10_000, 10_001, Mode::Repair));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use crate::config::ImagesConfig;
 use crate::dialect::doc::{split_data_url, Payload, Placement, Walk};
 use crate::images::cache::{self, Entry, TranscodeCache};
-use crate::images::codec::{self, Mode, Target, Transcoded};
+use crate::images::codec::{self, Mode, Target, TranscodeError, Transcoded};
 use crate::images::format::{self, Format};
 use crate::images::policy::Limits;
 use crate::images::profile::ImageProfile;
@@ -394,8 +394,8 @@ fn repair_and_downscale(
         return;
     };
     if s.recovery == Some(ImageRejectionKind::Corrupt) {
-        let decodes =
-            format::decode_all(b64).is_some_and(|bytes| codec::decode(&bytes, format).is_ok());
+        let decodes = format::decode_all(b64)
+            .is_some_and(|bytes| codec::decode(&bytes, format, codec::MAX_PIXELS).is_ok());
         if !decodes {
             st.fate = Fate::Text(texts::CORRUPT_IMAGE.to_owned());
             report.replaced += 1;
@@ -461,8 +461,32 @@ fn repair_and_downscale(
     } else {
         None
     };
-    if let Some(target) = target {
-        let entry = transcode(b64, &target, s);
+    let mut over_soft = over_soft;
+    let mut entry = target.map(|t| transcode(b64, &t, s));
+    if let (true, Some(Err(TranscodeError::TooManyPixels { pixels, limit }))) =
+        (over_soft, entry.as_deref())
+    {
+        // Over the downscale bound (`docs/images.md#decode-bounds`): not worth decoding for
+        // cost; repaired (up to the repair bound) only when the provider would reject it.
+        if over_hard || !accepted {
+            over_soft = false;
+            let repair = Target {
+                max_side: hard_side,
+                max_len: hard_len,
+                data_url: is_data_url,
+                mode: Mode::Repair,
+            };
+            entry = Some(transcode(b64, &repair, s));
+        } else {
+            report.reasons.push(format!(
+                "left image {} as sent: {pixels} px are over the {limit}-pixel downscale bound \
+                 (within the {} profile's limits, so not repaired)",
+                site.path, limits.name
+            ));
+            entry = None;
+        }
+    }
+    if let Some(entry) = entry {
         match entry.as_ref() {
             Ok(t) if t.sent_len(is_data_url) < st.len || t.to != t.from || !accepted => {
                 let what = if over_soft { "downscaled" } else { "repaired" };

@@ -82,6 +82,20 @@ pub fn screenshot(w: u32, h: u32, seed: u64, noise: u8) -> RgbImage {
 }
 
 /// A small RGBA image with a transparent corner (for alpha flattening).
+/// A wide banner in flat colours (bands and blocks, no gradients): compresses far better as PNG
+/// than as JPEG.
+pub fn banner(w: u32, h: u32) -> RgbImage {
+    RgbImage::from_fn(w, h, |x, y| {
+        let c = match (x / 700, y / 60) {
+            (0, _) => [250, 200, 20],
+            (n, r) if (n + r) % 3 == 0 => [20, 40, 110],
+            (n, _) if n % 2 == 0 => [240, 240, 245],
+            _ => [200, 30, 40],
+        };
+        Rgb(c)
+    })
+}
+
 pub fn rgba(w: u32, h: u32) -> RgbaImage {
     RgbaImage::from_fn(w, h, |x, y| {
         if x < w / 2 && y < h / 2 {
