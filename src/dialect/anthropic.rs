@@ -11,15 +11,15 @@
 
 use super::doc::{CarrierInfo, Doc, Payload, Placement, Site, TextStyle, Walk};
 use super::{kind, str_at};
-use crate::json::scan::{self, Object};
+use crate::json::scan::{self, Index, Object};
 
 /// What an image block holds, with spans into `text`: base64 with its media type, or an
 /// opaque source counted by its length as sent (a `url` / `file` source, none, or an odd one).
-fn payload<'a>(text: &'a str, block: &Object) -> Payload<'a> {
+fn payload<'a>(text: &'a str, ix: Option<&Index>, block: &Object) -> Payload<'a> {
     let Some(source) = block.get("source") else {
         return Payload::Opaque { bytes: 0 };
     };
-    let Some(src) = scan::object_at(text, source.value.start) else {
+    let Some(src) = scan::object_in(text, ix, source.value.start) else {
         // Not an object: a string counts its length, anything else 0.
         let bytes = scan::string_at(text, &source.value).map_or(0, |s| s.len() as u64);
         return Payload::Opaque { bytes };
@@ -39,12 +39,18 @@ fn payload<'a>(text: &'a str, block: &Object) -> Payload<'a> {
 }
 
 /// The image site of the block `obj` at `span`.
-fn site<'a>(text: &'a str, obj: &Object, span: std::ops::Range<usize>, path: String) -> Site<'a> {
+fn site<'a>(
+    text: &'a str,
+    ix: Option<&Index>,
+    obj: &Object,
+    span: std::ops::Range<usize>,
+    path: String,
+) -> Site<'a> {
     Site {
         path,
         carrier: None,
         block: span,
-        payload: payload(text, obj),
+        payload: payload(text, ix, obj),
         keep: obj
             .get("cache_control")
             .map(|cc| ("cache_control", scan::slice(text, &cc.value))),
@@ -59,6 +65,7 @@ fn site<'a>(text: &'a str, obj: &Object, span: std::ops::Range<usize>, path: Str
 /// a `tool_result`'s `content` (each such tool result is one carrier).
 pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
     let text = doc.text;
+    let ix = doc.ix();
     let mut walk = Walk::new(doc.model.clone(), TextStyle::Text);
     for turn in &doc.turns {
         let mi = turn.index;
@@ -70,16 +77,17 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
             match block.kind.as_deref() {
                 Some("image") => {
                     let path = format!("messages[{mi}].content[{bi}]");
-                    walk.sites.push(site(text, obj, block.span.clone(), path));
+                    walk.sites
+                        .push(site(text, ix, obj, block.span.clone(), path));
                 }
                 Some("tool_result") => {
                     let carrier = walk.carriers.len();
                     let mut images = 0usize;
                     let inner = obj
                         .get("content")
-                        .and_then(|c| scan::array_at(text, c.value.start));
+                        .and_then(|c| scan::array_in(text, ix, c.value.start));
                     for (ii, span) in inner.into_iter().flatten().enumerate() {
-                        let Some(io) = scan::object_at(text, span.start) else {
+                        let Some(io) = scan::object_in(text, ix, span.start) else {
                             continue;
                         };
                         if kind(text, &io).as_deref() != Some("image") {
@@ -87,7 +95,7 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
                         }
                         images += 1;
                         let path = format!("messages[{mi}].content[{bi}].content[{ii}]");
-                        let mut s = site(text, &io, span, path);
+                        let mut s = site(text, ix, &io, span, path);
                         s.carrier = Some(carrier);
                         walk.sites.push(s);
                     }

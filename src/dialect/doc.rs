@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use super::Dialect;
-use crate::json::scan::Object;
+use crate::json::scan::{Index, Object};
 
 /// One body, parsed once ([`super::parse`]): its text, top-level object and `model`, and —
 /// for the dialects with a `messages` list — its turns. Every range is a byte range of `text`.
@@ -24,6 +24,15 @@ pub(crate) struct Doc<'a> {
     pub model: Option<String>,
     /// The `messages` list (Anthropic Messages, OpenAI Chat); empty for the other dialects.
     pub turns: Vec<Turn>,
+    /// Where every nested value of `text` ends ([`crate::json::scan::validate`]).
+    pub index: Index,
+}
+
+impl Doc<'_> {
+    /// The index, as the scanner takes it.
+    pub(crate) fn ix(&self) -> Option<&Index> {
+        Some(&self.index)
+    }
 }
 
 /// One message of a `messages` list.

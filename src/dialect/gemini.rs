@@ -14,7 +14,7 @@
 
 use super::doc::{CarrierInfo, Doc, Payload, Placement, Site, TextStyle, Walk};
 use super::str_at;
-use crate::json::scan::{self, Object};
+use crate::json::scan::{self, Index, Object};
 
 const INLINE_DATA: [&str; 2] = ["inlineData", "inline_data"];
 const FUNCTION_RESPONSE: [&str; 2] = ["functionResponse", "function_response"];
@@ -24,9 +24,13 @@ const MIME_TYPE: [&str; 2] = ["mimeType", "mime_type"];
 /// The image payload of a part's `inlineData`, and whether it is an image only if its bytes
 /// sniff as one (declared type not `image/*`; the image policy decides). `None` when the part
 /// has no `inlineData` object, or a non-image type without base64 data.
-fn image_payload<'a>(text: &'a str, part: &Object) -> Option<(Payload<'a>, bool)> {
+fn image_payload<'a>(
+    text: &'a str,
+    ix: Option<&Index>,
+    part: &Object,
+) -> Option<(Payload<'a>, bool)> {
     let blob = part.get_any(&INLINE_DATA)?;
-    let blob = scan::object_at(text, blob.value.start)?;
+    let blob = scan::object_in(text, ix, blob.value.start)?;
     let media_type = blob
         .get_any(&MIME_TYPE)
         .and_then(|m| str_at(text, &m.value));
@@ -53,31 +57,32 @@ fn image_payload<'a>(text: &'a str, part: &Object) -> Option<(Payload<'a>, bool)
 /// names it).
 pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
     let text = doc.text;
+    let ix = doc.ix();
     let mut walk = Walk::new(doc.model.clone(), TextStyle::Bare);
     let Some(contents) = doc
         .top
         .get("contents")
-        .and_then(|m| scan::array_at(text, m.value.start))
+        .and_then(|m| scan::array_in(text, ix, m.value.start))
     else {
         return walk;
     };
     for (ci, cspan) in contents.iter().enumerate() {
-        let Some(parts) = scan::object_at(text, cspan.start)
+        let Some(parts) = scan::object_in(text, ix, cspan.start)
             .and_then(|c| c.get("parts").map(|p| p.value.start))
-            .and_then(|at| scan::array_at(text, at))
+            .and_then(|at| scan::array_in(text, ix, at))
         else {
             continue;
         };
         let parsed: Vec<Option<Object>> = parts
             .iter()
-            .map(|p| scan::object_at(text, p.start))
+            .map(|p| scan::object_in(text, ix, p.start))
             .collect();
         let responses: Vec<Option<String>> = parsed
             .iter()
             .flatten()
             .filter_map(|p| p.get_any(&FUNCTION_RESPONSE))
             .map(|fr| {
-                scan::object_at(text, fr.value.start)
+                scan::object_in(text, ix, fr.value.start)
                     .and_then(|f| f.get("name").and_then(|n| scan::string_at(text, &n.value)))
             })
             .collect();
@@ -98,7 +103,7 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
         let mut images = 0usize;
         for (pi, (pspan, part)) in parts.iter().zip(&parsed).enumerate() {
             let Some(part) = part else { continue };
-            if let Some((payload, needs_sniff)) = image_payload(text, part) {
+            if let Some((payload, needs_sniff)) = image_payload(text, ix, part) {
                 images += 1;
                 walk.sites.push(Site {
                     path: format!("contents[{ci}].parts[{pi}]"),
@@ -114,19 +119,19 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
             }
             let Some(inner) = part
                 .get_any(&FUNCTION_RESPONSE)
-                .and_then(|fr| scan::object_at(text, fr.value.start))
+                .and_then(|fr| scan::object_in(text, ix, fr.value.start))
                 .and_then(|fr| fr.get("parts").map(|p| p.value.start))
-                .and_then(|at| scan::array_at(text, at))
+                .and_then(|at| scan::array_in(text, ix, at))
             else {
                 continue;
             };
             let after = pspan.end;
             let array = walk.arrays.len();
             for (ni, nspan) in inner.iter().enumerate() {
-                let Some(np) = scan::object_at(text, nspan.start) else {
+                let Some(np) = scan::object_in(text, ix, nspan.start) else {
                     continue;
                 };
-                let Some((payload, needs_sniff)) = image_payload(text, &np) else {
+                let Some((payload, needs_sniff)) = image_payload(text, ix, &np) else {
                     continue;
                 };
                 images += 1;

@@ -72,12 +72,12 @@ pub(crate) fn parse(body: &[u8], dialect: Dialect) -> Result<Doc<'_>, ParseError
         JsonError::Invalid(m) => ParseError::NotJson(m),
         JsonError::NotObject => shape("the body is not a JSON object".to_owned()),
     })?;
-    let (text, top) = (parsed.text, parsed.top);
+    let (text, top, index) = (parsed.text, parsed.top, parsed.index);
     let model = top
         .get("model")
         .and_then(|m| scan::string_at(text, &m.value));
     let turns = match dialect {
-        Dialect::Anthropic | Dialect::Openai => turns(text, &top).map_err(shape)?,
+        Dialect::Anthropic | Dialect::Openai => turns(text, Some(&index), &top).map_err(shape)?,
         Dialect::OpenaiResponses | Dialect::Gemini => Vec::new(),
     };
     Ok(Doc {
@@ -86,31 +86,32 @@ pub(crate) fn parse(body: &[u8], dialect: Dialect) -> Result<Doc<'_>, ParseError
         top,
         model,
         turns,
+        index,
     })
 }
 
 /// The `messages` list of `top` as turns; `Err(detail)` when it has the wrong type.
-fn turns(text: &str, top: &scan::Object) -> Result<Vec<Turn>, String> {
+fn turns(text: &str, ix: Option<&scan::Index>, top: &scan::Object) -> Result<Vec<Turn>, String> {
     let Some(messages) = top.get("messages") else {
         return Ok(Vec::new());
     };
     if scan::slice(text, &messages.value) == "null" {
         return Ok(Vec::new());
     }
-    let elements = scan::array_at(text, messages.value.start)
+    let elements = scan::array_in(text, ix, messages.value.start)
         .ok_or_else(|| "invalid type for messages: expected an array".to_owned())?;
     let mut out = Vec::with_capacity(elements.len());
     for (index, el) in elements.iter().enumerate() {
-        let obj = scan::object_at(text, el.start)
+        let obj = scan::object_in(text, ix, el.start)
             .ok_or_else(|| format!("messages[{index}] is not an object"))?;
         let role = obj
             .get("role")
             .and_then(|m| scan::string_at(text, &m.value));
         let content = obj.get("content").and_then(|c| {
-            let blocks = scan::array_at(text, c.value.start)?;
+            let blocks = scan::array_in(text, ix, c.value.start)?;
             Some(Content {
                 value: c.value.clone(),
-                blocks: blocks.into_iter().map(|r| block(text, r)).collect(),
+                blocks: blocks.into_iter().map(|r| block(text, ix, r)).collect(),
             })
         });
         out.push(Turn {
@@ -133,19 +134,21 @@ pub(crate) fn last_message(doc: &Doc<'_>) -> Option<Range<usize>> {
             let t = doc.turns.last()?;
             Some(t.obj.open..t.obj.end)
         }
-        Dialect::Gemini => scan::array_at(doc.text, doc.top.get("contents")?.value.start)?.pop(),
+        Dialect::Gemini => {
+            scan::array_in(doc.text, doc.ix(), doc.top.get("contents")?.value.start)?.pop()
+        }
         Dialect::OpenaiResponses => {
             let input = &doc.top.get("input")?.value;
             if doc.text.as_bytes().get(input.start) == Some(&b'"') {
                 return Some(input.clone());
             }
-            scan::array_at(doc.text, input.start)?.pop()
+            scan::array_in(doc.text, doc.ix(), input.start)?.pop()
         }
     }
 }
 
-pub(crate) fn block(text: &str, span: Range<usize>) -> Block {
-    let obj = scan::object_at(text, span.start);
+pub(crate) fn block(text: &str, ix: Option<&scan::Index>, span: Range<usize>) -> Block {
+    let obj = scan::object_in(text, ix, span.start);
     let kind = obj.as_ref().and_then(|o| kind(text, o));
     Block { span, obj, kind }
 }

@@ -15,7 +15,7 @@ use std::ops::Range;
 
 use super::doc::{split_data_url, Doc, Payload, Placement, Site, TextStyle, Walk};
 use super::str_at;
-use crate::json::scan::{self, Object};
+use crate::json::scan::{self, Index, Object};
 
 /// Most text (summed `text` lengths of the text parts, as sent, in bytes) a user message may
 /// hold and still count as the agent's image turn under `agent_images_in_user_turns`. 200 is
@@ -27,6 +27,7 @@ pub(crate) const SHORT_TEXT_CHARS: usize = 200;
 /// Responses API share it) at `span`.
 pub(crate) fn image_site<'a>(
     text: &'a str,
+    ix: Option<&Index>,
     part: &Object,
     span: Range<usize>,
     path: String,
@@ -35,7 +36,7 @@ pub(crate) fn image_site<'a>(
         path,
         carrier: None,
         block: span,
-        payload: url_payload(text, part.get("image_url").map(|m| &m.value)),
+        payload: url_payload(text, ix, part.get("image_url").map(|m| &m.value)),
         keep: part
             .get("prompt_cache_breakpoint")
             .map(|b| ("prompt_cache_breakpoint", scan::slice(text, &b.value))),
@@ -53,12 +54,16 @@ pub(crate) fn text_len(text: &str, part: &Object) -> usize {
 
 /// What an `image_url` / `input_image` URL value (at `value`) holds: a data URL with spans,
 /// or an opaque URL / value of this many bytes as sent. An object's first `url` is read.
-pub(crate) fn url_payload<'a>(text: &'a str, value: Option<&Range<usize>>) -> Payload<'a> {
+pub(crate) fn url_payload<'a>(
+    text: &'a str,
+    ix: Option<&Index>,
+    value: Option<&Range<usize>>,
+) -> Payload<'a> {
     let Some(value) = value else {
         return Payload::Opaque { bytes: 0 };
     };
     let url = if scan::slice(text, value).starts_with('{') {
-        match scan::object_at(text, value.start)
+        match scan::object_in(text, ix, value.start)
             .and_then(|o| o.first("url").map(|u| u.value.clone()))
         {
             Some(u) => u,
@@ -102,6 +107,7 @@ pub(crate) fn agent_label(
 /// Every image part of an OpenAI Chat body, with spans.
 pub(crate) fn walk<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a> {
     let text = doc.text;
+    let ix = doc.ix();
     let mut walk = Walk::new(doc.model.clone(), TextStyle::Text);
     let mut after_tool = false;
     for turn in &doc.turns {
@@ -124,7 +130,7 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<
             match block.kind.as_deref() {
                 Some("image_url" | "input_image") => {
                     let path = format!("messages[{mi}].content[{pi}]");
-                    images.push(image_site(text, part, block.span.clone(), path));
+                    images.push(image_site(text, ix, part, block.span.clone(), path));
                 }
                 Some("text") => text_len_sum += text_len(text, part),
                 _ => only_images_and_text = false,

@@ -17,17 +17,18 @@ use crate::json::scan;
 /// Every `input_image` of an OpenAI Responses body, with spans.
 pub(crate) fn walk<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a> {
     let text = doc.text;
+    let ix = doc.ix();
     let mut walk = Walk::new(doc.model.clone(), TextStyle::InputText);
     let Some(items) = doc
         .top
         .get("input")
-        .and_then(|m| scan::array_at(text, m.value.start))
+        .and_then(|m| scan::array_in(text, ix, m.value.start))
     else {
         return walk;
     };
     let mut after_output = false;
     for (ii, span) in items.iter().enumerate() {
-        let Some(item) = scan::object_at(text, span.start) else {
+        let Some(item) = scan::object_in(text, ix, span.start) else {
             after_output = false;
             continue;
         };
@@ -37,7 +38,7 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<
         let field = if is_output { "output" } else { "content" };
         let Some(parts) = item
             .get(field)
-            .and_then(|m| scan::array_at(text, m.value.start))
+            .and_then(|m| scan::array_in(text, ix, m.value.start))
         else {
             continue;
         };
@@ -45,14 +46,14 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<
         let mut only_images_and_text = true;
         let mut text_len_sum = 0usize;
         for (pi, pspan) in parts.into_iter().enumerate() {
-            let Some(part) = scan::object_at(text, pspan.start) else {
+            let Some(part) = scan::object_in(text, ix, pspan.start) else {
                 only_images_and_text = false;
                 continue;
             };
             match kind(text, &part).as_deref() {
                 Some("input_image") => {
                     let path = format!("input[{ii}].{field}[{pi}]");
-                    images.push(image_site(text, &part, pspan, path));
+                    images.push(image_site(text, ix, &part, pspan, path));
                 }
                 Some("input_text") => text_len_sum += text_len(text, &part),
                 _ => only_images_and_text = false,

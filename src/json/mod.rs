@@ -1,14 +1,13 @@
 //! JSON as bytes: the one span scanner ([`scan`]) and splicing edits into the original bytes
 //! ([`edit`]). Knows nothing of dialects or LLMs.
 //!
-//! A body is parsed once per run of the passes ([`parse`]): validated with `serde_json` (so
-//! the scanner may assume valid JSON), then its top-level object is scanned. Every view the
-//! dialects build, and every edit the passes make, uses byte ranges of that one text.
+//! A body is parsed once per run of the passes ([`parse`]): validated and indexed in one pass
+//! ([`scan::validate`], so the scanner may assume valid JSON and jumps over nested values),
+//! then its top-level object is scanned. Every view the dialects build, and every edit the
+//! passes make, uses byte ranges of that one text.
 
 pub(crate) mod edit;
 pub(crate) mod scan;
-
-use serde::de::IgnoredAny;
 
 pub(crate) use edit::{splice, Edit};
 
@@ -21,11 +20,12 @@ pub(crate) enum JsonError {
     NotObject,
 }
 
-/// A validated body: its text and its top-level object.
+/// A validated body: its text, its top-level object and its [`scan::Index`].
 #[derive(Debug, Clone)]
 pub(crate) struct Parsed<'a> {
     pub text: &'a str,
     pub top: scan::Object,
+    pub index: scan::Index,
 }
 
 #[cfg(test)]
@@ -42,9 +42,9 @@ pub(crate) fn parse(body: &[u8]) -> Result<Parsed<'_>, JsonError> {
     #[cfg(test)]
     PARSES.with(|n| n.set(n.get() + 1));
     let text = std::str::from_utf8(body).map_err(|e| JsonError::Invalid(e.to_string()))?;
-    serde_json::from_str::<IgnoredAny>(text).map_err(|e| JsonError::Invalid(e.to_string()))?;
-    let top = scan::object_at(text, 0).ok_or(JsonError::NotObject)?;
-    Ok(Parsed { text, top })
+    let index = scan::validate(text).map_err(|e| JsonError::Invalid(e.to_string()))?;
+    let top = scan::object_in(text, Some(&index), 0).ok_or(JsonError::NotObject)?;
+    Ok(Parsed { text, top, index })
 }
 
 #[cfg(test)]
