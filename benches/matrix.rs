@@ -154,7 +154,7 @@ fn body(dialect: Dialect, size: usize, images: usize) -> Vec<u8> {
 
 /// An Anthropic body of 500,000 small text blocks (1,000 user turns of 500 blocks, ~15 MB).
 fn many_blocks() -> Vec<u8> {
-    let block = r#"{"type":"text","text":"a short line of text"}"#;
+    let block = r#"{"type":"text","text":"line"}"#;
     let turn = format!(
         r#"{{"role":"user","content":[{}]}}"#,
         vec![block; 500].join(",")

@@ -299,8 +299,8 @@ fn rewrite_doc(
     }
     let cached = cache_passes(ctx, doc);
     let Some(inputs) = &ctx.reasoning else {
-        if let Ok(new) = json::edit::splice_all(body, &[&image_edits, &cached.edits]) {
-            outcome.body = (new != body).then_some(new);
+        if let Ok(new) = json::edit::splice_changed(body, &[&image_edits, &cached.edits]) {
+            outcome.body = new.filter(|n| n != body);
             apply_cached(ctx, cached, &mut outcome);
         } else {
             // A marker on an image block the image passes replace: markers go on their output.
@@ -316,8 +316,9 @@ fn rewrite_doc(
         .chain(cached.changed_from)
         .min();
     let shaped = shape_pass(inputs, doc, first_changed_byte, &mut outcome);
-    if let Ok(new) = json::edit::splice_all(body, &[&image_edits, &shaped.edits, &cached.edits]) {
-        outcome.body = (new != body).then_some(new);
+    if let Ok(new) = json::edit::splice_changed(body, &[&image_edits, &shaped.edits, &cached.edits])
+    {
+        outcome.body = new.filter(|n| n != body);
         apply_shaped(shaped, &mut outcome);
         apply_cached(ctx, cached, &mut outcome);
         return Ok(outcome);

@@ -86,6 +86,46 @@ pub(crate) fn splice_all(original: &[u8], groups: &[&[Edit]]) -> Result<Vec<u8>,
     Ok(out)
 }
 
+/// [`splice_all`], without building a copy when no edit changes a byte: `Ok(None)` when every
+/// edit's replacement equals the bytes it replaces (the common case of a request with nothing
+/// to change, where the copy and the comparison with the original would cost two passes over
+/// the body), else `Ok(Some(new))`. Errors as [`splice_all`], checked on every edit.
+pub(crate) fn splice_changed(
+    original: &[u8],
+    groups: &[&[Edit]],
+) -> Result<Option<Vec<u8>>, EditError> {
+    let noop = |e: &Edit| original.get(e.range.clone()) == Some(e.replacement.as_slice());
+    if groups.iter().all(|g| g.iter().all(noop)) {
+        // Still checked as splice_all checks them (a no-op edit out of bounds is impossible
+        // here; overlaps are what the callers fall back on).
+        check(original, groups)?;
+        return Ok(None);
+    }
+    splice_all(original, groups).map(Some)
+}
+
+/// The bounds and overlap checks of [`splice_all`], without splicing.
+fn check(original: &[u8], groups: &[&[Edit]]) -> Result<(), EditError> {
+    let mut edits: Vec<&Edit> = groups.iter().flat_map(|g| g.iter()).collect();
+    edits.sort_by_key(|e| (e.range.start, e.range.end));
+    let mut cursor = 0usize;
+    for e in &edits {
+        let Range { start, end } = e.range;
+        if start > end || end > original.len() {
+            return Err(EditError::OutOfBounds {
+                start,
+                end,
+                len: original.len(),
+            });
+        }
+        if start < cursor {
+            return Err(EditError::Overlap { at: start });
+        }
+        cursor = end;
+    }
+    Ok(())
+}
+
 /// Byte ranges that remove the items (object members or array elements, each given by its
 /// span) at `indexes` together with their separating commas, leaving valid JSON. Consecutive
 /// removed items are merged into one range; the ranges never overlap.
@@ -176,5 +216,23 @@ mod tests {
             Err(EditError::OutOfBounds { .. })
         ));
         assert_eq!(splice(b"0123", vec![]).unwrap(), b"0123");
+    }
+
+    #[test]
+    fn splice_changed_copies_nothing_for_no_op_edits() {
+        let e = |r: Range<usize>, s: &[u8]| Edit {
+            range: r,
+            replacement: s.to_vec(),
+        };
+        assert_eq!(splice_changed(b"0123", &[]), Ok(None));
+        assert_eq!(splice_changed(b"0123", &[&[e(1..3, b"12")]]), Ok(None));
+        assert_eq!(
+            splice_changed(b"0123", &[&[e(1..3, b"12")], &[e(3..4, b"x")]]),
+            Ok(Some(b"012x".to_vec()))
+        );
+        assert_eq!(
+            splice_changed(b"0123", &[&[e(0..2, b"01")], &[e(1..3, b"12")]]),
+            Err(EditError::Overlap { at: 1 })
+        );
     }
 }

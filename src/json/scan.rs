@@ -366,6 +366,16 @@ fn skip_string(b: &[u8], i: usize) -> Option<usize> {
 /// `ix` when it has the value).
 fn skip_value(b: &[u8], ix: Option<&Index>, i: usize) -> Option<usize> {
     let first = *b.get(i)?;
+    if first == b'"' {
+        // A short string ends within the first INDEXED_STRING bytes and has no entry: found
+        // there without a lookup.
+        let window = b.get(i + 1..b.len().min(i + INDEXED_STRING))?;
+        if let Some(q) = memchr::memchr2(b'"', b'\\', window) {
+            if window[q] == b'"' {
+                return Some(i + 1 + q + 1);
+            }
+        }
+    }
     if matches!(first, b'"' | b'{' | b'[') {
         if let Some(end) = ix.and_then(|ix| ix.end_of(i)) {
             return Some(end);
