@@ -9,9 +9,12 @@
 //! blank line dispatches the event when it has data; bytes after the last blank line at the end
 //! of the stream are discarded.
 
-/// The largest event the framer holds, bytes (16 MiB): the data, the type and the current
-/// line together. A larger event is skipped (its bytes discarded up to its blank line) and
-/// counted in [`SseFramer::skipped`]; the events after it are framed as usual.
+/// The largest event the framer holds, bytes (16 MiB): its joined data (with the `\n`
+/// between `data` lines) plus its type, counting the value of each `data` / `event` line as it
+/// arrives (field names, the optional space, comments and other fields do not count, and
+/// lines of other fields are not held). A larger event is skipped (its bytes discarded up to
+/// its blank line) and counted in [`SseFramer::skipped`]; the events after it are framed as
+/// usual. The verdict does not depend on where the chunks split the stream.
 ///
 /// Source: our own bound, above the largest events providers send: a Gemini image-output
 /// event carries the whole image as base64 (several MB).
@@ -173,14 +176,22 @@ impl SseFramer {
         truncated
     }
 
-    /// Whether `more` bytes fit in the current event.
-    fn fits(&self, more: usize) -> bool {
-        self.data
-            .len()
-            .saturating_add(self.event.len())
-            .saturating_add(self.line.len())
-            .saturating_add(more)
-            <= self.max_event_bytes
+    /// Whether the current event stays within the cap once the line `line` (whole or its
+    /// start) is applied: a `data` value is added to the data (with its joining `\n`), an
+    /// `event` value replaces the type; other lines add nothing.
+    fn within_cap(&self, line: &[u8]) -> bool {
+        match classify(line) {
+            LineKind::Data(n) => {
+                self.data
+                    .len()
+                    .saturating_add(usize::from(self.has_data))
+                    .saturating_add(self.event.len())
+                    .saturating_add(n)
+                    <= self.max_event_bytes
+            }
+            LineKind::Event(n) => self.data.len().saturating_add(n) <= self.max_event_bytes,
+            LineKind::Undecided | LineKind::Ignored => true,
+        }
     }
 
     /// Start discarding the current event: it is over the cap.
@@ -188,10 +199,7 @@ impl SseFramer {
         self.skipping = true;
         self.skipped += 1;
         self.reset_event();
-        self.line.clear();
-        if self.line.capacity() > KEEP_CAPACITY {
-            self.line = Vec::new();
-        }
+        self.release_line();
     }
 
     fn reset_event(&mut self) {
@@ -212,11 +220,23 @@ impl SseFramer {
         }
         if self.skipping || (self.line.is_empty() && first == b':') {
             self.line_ignored = true;
-        } else if self.fits(bytes.len()) {
-            self.line.extend_from_slice(bytes);
-        } else {
+            return;
+        }
+        self.line.extend_from_slice(bytes);
+        if classify(&self.line) == LineKind::Ignored {
+            // A field the events do not keep (`id`, `retry`, unknown): not held.
+            self.line_ignored = true;
+            self.release_line();
+        } else if !self.within_cap(&self.line) {
             self.skip();
             self.line_ignored = true;
+        }
+    }
+
+    fn release_line(&mut self) {
+        self.line.clear();
+        if self.line.capacity() > KEEP_CAPACITY {
+            self.line = Vec::new();
         }
     }
 
@@ -233,18 +253,11 @@ impl SseFramer {
         if self.line.is_empty() {
             return self.line_end(head, on_event);
         }
-        if !self.fits(head.len()) {
-            self.skip();
-            return Ok(());
-        }
         self.line.extend_from_slice(head);
         let line = std::mem::take(&mut self.line);
         let r = self.line_end(&line, on_event);
         self.line = line;
-        self.line.clear();
-        if self.line.capacity() > KEEP_CAPACITY {
-            self.line = Vec::new();
-        }
+        self.release_line();
         r
     }
 
@@ -286,8 +299,7 @@ impl SseFramer {
         };
         match name {
             b"data" => {
-                let more = value.len() + usize::from(self.has_data);
-                if !self.fits(more) {
+                if !self.within_cap(line) {
                     self.skip();
                     return Ok(());
                 }
@@ -298,7 +310,7 @@ impl SseFramer {
                 self.has_data = true;
             }
             b"event" => {
-                if !self.fits(value.len().saturating_sub(self.event.len())) {
+                if !self.within_cap(line) {
                     self.skip();
                     return Ok(());
                 }
@@ -310,6 +322,38 @@ impl SseFramer {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// What a line (whole, or its start) is, for the event cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LineKind {
+    /// A `data` field; its value's length so far (after the optional space).
+    Data(usize),
+    /// An `event` field; its value's length so far.
+    Event(usize),
+    /// No colon yet, and the bytes could still become `data` or `event` (a line of just a
+    /// field name is that field with an empty value).
+    Undecided,
+    /// A comment, or any other field: nothing of it is kept.
+    Ignored,
+}
+
+/// Classify `line` (the standard: the field name runs to the first colon; a line without one
+/// is a field named by the whole line).
+fn classify(line: &[u8]) -> LineKind {
+    match line.iter().position(|&b| b == b':') {
+        None if b"data".starts_with(line) || b"event".starts_with(line) => LineKind::Undecided,
+        None => LineKind::Ignored,
+        Some(c) => {
+            let value = &line[c + 1..];
+            let n = value.strip_prefix(b" ").unwrap_or(value).len();
+            match &line[..c] {
+                b"data" => LineKind::Data(n),
+                b"event" => LineKind::Event(n),
+                _ => LineKind::Ignored,
+            }
+        }
     }
 }
 
@@ -557,6 +601,44 @@ pub(super) mod tests {
             frame(&mut f, &[b"data: abcd\n\n"]).0,
             vec![ev(None, "abcd")]
         );
+    }
+
+    /// Found by the framing property (`tests/properties_stream.rs`): with a 16-byte cap,
+    /// `data:{"type":"ping"}` (15 bytes of data) was dispatched when its line arrived in one
+    /// chunk and skipped when it arrived in pieces (the field name counted then). The cap
+    /// counts values only, whatever the split; lines of other fields are never held.
+    #[test]
+    fn the_cap_does_not_depend_on_the_split() {
+        let s = b"data:{\"type\":\"ping\"}\n\n";
+        let want = vec![ev(None, "{\"type\":\"ping\"}")];
+        for at in 0..=s.len() {
+            let (a, b) = s.split_at(at);
+            let mut f = SseFramer::with_max_event_bytes(16);
+            assert_eq!(frame(&mut f, &[a, b]).0, want, "split at {at}");
+            assert_eq!(f.skipped(), 0);
+        }
+        let bytes: Vec<&[u8]> = s.chunks(1).collect();
+        let mut f = SseFramer::with_max_event_bytes(16);
+        assert_eq!(frame(&mut f, &bytes).0, want);
+        // An `id` line far over the cap, in pieces: not held, the event not skipped.
+        let s = format!("id: {}\ndata: a\n\n", "7".repeat(1000));
+        let chunks: Vec<&[u8]> = s.as_bytes().chunks(10).collect();
+        let mut f = SseFramer::with_max_event_bytes(16);
+        assert_eq!(frame(&mut f, &chunks).0, vec![ev(None, "a")]);
+        assert_eq!(f.skipped(), 0);
+        assert!(f.line.capacity() <= 32, "{}", f.line.capacity());
+        // Over the cap by the joining newline: skipped in every split.
+        let s = b"data: 01234567\ndata: 0123456\n\ndata: b\n\n";
+        for at in 0..=s.len() {
+            let (a, b) = s.split_at(at);
+            let mut f = SseFramer::with_max_event_bytes(15);
+            assert_eq!(
+                frame(&mut f, &[a, b]).0,
+                vec![ev(None, "b")],
+                "split at {at}"
+            );
+            assert_eq!(f.skipped(), 1);
+        }
     }
 
     #[test]
