@@ -2,6 +2,7 @@
 //! ([`cachekeeper::cli::state`]), `replay` ([`cachekeeper::cli::replay`]) and `report`
 //! ([`cachekeeper::cli::report`]).
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,9 +29,15 @@ struct Cli {
 enum Command {
     /// Run the proxy.
     Serve {
-        /// Path of proxy.toml.
+        /// Path of proxy.toml. Default: ./proxy.toml, else proxy.toml in the platform's
+        /// config directory (`$XDG_CONFIG_HOME/cachekeeper/` or `~/.config/cachekeeper/` on
+        /// Linux, `~/Library/Application Support/cachekeeper/` on macOS).
         #[arg(long, short)]
-        config: PathBuf,
+        config: Option<PathBuf>,
+        /// Log lines: `auto` (a compact human line when stderr is a terminal, JSON lines
+        /// otherwise), `json`, or `pretty` (several lines per event).
+        #[arg(long, value_enum, default_value_t = telemetry::LogFormat::Auto)]
+        log_format: telemetry::LogFormat,
         /// Listen address, overriding `[server] listen` (e.g. 127.0.0.1:8787; port 0 = any).
         #[arg(long)]
         listen: Option<SocketAddr>,
@@ -40,11 +47,12 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         record: Option<PathBuf>,
     },
-    /// Validate a config and print its routes with their profiles and limits.
+    /// Validate a config and print its routes, in config order, with their profiles and
+    /// limits.
     Check {
-        /// Path of proxy.toml.
+        /// Path of proxy.toml (default: as for `serve`).
         #[arg(long, short)]
-        config: PathBuf,
+        config: Option<PathBuf>,
     },
     /// List the verdicts learned from providers (unknown fields, rejected `anthropic-beta`
     /// values, models without image input, restore off), or clear some.
@@ -77,15 +85,53 @@ fn load(path: &std::path::Path) -> Result<Loaded, ExitCode> {
     cachekeeper::cli::load_config(path)
 }
 
+/// The config file's name, looked for when `--config` is not given.
+const CONFIG_FILE: &str = "proxy.toml";
+
+/// The places `serve` / `check` look for a config without `--config`, in order: `./proxy.toml`,
+/// then `<config dir>/cachekeeper/proxy.toml` (the `dirs` crate's `config_dir`:
+/// `$XDG_CONFIG_HOME` or `~/.config` on Linux, `~/Library/Application Support` on macOS,
+/// `%APPDATA%` on Windows).
+fn config_candidates() -> Vec<PathBuf> {
+    let mut places = vec![PathBuf::from(".").join(CONFIG_FILE)];
+    if let Some(dir) = dirs::config_dir() {
+        places.push(dir.join("cachekeeper").join(CONFIG_FILE));
+    }
+    places
+}
+
+/// The config path: `explicit` when given, else the first of [`config_candidates`] that
+/// exists. Errors: none exists; the message names every place looked.
+fn config_path(explicit: Option<PathBuf>) -> Result<PathBuf, ExitCode> {
+    if let Some(p) = explicit {
+        return Ok(p);
+    }
+    let places = config_candidates();
+    if let Some(found) = places.iter().find(|p| p.is_file()) {
+        return Ok(found.clone());
+    }
+    let looked: Vec<String> = places.iter().map(|p| p.display().to_string()).collect();
+    eprintln!(
+        "error: no config file: looked for {}; pass --config FILE (the repository's proxy.toml \
+         is a commented example)",
+        looked.join(" and ")
+    );
+    Err(ExitCode::from(2))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config } => check(&config),
+        Command::Check { config } => match config_path(config) {
+            Ok(path) => check(&path),
+            Err(code) => code,
+        },
         Command::Serve {
             config,
+            log_format,
             listen,
             record,
-        } => serve(&config, listen, record.as_deref()),
+        } => serve(config, log_format, listen, record.as_deref()),
         Command::Verdicts { config, clear } => verdicts(&config, clear.as_deref()),
         Command::State(args) => cachekeeper::cli::state::run(&args),
         Command::Replay(args) => cachekeeper::cli::replay::run(&args),
@@ -174,18 +220,33 @@ fn format_time(secs: i64) -> String {
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match check_to(path, &mut out).and_then(|code| out.flush().map(|()| code)) {
+        Ok(code) => code,
+        // The reader went away (`check | head -1`): what it read is all it wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot write to stdout: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `check`'s report on `out`: warnings, then one line per route in the config file's order.
+/// Errors: writing to `out` failed.
+fn check_to(path: &std::path::Path, out: &mut impl Write) -> std::io::Result<ExitCode> {
     let loaded = match load(path) {
         Ok(l) => l,
-        Err(code) => return code,
+        Err(code) => return Ok(code),
     };
     for w in &loaded.warnings {
-        println!("warning: {w}");
+        writeln!(out, "warning: {w}")?;
     }
     let table = match RouteTable::new(&loaded.config) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(2);
+            return Ok(ExitCode::from(2));
         }
     };
     let ca = loaded
@@ -199,11 +260,17 @@ fn check(path: &std::path::Path) -> ExitCode {
         ca.as_deref(),
     ) {
         eprintln!("error: {e}");
-        return ExitCode::from(2);
+        return Ok(ExitCode::from(2));
     }
-    println!("config OK: {}", path.display());
-    println!("listen: {}", loaded.config.server.listen);
-    for r in table.routes() {
+    writeln!(out, "config OK: {}", path.display())?;
+    writeln!(out, "listen: {}", loaded.config.server.listen)?;
+    // Config order (the table itself is sorted longest prefix first, for matching).
+    let ordered = loaded
+        .config
+        .routes
+        .iter()
+        .filter_map(|c| table.routes().iter().find(|r| r.name == c.name));
+    for r in ordered {
         let prefix = if r.prefix.is_empty() {
             "/"
         } else {
@@ -212,12 +279,14 @@ fn check(path: &std::path::Path) -> ExitCode {
         let provider = &r.provider;
         let carriers: Vec<&str> = provider.carriers.iter().map(|c| c.field()).collect();
         if !provider.unknown_carrier_names.is_empty() {
-            println!(
+            writeln!(
+                out,
                 "warning: route {}: unknown carrier names {:?}",
                 r.name, provider.unknown_carrier_names
-            );
+            )?;
         }
-        println!(
+        writeln!(
+            out,
             "route {:<12} {:<16} -> {}://{}{}  profile={} matched_by={:?} carriers=[{}] thinking={:?} images={} cache={} breakpoints={} cache_ttl={} stabilize=[{}] dialect={} dry_run={} max_blocks={} max_blocks_small={} max_bytes={} evict_batch={} evict_floor={} evict_low_water={} cold_eviction={}",
             r.name,
             prefix,
@@ -249,9 +318,9 @@ fn check(path: &std::path::Path) -> ExitCode {
                 .evict_low_water
                 .map_or_else(|| "half".to_owned(), |v| v.to_string()),
             r.images.cold_eviction,
-        );
+        )?;
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `check`'s one-word view of a row's prompt-cache rules: `model-prefix:ttl/write/read` per
@@ -280,15 +349,23 @@ fn cache_summary(rules: &[cachekeeper::provider::CacheRule]) -> String {
 }
 
 fn serve(
-    path: &std::path::Path,
+    config: Option<PathBuf>,
+    log_format: telemetry::LogFormat,
     listen: Option<SocketAddr>,
     record: Option<&std::path::Path>,
 ) -> ExitCode {
-    telemetry::init();
+    telemetry::init_with(log_format);
+    let path = match config_path(config) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let path = path.as_path();
     let loaded = match load(path) {
         Ok(l) => l,
         Err(code) => return code,
     };
+    let shown = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    tracing::info!(target: "cachekeeper::config", file = %shown.display(), "config loaded");
     for w in &loaded.warnings {
         tracing::warn!(target: "cachekeeper::config", "{w}");
     }

@@ -29,6 +29,22 @@ pub(crate) enum Reserved<'a> {
     Dashboard(&'a str),
 }
 
+/// The warning `serve` logs when the listener is bound to `addr`, reachable beyond this
+/// machine (not a loopback address: `0.0.0.0`, `::`, a LAN address), while `[server]
+/// client_token` is unset (`token_set` false): anyone who can reach the port can then spend
+/// the API keys the agents send through it and read the dashboard. `None` on loopback or with
+/// a token.
+pub(crate) fn exposure_warning(addr: std::net::SocketAddr, token_set: bool) -> Option<String> {
+    if token_set || addr.ip().is_loopback() {
+        return None;
+    }
+    Some(format!(
+        "listening on {addr}, beyond loopback, without [server] client_token: anyone who \
+         can reach this port can use the proxy and its dashboard; set client_token, or listen \
+         on 127.0.0.1"
+    ))
+}
+
 /// Which reserved path `path` is, if any (the token segment already stripped).
 pub(crate) fn classify(path: &str) -> Option<Reserved<'_>> {
     if path == HEALTHZ {

@@ -182,6 +182,32 @@ impl RouteTable {
     }
 }
 
+/// How many times [`has_dot_segment`] percent-decodes a path: a server behind the upstream
+/// that decodes again (`%252e` → `%2e` → `.`) still finds no dot segment. Our own bound.
+const DOT_SEGMENT_DECODES: usize = 3;
+
+/// Whether a request path has a dot segment (`.` or `..`), also percent-encoded (`%2e`,
+/// `.%2E`, …), behind an encoded separator (`..%2f`, `..%5c`) or a backslash. Such a path
+/// is refused: a server that normalises it (RFC 3986 §5.2.4 removes dot segments; §6.2.2.2
+/// decodes `%2E` to `.` first) would serve a path outside the route's base path. Segments
+/// that merely contain dots (`a..b`, `.well-known`) are not dot segments.
+pub(crate) fn has_dot_segment(path: &str) -> bool {
+    let mut text = std::borrow::Cow::Borrowed(path);
+    for _ in 0..DOT_SEGMENT_DECODES {
+        if text.split(['/', '\\']).any(|s| s == "." || s == "..") {
+            return true;
+        }
+        let decoded = percent_encoding::percent_decode_str(&text)
+            .decode_utf8_lossy()
+            .into_owned();
+        if decoded == text {
+            return false;
+        }
+        text = std::borrow::Cow::Owned(decoded);
+    }
+    text.split(['/', '\\']).any(|s| s == "." || s == "..")
+}
+
 /// The dialect a request path speaks and which endpoint it is, from the path alone, or `None`
 /// for paths that are not parsed (files, batches, model lists, ...: tunnelled untouched). The
 /// proxy asks the route instead ([`Route::classify`]), which also checks the path's dialect
@@ -258,6 +284,37 @@ pub(crate) fn error_dialect_for_path(path: &str, pinned: Option<Dialect>) -> Opt
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn dot_segments_plain_encoded_and_hidden() {
+        for p in [
+            "/a/../b",
+            "/a/./b",
+            "/..",
+            "/a/%2e%2e/b",
+            "/a/%2E%2e/b",
+            "/a/.%2e/b",
+            "/a/..%2fb",
+            "/a/..%5Cb",
+            "/a/..\\b",
+            "/a/%252e%252e/b",
+            "/a/b/..",
+        ] {
+            assert!(has_dot_segment(p), "{p}");
+        }
+        for p in [
+            "/a/b",
+            "/a/a..b",
+            "/a/.well-known/x",
+            "/a/...",
+            "/a/v1%2Fmessages",
+            "/",
+            "",
+            "/a/%zz",
+        ] {
+            assert!(!has_dot_segment(p), "{p}");
+        }
+    }
+
     use super::*;
 
     fn table() -> RouteTable {

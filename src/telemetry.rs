@@ -1,22 +1,79 @@
-//! Logs: JSON lines on stderr (tracing-subscriber), one line per request.
+//! Logs on stderr (tracing-subscriber), one line per request, in the format `serve
+//! --log-format` names ([`LogFormat`]): JSON lines for machines, or tracing-subscriber's
+//! compact / pretty formatters for people.
 //!
 //! Credentials never appear: headers are not logged, and the query string is logged only
 //! with `key=` (Gemini's API key parameter) redacted.
 
+use std::io::IsTerminal as _;
+
 use tracing_subscriber::EnvFilter;
 
-/// Install the global JSON subscriber. `RUST_LOG` overrides the default level (`info`).
+/// `serve --log-format`: how log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One compact human line per event (tracing-subscriber's `compact` formatter, with
+    /// colours) when stderr is a terminal; JSON lines otherwise (a file, a pipe, journald).
+    #[default]
+    Auto,
+    /// One JSON object per line, fields flattened (`timestamp`, `level`, `target`, the
+    /// event's fields): what `tests/logs.rs` and log shippers read.
+    Json,
+    /// tracing-subscriber's `pretty` formatter: several lines per event, fields one per line,
+    /// colours on a terminal.
+    Pretty,
+}
+
+/// A [`LogFormat`] with `auto` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolved {
+    /// tracing-subscriber's compact formatter.
+    Compact,
+    /// JSON lines.
+    Json,
+    /// tracing-subscriber's pretty formatter.
+    Pretty,
+}
+
+impl LogFormat {
+    /// The formatter for this choice; `terminal`: stderr is a terminal.
+    pub fn resolve(self, terminal: bool) -> Resolved {
+        match self {
+            LogFormat::Auto if terminal => Resolved::Compact,
+            LogFormat::Auto | LogFormat::Json => Resolved::Json,
+            LogFormat::Pretty => Resolved::Pretty,
+        }
+    }
+}
+
+/// Install the global JSON subscriber (`--log-format json`). `RUST_LOG` overrides the
+/// default level (`info`).
 pub fn init() {
+    init_with(LogFormat::Json);
+}
+
+/// Install the global subscriber writing `format` to stderr; `RUST_LOG` overrides the default
+/// level (`info`). Returns the formatter used. A second call does nothing (the first
+/// subscriber stays).
+pub fn init_with(format: LogFormat) -> Resolved {
+    let terminal = std::io::stderr().is_terminal();
+    let resolved = format.resolve(terminal);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_current_span(false)
-        .with_span_list(false)
+    let builder = tracing_subscriber::fmt()
         .with_target(true)
         .with_writer(std::io::stderr)
-        .with_env_filter(filter)
-        .try_init();
+        .with_env_filter(filter);
+    let _ = match resolved {
+        Resolved::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
+        Resolved::Compact => builder.compact().with_ansi(terminal).try_init(),
+        Resolved::Pretty => builder.pretty().with_ansi(terminal).try_init(),
+    };
+    resolved
 }
 
 /// Query parameters whose value is a credential (compared after percent-decoding, ignoring
@@ -119,6 +176,15 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_is_compact_on_a_terminal_and_json_elsewhere() {
+        assert_eq!(LogFormat::Auto.resolve(true), Resolved::Compact);
+        assert_eq!(LogFormat::Auto.resolve(false), Resolved::Json);
+        assert_eq!(LogFormat::Json.resolve(true), Resolved::Json);
+        assert_eq!(LogFormat::Pretty.resolve(false), Resolved::Pretty);
+        assert_eq!(LogFormat::Pretty.resolve(true), Resolved::Pretty);
+    }
 
     #[test]
     fn gemini_key_is_redacted() {

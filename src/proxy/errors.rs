@@ -58,6 +58,10 @@ pub(crate) enum ProxyError {
     /// `CONNECT`: this is a reverse proxy, not a forward proxy. 405.
     #[error("cachekeeper: method {0} is not supported by a reverse proxy; point the client's base URL at cachekeeper instead")]
     MethodNotAllowed(String),
+    /// The request path has a dot segment ([`crate::route::has_dot_segment`]): it could
+    /// leave the route's base path on the upstream. 400.
+    #[error("cachekeeper: the request path has a dot segment (., .. or an encoded form such as %2e%2e or ..%2f); it is refused so that no request can leave its route's upstream base path")]
+    DotSegment,
     /// Reading the client's request body failed (the client went away). 400.
     #[error("cachekeeper: could not read the request body: {0}")]
     ClientBody(String),
@@ -75,7 +79,7 @@ impl ProxyError {
             ProxyError::ConnectTimeout { .. } | ProxyError::FirstByteTimeout { .. } => {
                 StatusCode::GATEWAY_TIMEOUT
             }
-            ProxyError::ClientBody(_) => StatusCode::BAD_REQUEST,
+            ProxyError::ClientBody(_) | ProxyError::DotSegment => StatusCode::BAD_REQUEST,
             ProxyError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
@@ -86,6 +90,7 @@ impl ProxyError {
             ProxyError::NoRoute { .. }
             | ProxyError::BadClientToken
             | ProxyError::ClientBody(_)
+            | ProxyError::DotSegment
             | ProxyError::MethodNotAllowed(_) => ErrorSource::Downstream,
             _ => ErrorSource::Upstream,
         }
@@ -112,6 +117,7 @@ impl ProxyError {
             ProxyError::FirstByteTimeout { .. } => "first_byte_timeout",
             ProxyError::UpstreamBroken { .. } => "upstream_broken",
             ProxyError::ClientBody(_) => "client_body",
+            ProxyError::DotSegment => "dot_segment",
             ProxyError::MethodNotAllowed(_) => "method_not_allowed",
         }
     }

@@ -194,6 +194,11 @@ impl Server {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| StartError::Bind { addr, source })?;
+        let bound = listener.local_addr().unwrap_or(addr);
+        if let Some(w) = crate::reserved::exposure_warning(bound, cfg.server.client_token.is_some())
+        {
+            tracing::warn!(target: "cachekeeper::server", "{w}");
+        }
         let live = Arc::new(arc_swap::ArcSwap::from_pointee(state));
         let reloader = Reloader::new(Arc::clone(&live), loaded, listen.is_some());
         Ok(Self {

@@ -178,6 +178,9 @@ fn route(
     if req.method() == Method::CONNECT {
         return Err(ProxyError::MethodNotAllowed(req.method().to_string()));
     }
+    if crate::route::has_dot_segment(&ctx.path) {
+        return Err(ProxyError::DotSegment);
+    }
     let Some(matched) = state.routes.find(&ctx.path, req.uri().query()) else {
         return Err(ProxyError::NoRoute {
             path: ctx.path.clone(),

@@ -1,0 +1,260 @@
+//! The command line as a person meets it, with the real binary: `check` lists routes in the
+//! config file's order and survives a closed pipe (`check | head -1`); `serve` and `check`
+//! find `./proxy.toml`, then the platform config directory, and say which file they loaded
+//! (or every place they looked); `serve --log-format auto|json|pretty`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cachekeeper");
+
+/// A config of `routes` (name, prefix) to a local upstream, with its state in `dir`.
+fn write_config(dir: &Path, routes: &[(String, String)]) -> PathBuf {
+    let mut toml = format!(
+        "[state]\npath = {:?}\n",
+        dir.join("state.db").display().to_string()
+    );
+    for (name, prefix) in routes {
+        toml.push_str(&format!(
+            "\n[[routes]]\nname = \"{name}\"\nprefix = \"{prefix}\"\nupstream = \"http://127.0.0.1:9\"\n"
+        ));
+    }
+    let path = dir.join("proxy.toml");
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+fn routes(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(n, p)| ((*n).to_owned(), (*p).to_owned()))
+        .collect()
+}
+
+/// `cachekeeper ARGS` in `cwd` with a private config directory (`XDG_CONFIG_HOME`, `HOME`).
+fn run(cwd: &Path, config_home: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(cwd)
+        .env("XDG_CONFIG_HOME", config_home)
+        .env("HOME", config_home)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn check_prints_routes_in_config_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &routes(&[
+            ("zeta", "/z"),
+            ("alpha", "/alpha/long/prefix"),
+            ("root", "/"),
+        ]),
+    );
+    let out = run(
+        dir.path(),
+        dir.path(),
+        &["check", "--config", cfg.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("route "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(names, ["zeta", "alpha", "root"], "{text}");
+}
+
+#[test]
+fn check_survives_a_closed_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    // Enough routes for more output than a pipe holds (64 KiB on Linux), so `head -1` leaves
+    // while check is still writing.
+    let many: Vec<(String, String)> = (0..600)
+        .map(|i| (format!("r{i}"), format!("/r{i}")))
+        .collect();
+    let cfg = write_config(dir.path(), &many);
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(r#""$0" check --config "$1" | head -1; exit "${PIPESTATUS[0]}""#)
+        .arg(BIN)
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1);
+    assert!(stdout.starts_with("config OK: "), "{stdout}");
+    // The reading end closed before anything is written.
+    let mut child = Command::new(BIN)
+        .args(["check", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_config_is_found_in_the_working_directory_then_the_config_directory() {
+    let cwd = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    // Neither: the error names both places.
+    let out = run(cwd.path(), home.path(), &["check"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let platform = home.path().join("cachekeeper").join("proxy.toml");
+    assert!(err.contains("./proxy.toml"), "{err}");
+    assert!(err.contains(&platform.display().to_string()), "{err}");
+    // The platform config directory.
+    std::fs::create_dir_all(platform.parent().unwrap()).unwrap();
+    std::fs::copy(
+        write_config(home.path(), &routes(&[("home", "/h")])),
+        &platform,
+    )
+    .unwrap();
+    let out = run(cwd.path(), home.path(), &["check"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("config OK: {}", platform.display())),
+        "{text}"
+    );
+    assert!(text.contains("route home"), "{text}");
+    // ./proxy.toml wins over it.
+    write_config(cwd.path(), &routes(&[("here", "/x")]));
+    let out = run(cwd.path(), home.path(), &["check"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("config OK: ./proxy.toml"), "{text}");
+    assert!(text.contains("route here"), "{text}");
+    // `serve` says which file it loaded.
+    let (lines, _) = serve_until_ready(cwd.path(), home.path(), &["--log-format", "json"]);
+    let loaded = lines
+        .iter()
+        .find(|l| l.contains("config loaded"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    let v: serde_json::Value = serde_json::from_str(loaded).unwrap();
+    let want = std::fs::canonicalize(cwd.path().join("proxy.toml")).unwrap();
+    assert_eq!(v["file"], want.display().to_string());
+}
+
+/// Start `serve` (no `--config`: found in `cwd`) on an ephemeral port with `args`, read
+/// stderr until the ready line, stop it; the lines read and whether the ready line came.
+fn serve_until_ready(cwd: &Path, home: &Path, args: &[&str]) -> (Vec<String>, bool) {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .current_dir(cwd)
+        .env("XDG_CONFIG_HOME", home)
+        .env("HOME", home)
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let mut ready = false;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        let Ok(line) = rx.recv_timeout(left) else {
+            break;
+        };
+        ready |= line.contains("cachekeeper ready");
+        lines.push(line);
+        if ready {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    (lines, ready)
+}
+
+#[test]
+fn serve_log_formats() {
+    let cwd = tempfile::tempdir().unwrap();
+    write_config(cwd.path(), &routes(&[("a", "/a")]));
+    let home = cwd.path();
+    // json, and auto when stderr is not a terminal (a pipe here): one JSON object per line.
+    for args in [&["--log-format", "json"][..], &[]] {
+        let (lines, ready) = serve_until_ready(cwd.path(), home, args);
+        assert!(ready, "{args:?}: {lines:?}");
+        for l in &lines {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{args:?}: {e}: {l}"));
+            assert!(v["level"].is_string(), "{l}");
+        }
+    }
+    // pretty: tracing-subscriber's multi-line form, not JSON.
+    let (lines, ready) = serve_until_ready(cwd.path(), home, &["--log-format", "pretty"]);
+    assert!(ready, "{lines:?}");
+    assert!(lines.iter().all(|l| !l.starts_with('{')), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.trim_start().starts_with("at ")),
+        "{lines:?}"
+    );
+    // An unknown format is refused by the argument parser.
+    let out = Command::new(BIN)
+        .args(["serve", "--log-format", "xml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// `auto` on a terminal: one compact human line per event (util-linux `script` gives the
+/// process a pseudo-terminal). Skipped where `script` is not installed.
+#[test]
+fn serve_log_format_auto_on_a_terminal_is_compact() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` (util-linux) to give serve a terminal");
+        return;
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    write_config(cwd.path(), &routes(&[("a", "/a")]));
+    let log = cwd.path().join("typescript");
+    // serve runs for two seconds on the terminal `script` gives it, then `timeout` stops it.
+    let out = Command::new("script")
+        .args(["-q", "-e", "-c"])
+        .arg(format!(
+            "timeout -s INT 2 {BIN} serve --listen 127.0.0.1:0 --config {}",
+            cwd.path().join("proxy.toml").display()
+        ))
+        .arg(&log)
+        .current_dir(cwd.path())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or(out.stdout)).into_owned();
+    let ready = text
+        .lines()
+        .find(|l| l.contains("cachekeeper ready"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(!ready.trim_start().starts_with('{'), "{ready}");
+    assert!(ready.contains("INFO"), "{ready}");
+}
