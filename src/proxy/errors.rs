@@ -58,9 +58,9 @@ pub(crate) enum ProxyError {
     /// `CONNECT`: this is a reverse proxy, not a forward proxy. 405.
     #[error("cachekeeper: method {0} is not supported by a reverse proxy; point the client's base URL at cachekeeper instead")]
     MethodNotAllowed(String),
-    /// The request path has a dot segment ([`crate::route::has_dot_segment`]): it could
-    /// leave the route's base path on the upstream. 400.
-    #[error("cachekeeper: the request path has a dot segment (., .. or an encoded form such as %2e%2e or ..%2f); it is refused so that no request can leave its route's upstream base path")]
+    /// The path after the route's prefix climbs out of the route's upstream base path with
+    /// dot segments ([`crate::route::climbs_out`]). 400.
+    #[error("cachekeeper: the request path climbs out of the route's upstream base path with dot segments (.., or encoded: %2e%2e, ..%2f); refused")]
     DotSegment,
     /// Reading the client's request body failed (the client went away). 400.
     #[error("cachekeeper: could not read the request body: {0}")]

@@ -178,15 +178,17 @@ fn route(
     if req.method() == Method::CONNECT {
         return Err(ProxyError::MethodNotAllowed(req.method().to_string()));
     }
-    if crate::route::has_dot_segment(&ctx.path) {
-        return Err(ProxyError::DotSegment);
-    }
     let Some(matched) = state.routes.find(&ctx.path, req.uri().query()) else {
         return Err(ProxyError::NoRoute {
             path: ctx.path.clone(),
             prefixes: state.routes.prefixes(),
         });
     };
+    // A path that would climb out of the route's base path is refused (with no base path
+    // there is nothing to leave: the path is forwarded as sent).
+    if !matched.route.base_path.is_empty() && crate::route::climbs_out(&matched.rest) {
+        return Err(ProxyError::DotSegment);
+    }
     let class = matched.route.classify(&matched.rest);
     ctx.dialect = matched.route.dialect.or(class.map(|(d, _)| d));
     ctx.endpoint = class.map(|(_, e)| e);
