@@ -303,6 +303,29 @@ pub(crate) fn error_dialect_for_path(path: &str, pinned: Option<Dialect>) -> Opt
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn table() -> RouteTable {
+        let (c, _) = Config::from_toml(
+            r#"
+[[routes]]
+name = "a"
+prefix = "/anthropic"
+upstream = "https://api.anthropic.com"
+[[routes]]
+name = "o"
+prefix = "/openai"
+upstream = "https://api.openai.com/"
+[[routes]]
+name = "o2"
+prefix = "/openai/special"
+upstream = "http://127.0.0.1:9000/base"
+"#,
+        )
+        .unwrap();
+        RouteTable::new(&c).unwrap()
+    }
+
     #[test]
     fn dot_segments_that_climb_out_plain_encoded_and_hidden() {
         for p in [
