@@ -4,7 +4,8 @@
 //! - [`ctx`]: the one per-request context.
 //! - [`phases`]: the phases of a request, in their documented order.
 //! - [`reserved`]: the client token and the listener's reserved paths, before any route.
-//! - [`passes`]: running the request passes off the async threads, failing open.
+//! - [`passes`]: running the request passes in their lane (inline, text or image pool),
+//!   failing open.
 //! - [`retry`]: the one retry after a 4xx the proxy can learn from.
 //! - [`observe`]: the response observer that ends every request with its log line.
 //! - [`errors`]: the proxy's own errors, in each dialect's shape.
@@ -61,9 +62,11 @@ pub(crate) struct AppState {
     pub server: ServerConfig,
     pub reasoning: ReasoningConfig,
     pub store: Store,
-    /// Bounds how many requests run the passes at once, so concurrent image decodes cannot
-    /// grow memory without limit (each pass run is CPU-bound anyway).
-    pub passes: Arc<tokio::sync::Semaphore>,
+    /// The lanes the passes run in ([`passes::Pools`]): a small body without image data runs
+    /// inline; larger ones and image work take bounded permits of separate pools, so concurrent
+    /// image decodes cannot grow memory without limit nor make text requests wait. Shared
+    /// (an `Arc`) so a config reload keeps the same bounds.
+    pub passes: Arc<passes::Pools>,
     /// Transcoded images, shared by all requests (bounded by `[images] transcode_cache_bytes`).
     pub transcodes: Arc<TranscodeCache>,
     /// The metrics every request is counted in (`GET /metrics`).
@@ -135,10 +138,10 @@ impl AppState {
 }
 
 /// What outlives a reload: what the proxy learned (store, sessions, transcodes, metrics) and
-/// what bounds it (the passes' semaphore), and the `--record` file.
+/// what bounds it (the passes' lanes), and the `--record` file.
 struct Shared {
     store: Store,
-    passes: Arc<tokio::sync::Semaphore>,
+    passes: Arc<passes::Pools>,
     transcodes: Arc<TranscodeCache>,
     metrics: Arc<Metrics>,
     sessions: Arc<SessionTracker>,
@@ -182,7 +185,7 @@ impl Server {
         let cfg = &loaded.config;
         let store = Store::open(&StoreOptions::from_config(&cfg.state, &loaded.base_dir));
         let shared = Shared {
-            passes: Arc::new(tokio::sync::Semaphore::new(concurrent_passes())),
+            passes: Arc::new(passes::Pools::new(cpus())),
             transcodes: Arc::new(TranscodeCache::new(cfg.images.transcode_cache_bytes)),
             metrics: Arc::new(Metrics::new()),
             sessions: Arc::new(SessionTracker::new(store.clone())),
@@ -255,7 +258,8 @@ impl Server {
     }
 }
 
-/// Requests that may run the passes at once: twice the CPUs (at least 2).
-fn concurrent_passes() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get() * 2)
+/// The CPUs the passes' lanes are sized by ([`passes::Pools::new`]): the available
+/// parallelism, 1 when unknown.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

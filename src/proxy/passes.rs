@@ -1,6 +1,7 @@
 //! Running the request passes for the proxy: the plan (everything the passes read besides
-//! the body, gathered once per request), then the passes on a blocking thread with the
-//! `content-encoding` decoded, failing open at every step.
+//! the body, gathered once per request), then the passes in their lane ([`Pools`]: inline for a
+//! small body without image data, else on the blocking pool under a text or an image permit)
+//! with the `content-encoding` decoded, failing open at every step.
 
 use std::sync::Arc;
 
@@ -130,6 +131,118 @@ impl Passed {
     }
 }
 
+/// Bodies up to this many bytes (as received, identity-encoded) with no image data
+/// ([`may_carry_images`]) run their passes inline on the async thread: a pass run over 64 KiB
+/// of JSON text takes tens of microseconds, less than a hop to the blocking pool and back
+/// (measured with `benches/load.sh`, README "Performance"). Larger bodies run on the blocking
+/// pool so a multi-megabyte parse never stalls the async thread.
+pub(crate) const INLINE_MAX_BYTES: usize = 64 * 1024;
+
+/// The bounded lanes the passes run in, shared by every request (and kept across a config
+/// reload: held in an `Arc` by [`crate::proxy::AppState`]). Bounds are counts of concurrent
+/// runs, never time, so they change when a body is rewritten, never how.
+pub(crate) struct Pools {
+    /// Runs of bodies that may carry image data to decode ([`may_carry_images`]): one per
+    /// CPU, so concurrent decodes (each at most [`crate::images::codec::MAX_ALLOC`] bytes)
+    /// stay bounded and leave the async threads CPU time.
+    images: tokio::sync::Semaphore,
+    /// Runs of large bodies without image data: two per CPU (bounds the parse memory of
+    /// concurrent large bodies). Image work never holds one, so these never wait for it.
+    text: tokio::sync::Semaphore,
+}
+
+impl Pools {
+    /// Lanes for a machine with `cpus` CPUs (at least 1): `cpus` image runs, `2 × cpus`
+    /// text runs at once.
+    pub(crate) fn new(cpus: usize) -> Self {
+        let cpus = cpus.max(1);
+        Self {
+            images: tokio::sync::Semaphore::new(cpus),
+            text: tokio::sync::Semaphore::new(cpus * 2),
+        }
+    }
+}
+
+/// Where one request's passes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// On the async thread, at once (a small identity body with no image data).
+    Inline,
+    /// On the blocking pool under a [`Pools::text`] permit.
+    Text,
+    /// On the blocking pool under a [`Pools::images`] permit.
+    Images,
+}
+
+impl Lane {
+    /// The lane of a body as received with `encoding` (`content-encoding`). An encoded body
+    /// cannot be scanned before it is decoded (a decode that may itself be large), so it takes
+    /// the image lane.
+    fn of(encoding: Option<&str>, body: &[u8]) -> Lane {
+        if !is_identity(encoding) || may_carry_images(body) {
+            Lane::Images
+        } else if body.len() <= INLINE_MAX_BYTES {
+            Lane::Inline
+        } else {
+            Lane::Text
+        }
+    }
+}
+
+/// `content-encoding` absent, empty or `identity` (what [`crate::wire::body::decode`] returns
+/// as is).
+fn is_identity(encoding: Option<&str>) -> bool {
+    encoding.is_none_or(|e| {
+        let e = e.trim();
+        e.is_empty() || e.eq_ignore_ascii_case("identity")
+    })
+}
+
+/// Whether a JSON body may carry image data an image pass would decode. Conservative (a
+/// `false` is certain, a `true` may be text about images): every decodable payload is either a
+/// data URL, which names `;base64,` (OpenAI Chat / Responses; matched in any case, as
+/// [`crate::dialect::doc`] reads it), or a string member named `data` (Anthropic
+/// `source.data`, Gemini `inlineData.data`). A key or URL can hide those words behind JSON
+/// escapes of ASCII letters (`\u0064ata`), so any such escape counts as image data too. One
+/// pass of SIMD substring search per pattern ([`memchr::memmem`]).
+pub(crate) fn may_carry_images(body: &[u8]) -> bool {
+    let base64 = memchr::memmem::find_iter(body, b"64")
+        .any(|i| i >= 4 && body[i - 4..i].eq_ignore_ascii_case(b"base"));
+    base64
+        || memchr::memmem::find_iter(body, b"\"data\"")
+            .any(|i| string_value_follows(&body[i + 6..]))
+        || memchr::memmem::find_iter(body, b"\\u00").any(|i| {
+            body.get(i + 4..i + 6)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .is_some_and(|c| c.is_ascii_alphabetic())
+        })
+}
+
+/// Whether `rest` (the bytes after a key) starts with optional JSON whitespace, `:`, optional
+/// whitespace and a string.
+fn string_value_follows(rest: &[u8]) -> bool {
+    let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let mut it = rest.iter().skip_while(|b| ws(b));
+    if it.next() != Some(&b':') {
+        return false;
+    }
+    it.find(|b| !ws(b)) == Some(&b'"')
+}
+
+/// What one run of the passes computed, before it is turned into a [`Passed`]: `None` when the
+/// body could not be decoded, `Err` when the dialect does not describe it.
+type Ran = Option<
+    Result<
+        (
+            RewriteOutcome,
+            (Option<TurnAccount>, Option<Prefix>),
+            Option<ColdMemo>,
+        ),
+        crate::dialect::ParseError,
+    >,
+>;
+
 /// Run the passes on `original` (the client's body as received, still encoded) and decide
 /// which bytes go upstream. `recovery` is set when rebuilding after an image rejection;
 /// `begin_turn` on the first run of a request (a retry is not a turn of its own), which opens
@@ -138,59 +251,43 @@ impl Passed {
 /// no images gets its images replaced up front: the first run tells the model, a second run
 /// replaces them.
 ///
+/// Where it runs ([`Lane`]): a small identity body with no image data inline, at once; a
+/// larger one on the blocking pool under a text permit; a body that may carry image data (or
+/// is encoded) under an image permit. A request without image data therefore never waits for
+/// another request's image work.
+///
 /// Never fails: an undecodable body, a body the dialect does not describe, or a pass that
 /// panics all send the original bytes (logged).
 pub(crate) async fn run(
     plan: &Arc<Plan>,
-    permits: &tokio::sync::Semaphore,
+    pools: &Pools,
     original: Bytes,
     recovery: Option<ImageRejectionKind>,
     begin_turn: bool,
     memo: Option<ColdMemo>,
 ) -> Passed {
-    // Closed only if the state is torn down; then run unbounded rather than fail.
-    let _permit = permits.acquire().await.ok();
-    let job = Arc::clone(plan);
-    let input = original.clone();
-    let joined = tokio::task::spawn_blocking(move || {
-        let decoded = crate::wire::body::decode(job.encoding.as_deref(), &input, job.limit)?;
-        let key = DigestKey::for_credential(job.sealing.as_ref());
-        let opened = if begin_turn {
-            open(&job, &decoded, &key)
-        } else {
-            None
-        };
-        let route = &job.route;
-        // A session with no record (new, or its record purged or unreadable) makes no
-        // cold-cache decision on this turn.
-        let mut unrecorded = None;
-        let memo = memo.or_else(|| {
-            let o = opened.as_ref()?;
-            let (memo, known) = o.cold_memo(
-                cold_route_ttl(route.cache.ttl, &job.store, &route.provider.host, o.model()),
-                &route.provider,
-                &decoded,
-            );
-            if !known {
-                unrecorded = Some(o.session().to_owned());
-            }
-            Some(memo)
-        });
-        let cold = memo.as_ref().map(|m| ColdInputs {
-            retired: &m.retired,
-            cold: m.cold && job.route.images.cold_eviction,
-            key: &key,
-        });
-        Some(run_blocking(&job, &decoded, recovery, cold).map(|outcome| {
-            if let Some(session) = unrecorded.filter(|_| outcome.report.images.seen > 0) {
-                // A lost record costs one collapse: say why the images changed.
-                tracing::info!(target: "cachekeeper::rewrite", route = %route.name, session = %session, "cold-cache eviction: no record of this session (new, or purged or unreadable): the eviction step function alone decided which images to retire");
-            }
-            let accounted = account(&job, &decoded, &outcome, &key, opened);
-            (outcome, accounted, memo)
+    let lane = Lane::of(plan.encoding.as_deref(), &original);
+    let joined: Result<Ran, String> = if lane == Lane::Inline {
+        // The same fail-open as a blocking run's `JoinError`: a panicking pass sends the
+        // original bytes.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            passes_on(plan, &original, recovery, begin_turn, memo)
         }))
-    })
-    .await;
+        .map_err(|p| panic_text(p.as_ref()))
+    } else {
+        let pool = if lane == Lane::Images {
+            &pools.images
+        } else {
+            &pools.text
+        };
+        // Closed only if the state is torn down; then run unbounded rather than fail.
+        let _permit = pool.acquire().await.ok();
+        let job = Arc::clone(plan);
+        let input = original.clone();
+        tokio::task::spawn_blocking(move || passes_on(&job, &input, recovery, begin_turn, memo))
+            .await
+            .map_err(|e| e.to_string())
+    };
     let route = &plan.route.name;
     let (outcome, (turn, forwarded_prefix), memo) = match joined {
         Ok(Some(Ok(done))) => done,
@@ -228,6 +325,76 @@ pub(crate) async fn run(
         cold: memo,
         retired: outcome.retired,
     }
+}
+
+/// A panic's message, for the log line (`"a pass panicked"` when it carries no text).
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a pass panicked".to_owned())
+}
+
+/// One run's work, wherever it runs: decode the body, open the session (first run), the
+/// passes, the accounting.
+fn passes_on(
+    plan: &Plan,
+    input: &[u8],
+    recovery: Option<ImageRejectionKind>,
+    begin_turn: bool,
+    memo: Option<ColdMemo>,
+) -> Ran {
+    let decoded: std::borrow::Cow<'_, [u8]> = if is_identity(plan.encoding.as_deref()) {
+        std::borrow::Cow::Borrowed(input)
+    } else {
+        std::borrow::Cow::Owned(crate::wire::body::decode(
+            plan.encoding.as_deref(),
+            input,
+            plan.limit,
+        )?)
+    };
+    let decoded = decoded.as_ref();
+    let key = DigestKey::for_credential(plan.sealing.as_ref());
+    let opened = if begin_turn {
+        open(plan, decoded, &key)
+    } else {
+        None
+    };
+    let route = &plan.route;
+    // A session with no record (new, or its record purged or unreadable) makes no
+    // cold-cache decision on this turn.
+    let mut unrecorded = None;
+    let memo = memo.or_else(|| {
+        let o = opened.as_ref()?;
+        let (memo, known) = o.cold_memo(
+            cold_route_ttl(
+                route.cache.ttl,
+                &plan.store,
+                &route.provider.host,
+                o.model(),
+            ),
+            &route.provider,
+            decoded,
+        );
+        if !known {
+            unrecorded = Some(o.session().to_owned());
+        }
+        Some(memo)
+    });
+    let cold = memo.as_ref().map(|m| ColdInputs {
+        retired: &m.retired,
+        cold: m.cold && route.images.cold_eviction,
+        key: &key,
+    });
+    Some(run_passes(plan, decoded, recovery, cold).map(|outcome| {
+        if let Some(session) = unrecorded.filter(|_| outcome.report.images.seen > 0) {
+            // A lost record costs one collapse: say why the images changed.
+            tracing::info!(target: "cachekeeper::rewrite", route = %route.name, session = %session, "cold-cache eviction: no record of this session (new, or purged or unreadable): the eviction step function alone decided which images to retire");
+        }
+        let accounted = account(plan, decoded, &outcome, &key, opened);
+        (outcome, accounted, memo)
+    }))
 }
 
 /// The route's `cache_ttl` as cold-cache eviction judges it: a 1-hour TTL whose beta the host
@@ -283,7 +450,7 @@ fn open(plan: &Plan, decoded: &[u8], key: &DigestKey) -> Option<Opened> {
     sessions.open(&turn_input(plan, key, decoded, decoded, &none, None))
 }
 
-/// Cache accounting of a generation request (on the passes' blocking thread): the first run
+/// Cache accounting of a generation request (in the passes' lane): the first run
 /// commits its opened turn; a retry's run only digests what it forwards. Fails open: a body
 /// whose positions cannot be read is no turn.
 fn account(
@@ -312,7 +479,7 @@ fn account(
 
 /// The pure part: the passes on the decoded body, and the rerun for a model known to see no
 /// images.
-fn run_blocking(
+fn run_passes(
     plan: &Plan,
     decoded: &[u8],
     recovery: Option<ImageRejectionKind>,
@@ -367,6 +534,117 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::state::{FieldSet, MemoryBackend};
+
+    #[test]
+    fn the_image_scan_is_conservative() {
+        let text = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        assert!(!may_carry_images(text));
+        // A tool schema's `data` property is no string member named `data`.
+        let schema = br#"{"tools":[{"input_schema":{"properties":{"data": {"type":"string"}}}}]}"#;
+        assert!(!may_carry_images(schema));
+        // Non-ASCII escapes (Python's `ensure_ascii`) and Go's `\u003c` are not letters.
+        assert!(!may_carry_images(
+            br#"{"content":"caf\u00e9 \u003cb\u003e 64 bits"}"#
+        ));
+        for image in [
+            &br#"{"source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}"#[..],
+            br#"{"source":{"data" :  "iVBORw0KGgo="}}"#,
+            br#"{"inlineData":{"mimeType":"image/png","data":"iVBORw0KGgo="}}"#,
+            br#"{"image_url":{"url":"data:image/png;BASE64,iVBORw0KGgo="}}"#,
+            br#"{"source":{"\u0064ata":"iVBORw0KGgo="}}"#,
+            br#"{"image_url":"data:image/png;b\u0061se64,iVBORw0KGgo="}"#,
+        ] {
+            assert!(
+                may_carry_images(image),
+                "{}",
+                String::from_utf8_lossy(image)
+            );
+        }
+    }
+
+    #[test]
+    fn lanes_by_size_encoding_and_image_data() {
+        let small = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(Lane::of(None, small), Lane::Inline);
+        assert_eq!(Lane::of(Some(" Identity "), small), Lane::Inline);
+        assert_eq!(Lane::of(Some("gzip"), small), Lane::Images);
+        let large = format!(r#"{{"content":"{}"}}"#, "a".repeat(INLINE_MAX_BYTES));
+        assert_eq!(Lane::of(None, large.as_bytes()), Lane::Text);
+        let image = br#"{"source":{"type":"base64","data":"iVBORw0KGgo="}}"#;
+        assert_eq!(Lane::of(None, image), Lane::Images);
+    }
+
+    #[test]
+    fn a_panic_payload_names_its_message() {
+        assert_eq!(panic_text(&"boom"), "boom");
+        assert_eq!(panic_text(&String::from("bang")), "bang");
+        assert_eq!(panic_text(&42_u8), "a pass panicked");
+    }
+
+    fn plan(store: &Store) -> Arc<Plan> {
+        let (config, _) = crate::config::Config::from_toml(
+            "[[routes]]\nname = \"a\"\nprefix = \"/a\"\nupstream = \"http://127.0.0.1:9/\"\n",
+        )
+        .unwrap();
+        let routes = crate::route::RouteTable::new(&config).unwrap();
+        Arc::new(Plan {
+            dialect: Dialect::Anthropic,
+            route: Arc::clone(&routes.routes()[0]),
+            upstream_uri: http::Uri::from_static("http://127.0.0.1:9/v1/messages"),
+            upstream_path: "/v1/messages".to_owned(),
+            path_model: None,
+            credential_scope: "k".to_owned(),
+            sealing: None,
+            encoding: None,
+            anthropic_beta: None,
+            droppable: Arc::new([]),
+            droppable_betas: Arc::new([]),
+            store: store.clone(),
+            transcodes: Arc::new(TranscodeCache::new(0)),
+            limit: 1 << 26,
+            sessions: None,
+            client_session: None,
+            arrived_ms: 0,
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn text_requests_never_wait_for_image_permits() {
+        let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 20);
+        let plan = plan(&store);
+        let pools = Pools::new(1);
+        // Every image permit is held, as by requests decoding images.
+        let _held = pools.images.try_acquire_many(1).unwrap();
+        let small = Bytes::from_static(
+            br#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}"#,
+        );
+        // Inline: done on the first poll, without waiting for anything.
+        let passed = futures_util::FutureExt::now_or_never(run(
+            &plan,
+            &pools,
+            small.clone(),
+            None,
+            true,
+            None,
+        ))
+        .unwrap();
+        assert_eq!(passed.sent, small);
+        assert_eq!(passed.fate, BodyFate::Unchanged);
+        // A large text body takes a text permit, never an image one (the guard only stops a
+        // hang; it is no latency bound).
+        let large = Bytes::from(format!(
+            r#"{{"model":"m","max_tokens":1,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+            "a".repeat(INLINE_MAX_BYTES)
+        ));
+        let passed = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            run(&plan, &pools, large.clone(), None, true, None),
+        )
+        .await
+        .unwrap();
+        assert_eq!(passed.sent, large);
+        assert_eq!(passed.fate, BodyFate::Unchanged);
+    }
 
     #[test]
     fn a_refused_ttl_beta_makes_the_cold_cache_ttl_five_minutes() {

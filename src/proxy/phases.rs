@@ -9,7 +9,8 @@
 //!    `max_rewrite_bytes`; everything else, and larger bodies, stream through untouched.
 //! 3. **plan** ([`plan`]): what the passes read besides the body (route, provider, credential
 //!    scope, headers, verdicts), gathered once.
-//! 4. **rewrite** ([`passes::run`]): the request passes on a blocking thread, failing open;
+//! 4. **rewrite** ([`passes::run`]): the request passes in their lane (inline for a small body
+//!    without image data, else the blocking pool), failing open;
 //!    `dry_run` logs what would change and forwards the original bytes.
 //! 5. **send** ([`send`]): header hygiene, `first_byte_timeout_ms`.
 //! 6. **on error status** ([`retry::on_error_status`]): a 4xx to a buffered request may
