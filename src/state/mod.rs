@@ -292,6 +292,11 @@ pub(crate) trait Backend: Send {
     fn is_durable(&self) -> bool;
     /// Insert or replace the record at `rec.key`.
     fn put(&mut self, rec: &Record) -> Result<(), StateError>;
+    /// [`Self::put`] each of `recs`, in order. The SQLite backend writes them in one
+    /// transaction (all or none), so a burst of turns costs one commit.
+    fn put_all(&mut self, recs: &[Record]) -> Result<(), StateError> {
+        recs.iter().try_for_each(|r| self.put(r))
+    }
     /// The record at `key`.
     fn get(&mut self, key: &RecordKey) -> Result<Option<Record>, StateError>;
     /// Delete the record at `key`; true if there was one.
@@ -722,34 +727,45 @@ fn writer_loop(
     let mut over_cap_warned = false;
     let mut last_check = Instant::now();
     let mut last_prune = Instant::now();
+    // An op taken from the queue while gathering puts into one batch: handled next, so the
+    // ops keep their order.
+    let mut next: Option<Op> = None;
     loop {
-        match rx.recv_timeout(RELOAD_INTERVAL) {
-            Ok(Op::Put(rec)) => match backend.put(&rec) {
-                Ok(()) => {
-                    approx_bytes = approx_bytes.saturating_add(rec.size());
-                    if approx_bytes > limits.max_bytes {
-                        match evict(backend.as_mut(), limits.max_bytes) {
-                            Ok((removed, total)) => {
-                                if !removed.is_empty() {
-                                    tracing::info!(target: "cachekeeper::state", records = removed.len(), bytes = total, "evicted the oldest records for [state] max_bytes");
-                                    if let Ok(mut c) = inner.cache.lock() {
-                                        for k in &removed {
-                                            c.remove(k);
+        let op = match next.take() {
+            Some(op) => Ok(op),
+            None => rx.recv_timeout(RELOAD_INTERVAL),
+        };
+        match op {
+            Ok(Op::Put(rec)) => {
+                let batch = put_batch(rec, &rx, &mut next);
+                match backend.put_all(&batch) {
+                    Ok(()) => {
+                        approx_bytes = approx_bytes
+                            .saturating_add(batch.iter().map(Record::size).sum::<u64>());
+                        if approx_bytes > limits.max_bytes {
+                            match evict(backend.as_mut(), limits.max_bytes) {
+                                Ok((removed, total)) => {
+                                    if !removed.is_empty() {
+                                        tracing::info!(target: "cachekeeper::state", records = removed.len(), bytes = total, "evicted the oldest records for [state] max_bytes");
+                                        if let Ok(mut c) = inner.cache.lock() {
+                                            for k in &removed {
+                                                c.remove(k);
+                                            }
                                         }
                                     }
+                                    if total > limits.max_bytes && !over_cap_warned {
+                                        over_cap_warned = true;
+                                        tracing::warn!(target: "cachekeeper::state", bytes = total, "verdicts alone exceed [state] max_bytes; they are never evicted");
+                                    }
+                                    approx_bytes = total;
                                 }
-                                if total > limits.max_bytes && !over_cap_warned {
-                                    over_cap_warned = true;
-                                    tracing::warn!(target: "cachekeeper::state", bytes = total, "verdicts alone exceed [state] max_bytes; they are never evicted");
-                                }
-                                approx_bytes = total;
+                                Err(e) => fail(&e),
                             }
-                            Err(e) => fail(&e),
                         }
                     }
+                    Err(e) => fail(&e),
                 }
-                Err(e) => fail(&e),
-            },
+            }
             Ok(Op::Delete(key)) => {
                 if let Err(e) = backend.delete(&key) {
                     fail(&e);
@@ -785,6 +801,41 @@ fn writer_loop(
     }
 }
 
+/// Most puts one backend transaction carries ([`put_batch`]): bounds the time a burst holds
+/// the writer before it reads the queue again (a count, so the bytes written never depend on
+/// timing).
+const MAX_PUT_BATCH: usize = 256;
+
+/// `first` and the puts queued right behind it (up to [`MAX_PUT_BATCH`]), a later put of a key
+/// replacing an earlier one (each turn rewrites its session's record: only the last state
+/// matters). The first op that is not a put goes to `next`, to be handled after the batch.
+fn put_batch(first: Record, rx: &mpsc::Receiver<Op>, next: &mut Option<Op>) -> Vec<Record> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_PUT_BATCH {
+        match rx.try_recv() {
+            Ok(Op::Put(rec)) => batch.push(rec),
+            Ok(op) => {
+                *next = Some(op);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    if batch.len() > 1 {
+        let mut last = std::collections::HashMap::with_capacity(batch.len());
+        for (i, rec) in batch.iter().enumerate() {
+            last.insert(rec.key.clone(), i);
+        }
+        let mut i = 0;
+        batch.retain(|rec| {
+            let keep = last.get(&rec.key) == Some(&i);
+            i += 1;
+            keep
+        });
+    }
+    batch
+}
+
 /// Another process changed the records: reload the resident kinds, forget the rest (read
 /// again on demand).
 fn reload(backend: &mut dyn Backend, inner: &Inner) {
@@ -809,6 +860,27 @@ fn reload(backend: &mut dyn Backend, inner: &Inner) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn queued_puts_go_as_one_batch_the_last_put_of_a_key_winning() {
+        let (tx, rx) = mpsc::channel();
+        let rec = |k: &str, v: &[u8]| Record::new(Kind::Session, "s", k, v.to_vec());
+        tx.send(Op::Put(rec("b", b"1"))).unwrap();
+        tx.send(Op::Put(rec("a", b"2"))).unwrap();
+        tx.send(Op::Delete(rec("a", b"").key)).unwrap();
+        tx.send(Op::Put(rec("c", b"3"))).unwrap();
+        let mut next = None;
+        let batch = put_batch(rec("a", b"0"), &rx, &mut next);
+        let got: Vec<(&str, &[u8])> = batch
+            .iter()
+            .map(|r| (r.key.key.as_str(), r.value.as_slice()))
+            .collect();
+        assert_eq!(got, vec![("b", &b"1"[..]), ("a", &b"2"[..])]);
+        // The delete waits for the batch, and the put after it for the delete.
+        assert!(matches!(next, Some(Op::Delete(ref k)) if k.key == "a"));
+        assert!(matches!(rx.try_recv(), Ok(Op::Put(ref r)) if r.key.key == "c"));
+    }
 
     #[test]
     fn kind_table_rows_match_their_kinds() {
