@@ -66,9 +66,23 @@ pub struct ServerConfig {
     /// Time from sending the request to the upstream's response headers, ms. Default 600000:
     /// non-streaming generations can take minutes.
     pub first_byte_timeout_ms: u64,
-    /// Longest pause between two response body chunks, or between two chunks of a request body
-    /// the proxy reads for the passes, ms. Default 300000.
+    /// Longest pause between two response body chunks, ms. Default 300000.
     pub idle_timeout_ms: u64,
+    /// Longest pause between two chunks of a client's request body, ms, whether the proxy
+    /// reads the body for the passes or streams it upstream; past it the client gets a 400 in
+    /// the dialect's error shape. A gap, not a total: a slow large upload is never cut.
+    /// Default 60000.
+    pub body_idle_timeout_ms: u64,
+    /// Global memory budget for request bodies read for the passes, bytes (all requests
+    /// together; each body is charged `wire::body::BODY_MEMORY_FACTOR` (5) times its size,
+    /// for its decoded copy and the passes' working memory). A body that would exceed it
+    /// waits for room, up to `buffer_wait_ms`; past that it is streamed upstream untouched,
+    /// with a warning and
+    /// `cachekeeper_buffer_budget_exceeded_total`. Default 1 GiB; never below
+    /// `max_rewrite_bytes` (rejected at load).
+    pub max_buffered_bytes: u64,
+    /// How long a body waits for room in `max_buffered_bytes`, ms. Default 30000.
+    pub buffer_wait_ms: u64,
     /// How long in-flight requests may run after SIGINT/SIGTERM, ms. Default 30000.
     pub shutdown_grace_ms: u64,
     /// Log what the passes would change but forward the original bytes. Default false.
@@ -91,6 +105,9 @@ impl Default for ServerConfig {
             connect_timeout_ms: 10_000,
             first_byte_timeout_ms: 600_000,
             idle_timeout_ms: 300_000,
+            body_idle_timeout_ms: 60_000,
+            max_buffered_bytes: 1024 * 1024 * 1024,
+            buffer_wait_ms: 30_000,
             shutdown_grace_ms: 30_000,
             dry_run: false,
             client_token: None,
@@ -478,6 +495,14 @@ impl Config {
     fn validate(&mut self, warnings: &mut Vec<String>) -> Result<(), FromTomlError> {
         let invalid = |m: String| Err(FromTomlError::Invalid(m));
         self.images.clamp("images", warnings);
+        if self.server.max_buffered_bytes < self.server.max_rewrite_bytes {
+            return invalid(format!(
+                "[server] max_buffered_bytes = {} is below max_rewrite_bytes = {}: the budget \
+                 for buffered bodies must hold at least one body of the largest size the proxy \
+                 reads; raise max_buffered_bytes or lower max_rewrite_bytes",
+                self.server.max_buffered_bytes, self.server.max_rewrite_bytes
+            ));
+        }
         if self.routes.is_empty() {
             return invalid(
                 "no [[routes]]: add at least one (name, prefix, upstream); see the shipped proxy.toml"
@@ -642,6 +667,10 @@ upstream = "https://api.anthropic.com"
         assert!(w.is_empty());
         assert_eq!(c.server.listen.to_string(), "127.0.0.1:8787");
         assert_eq!(c.server.max_rewrite_bytes, 67_108_864);
+        assert_eq!(c.server.idle_timeout_ms, 300_000);
+        assert_eq!(c.server.body_idle_timeout_ms, 60_000);
+        assert_eq!(c.server.max_buffered_bytes, 1_073_741_824);
+        assert_eq!(c.server.buffer_wait_ms, 30_000);
         assert_eq!(c.images.max_blocks, 20);
         assert_eq!(c.images.max_blocks_small, 100);
         assert_eq!(c.images.max_bytes, 24_000_000);
@@ -681,6 +710,27 @@ upstream = "https://api.anthropic.com"
             .unwrap_err()
             .to_string();
         assert!(err.contains("cache_read_per_mtok"), "{err}");
+    }
+
+    #[test]
+    fn max_buffered_bytes_below_max_rewrite_bytes_is_rejected_saying_why() {
+        let text =
+            format!("{MINIMAL}\n[server]\nmax_rewrite_bytes = 1000\nmax_buffered_bytes = 999\n");
+        let err = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(
+            err.contains("max_buffered_bytes = 999 is below max_rewrite_bytes = 1000"),
+            "{err}"
+        );
+        let text = format!(
+            "{MINIMAL}\n[server]\nmax_rewrite_bytes = 1000\nmax_buffered_bytes = 1000\nbuffer_wait_ms = 5\nbody_idle_timeout_ms = 7\n"
+        );
+        let (c, _) = Config::from_toml(&text).unwrap();
+        assert_eq!(c.server.max_buffered_bytes, 1000);
+        assert_eq!(c.server.buffer_wait_ms, 5);
+        assert_eq!(c.server.body_idle_timeout_ms, 7);
+        // The default budget is below a max_rewrite_bytes raised past 1 GiB.
+        let text = format!("{MINIMAL}\n[server]\nmax_rewrite_bytes = 2147483648\n");
+        assert!(Config::from_toml(&text).is_err());
     }
 
     #[test]

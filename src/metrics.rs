@@ -139,6 +139,10 @@ pub(crate) struct Metrics {
     /// `cachekeeper_collapse_write_tokens_total{route, cause}`: the cache-write tokens of
     /// those turns, as reported.
     collapse_write_tokens: Counters<2>,
+    /// `cachekeeper_buffer_budget_exceeded_total{route}`: request bodies forwarded untouched
+    /// because the buffer budget (`[server] max_buffered_bytes`) had no room for them within
+    /// `buffer_wait_ms`.
+    buffer_budget_exceeded: Counters<1>,
     /// `cachekeeper_request_overhead_seconds{route}`: from receiving a request to handing
     /// it to the upstream client (first attempt).
     request_overhead: Histograms,
@@ -268,6 +272,12 @@ impl Metrics {
             "Cache-write tokens of prefix-collapse turns, by cause",
             Some(tokens()),
         );
+        let buffer_budget_exceeded = counter(
+            &mut registry,
+            "cachekeeper_buffer_budget_exceeded",
+            "Request bodies forwarded untouched: no room in max_buffered_bytes within buffer_wait_ms",
+            None,
+        );
         let request_overhead: Histograms = Family::new_with_constructor(overhead_histogram);
         registry.register_with_unit(
             "cachekeeper_request_overhead",
@@ -300,9 +310,18 @@ impl Metrics {
             usage_not_reported,
             collapses,
             collapse_write_tokens,
+            buffer_budget_exceeded,
             request_overhead,
             response_overhead,
         }
+    }
+
+    /// Count one request body forwarded untouched because the buffer budget had no room for
+    /// it within `buffer_wait_ms` (`route`: the route's name).
+    pub(crate) fn buffer_budget_exceeded(&self, route: &str) {
+        self.buffer_budget_exceeded
+            .get_or_create(&[("route", route.to_owned())])
+            .inc();
     }
 
     /// Count one request (call once, when its log line is written).
@@ -754,6 +773,16 @@ mod tests {
             Some(1.0)
         );
         assert!(!t.contains(r#"cachekeeper_request_overhead_seconds_count{route="-"}"#));
+        assert!(!t.contains("cachekeeper_buffer_budget_exceeded_total{"));
+        m.buffer_budget_exceeded("anthropic");
+        m.buffer_budget_exceeded("anthropic");
+        assert_eq!(
+            value(
+                &m.encode(),
+                r#"cachekeeper_buffer_budget_exceeded_total{route="anthropic"}"#
+            ),
+            Some(2.0)
+        );
         assert_eq!(status_class(0), "none");
         assert_eq!(status_class(101), "1xx");
     }

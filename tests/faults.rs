@@ -6,10 +6,14 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Frame;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 
 fn echo_ok() -> Handler {
     Arc::new(|_r: &Recorded| json_response(200, r#"{"ok":true}"#))
@@ -80,5 +84,291 @@ async fn a_bodyless_delete_goes_upstream_without_a_body() {
     let rec = mock.last();
     assert_eq!(framing(&rec), (Some("7".into()), None));
     assert_eq!(&rec.body[..], b"{\"x\":1}");
+    proxy.stop().await;
+}
+
+/// Open a raw connection to the proxy and send `head` (request line and headers, ending in
+/// the blank line) and the first part of the body.
+async fn raw(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body).await.unwrap();
+    s
+}
+
+/// Read the whole response from a raw connection (until the proxy closes it or 10 s pass).
+async fn read_response(s: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => {
+                out.extend_from_slice(&buf[..n]);
+                if response_complete(&out) {
+                    break;
+                }
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether `raw` holds a whole `content-length`-framed response.
+fn response_complete(raw: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(raw);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return false;
+    };
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())?
+        })
+        .is_some_and(|n| body.len() >= n)
+}
+
+/// A client body fed by the test, chunk by chunk, with pauses between.
+fn trickle(parts: Vec<&'static [u8]>, gap: Duration) -> http_body_util::StreamBody<TrickleStream> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
+    tokio::spawn(async move {
+        for p in parts {
+            tokio::time::sleep(gap).await;
+            if tx
+                .send(Ok(Frame::data(Bytes::from_static(p))))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let stream: TrickleStream = Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }));
+    http_body_util::StreamBody::new(stream)
+}
+
+type TrickleStream = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<Frame<Bytes>, std::io::Error>> + Send>,
+>;
+
+/// `[server] body_idle_timeout_ms` bounds the gap between two client body chunks, not the
+/// upload: a body trickling in with gaps under it (here 10 chunks, 150 ms apart, 1.5 s in all
+/// against a 600 ms gap) goes through whole, read for the passes or streamed.
+#[tokio::test]
+async fn a_slow_upload_under_the_body_gap_is_never_cut() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(
+        &mock.url(),
+        "[server]\nbody_idle_timeout_ms = 600\nidle_timeout_ms = 100\n",
+    ))
+    .await;
+    let c = Client::builder(TokioExecutor::new()).build_http();
+    let parts: Vec<&'static [u8]> = vec![
+        b"{\"model\":\"m\",",
+        b"\"max_tokens\":1,",
+        b"\"messages\":[",
+        b"{\"role\":\"user\",",
+        b"\"content\":\"a",
+        b"b",
+        b"c",
+        b"d",
+        b"\"}",
+        b"]}",
+    ];
+    let whole: Vec<u8> = parts.concat();
+    for path in ["/anthropic/v1/messages", "/openai/v1/files"] {
+        let req = http::Request::post(proxy.url(path))
+            .body(trickle(parts.clone(), Duration::from_millis(150)))
+            .unwrap();
+        let resp = c.request(req).await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        assert_eq!(mock.last().body, whole, "{path}");
+    }
+    proxy.stop().await;
+}
+
+/// A client that stops mid-body gets a 400 in the dialect's error shape once
+/// `body_idle_timeout_ms` passes, whether the proxy was reading the body for the passes
+/// (nothing reaches the upstream) or streaming it upstream (the upstream request is
+/// abandoned).
+#[tokio::test]
+async fn a_client_stalling_past_the_body_gap_gets_the_dialects_error() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(
+        &mock.url(),
+        "[server]\nbody_idle_timeout_ms = 300\n",
+    ))
+    .await;
+    let head = |path: &str| {
+        format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n")
+    };
+    // Read for the passes: Anthropic's shape.
+    let mut s = raw(
+        proxy.addr,
+        &head("/anthropic/v1/messages"),
+        b"{\"model\":\"m\",",
+    )
+    .await;
+    let text = read_response(&mut s).await;
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    let body = text.split_once("\r\n\r\n").unwrap().1;
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert_eq!(
+        v["error"]["message"],
+        "cachekeeper: could not read the request body: no request body data for 300 ms"
+    );
+    assert_eq!(mock.count(), 0);
+    // Streamed (a tunnelled path): OpenAI's shape, after part of the body went upstream.
+    let mut s = raw(proxy.addr, &head("/openai/v1/files"), b"--boundary\r\n").await;
+    let text = read_response(&mut s).await;
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    let body = text.split_once("\r\n\r\n").unwrap().1;
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["error"]["code"], "client_body");
+    assert_eq!(
+        v["error"]["message"],
+        "cachekeeper: could not read the request body: no request body data for 300 ms"
+    );
+    // The proxy keeps serving.
+    let (status, _, _) = send(
+        &client(),
+        &proxy.url("/openai/v1/chat/completions"),
+        &[],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 200);
+    proxy.stop().await;
+}
+
+/// The value of one series in a `/metrics` scrape.
+async fn metric(proxy: &Proxy, series: &str) -> Option<f64> {
+    let resp = client()
+        .request(
+            http::Request::get(proxy.url("/metrics"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let text = resp.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8(text.to_vec()).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+const BUDGET: &str = "[server]\nmax_rewrite_bytes = 100000\nmax_buffered_bytes = 100000\n";
+
+/// A body that takes most of the budget (`content-length: 90000`, reserved whole before it
+/// is read), its first bytes sent and the rest held back by the test.
+async fn hold_budget(proxy: &Proxy) -> tokio::net::TcpStream {
+    let head = "POST /anthropic/v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 90000\r\n\r\n";
+    let s = raw(
+        proxy.addr,
+        head,
+        b"{\"model\":\"m\",\"messages\":[],\"pad\":\"",
+    )
+    .await;
+    // Let the proxy reserve it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s
+}
+
+/// The rest of [`hold_budget`]'s body; returns the response.
+async fn release_budget(mut s: tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncWriteExt;
+    let sent = b"{\"model\":\"m\",\"messages\":[],\"pad\":\"".len();
+    let mut rest = vec![b'x'; 90000 - sent - 2];
+    rest.extend_from_slice(b"\"}");
+    s.write_all(&rest).await.unwrap();
+    read_response(&mut s).await
+}
+
+/// `[server] max_buffered_bytes` / `buffer_wait_ms`: a body with no room in the budget
+/// waits; past `buffer_wait_ms` it goes upstream untouched (`x-cachekeeper-rewrites:
+/// over_budget`), counted in `cachekeeper_buffer_budget_exceeded_total`.
+#[tokio::test]
+async fn a_body_with_no_room_in_the_budget_is_forwarded_untouched_after_the_wait() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(
+        &mock.url(),
+        &format!("{BUDGET}buffer_wait_ms = 300\n"),
+    ))
+    .await;
+    let held = hold_budget(&proxy).await;
+    let body = format!(
+        r#"{{"model":"m","max_tokens":1,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "y".repeat(20_000)
+    );
+    let (status, headers, _) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages"),
+        &[],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-cachekeeper-rewrites"], "over_budget");
+    assert_eq!(mock.last().body, body.as_bytes());
+    assert_eq!(
+        metric(
+            &proxy,
+            r#"cachekeeper_buffer_budget_exceeded_total{route="anthropic"}"#
+        )
+        .await,
+        Some(1.0)
+    );
+    // The held body is read and passed as usual, and its room comes back.
+    let text = release_budget(held).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("body=unchanged"), "{text}");
+    let (_, headers, _) = send(&client(), &proxy.url("/anthropic/v1/messages"), &[], body).await;
+    let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(rewrites.contains("body=unchanged"), "{rewrites}");
+    proxy.stop().await;
+}
+
+/// Within `buffer_wait_ms`, a body waits for room instead of skipping the passes: rewriting
+/// does not depend on load.
+#[tokio::test]
+async fn a_body_waits_for_room_in_the_budget_and_is_then_passed() {
+    let mock = start_mock(echo_ok()).await;
+    let proxy = start_proxy(&config_for(
+        &mock.url(),
+        &format!("{BUDGET}buffer_wait_ms = 20000\n"),
+    ))
+    .await;
+    let held = hold_budget(&proxy).await;
+    let url = proxy.url("/anthropic/v1/messages");
+    let waiting = tokio::spawn(async move {
+        let body = format!(
+            r#"{{"model":"m","max_tokens":1,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+            "y".repeat(20_000)
+        );
+        send(&client(), &url, &[], body).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the second body must wait for room");
+    let text = release_budget(held).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let (status, headers, _) = waiting.await.unwrap();
+    assert_eq!(status, 200);
+    let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(rewrites.contains("body=unchanged"), "{rewrites}");
+    assert_eq!(
+        metric(
+            &proxy,
+            r#"cachekeeper_buffer_budget_exceeded_total{route="anthropic"}"#
+        )
+        .await,
+        None
+    );
     proxy.stop().await;
 }

@@ -825,13 +825,13 @@ async fn assistants_thread_messages_on_an_openai_route_are_tunnelled_not_parsed(
 
 /// The failing input from the adversarial run: `content-length: 500`, 13 bytes, then
 /// silence. The proxy held the connection forever; now the client gets a 400 in the
-/// dialect's shape after `idle_timeout_ms`, and nothing reaches the upstream.
+/// dialect's shape after `body_idle_timeout_ms`, and nothing reaches the upstream.
 #[tokio::test]
 async fn a_client_stalling_mid_body_is_answered_after_the_idle_timeout() {
     let mock = start_mock(echo_ok()).await;
     let proxy = start_proxy(&config_for(
         &mock.url(),
-        "[server]\nidle_timeout_ms = 300\n",
+        "[server]\nbody_idle_timeout_ms = 300\n",
     ))
     .await;
     let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();

@@ -37,6 +37,9 @@ pub(crate) enum BodyFate {
     Unparsed,
     /// Larger than `max_rewrite_bytes`: streamed through unread.
     TooLarge,
+    /// No room in the buffer budget (`max_buffered_bytes`) within `buffer_wait_ms`: streamed
+    /// through unread.
+    OverBudget,
     /// A pass failed (panicked): the original bytes went upstream.
     PassFailed,
 }
@@ -51,6 +54,7 @@ impl BodyFate {
             BodyFate::DryRun => "dry_run",
             BodyFate::Unparsed => "unparsed",
             BodyFate::TooLarge => "too_large",
+            BodyFate::OverBudget => "over_budget",
             BodyFate::PassFailed => "pass_failed",
         }
     }
@@ -266,9 +270,12 @@ impl RequestCtx {
     /// The `x-cachekeeper-rewrites` value: the report's counters and the body's fate, e.g.
     /// `images_seen=21; …; body=rewritten`, then `; dry_run=1` and
     /// `; retried_without=<fields>` when they apply. Bodies the passes never ran on say only
-    /// `passthrough` / `too_large`.
+    /// `passthrough` / `too_large` / `over_budget`.
     pub(crate) fn rewrites_header(&self) -> String {
-        if matches!(self.body, BodyFate::Passthrough | BodyFate::TooLarge) {
+        if matches!(
+            self.body,
+            BodyFate::Passthrough | BodyFate::TooLarge | BodyFate::OverBudget
+        ) {
             return self.body.as_str().to_owned();
         }
         let mut s = String::with_capacity(320);

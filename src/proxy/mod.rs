@@ -34,6 +34,7 @@ use crate::images::cache::TranscodeCache;
 use crate::metrics::Metrics;
 use crate::route::RouteTable;
 use crate::state::{Store, StoreOptions};
+use crate::wire::body::BufferBudget;
 use crate::wire::upstream::{self, HttpClient};
 
 /// Response header that tells the client what the passes did.
@@ -77,6 +78,9 @@ pub(crate) struct AppState {
     pub pricing: Arc<Pricing>,
     /// `serve --record FILE`: where buffered generation requests are written ([`record`]).
     pub record: Option<Arc<record::Recorder>>,
+    /// The global budget for buffered request bodies (`[server] max_buffered_bytes`, sized
+    /// at start-up), shared by every snapshot.
+    pub buffers: Arc<BufferBudget>,
 }
 
 impl AppState {
@@ -104,6 +108,7 @@ impl AppState {
             metrics: shared.metrics,
             sessions: shared.sessions,
             record: shared.record,
+            buffers: shared.buffers,
         })
     }
 
@@ -121,6 +126,7 @@ impl AppState {
             metrics: shared.metrics,
             sessions: shared.sessions,
             record: shared.record,
+            buffers: shared.buffers,
         }
     }
 
@@ -133,6 +139,7 @@ impl AppState {
             metrics: Arc::clone(&self.metrics),
             sessions: Arc::clone(&self.sessions),
             record: self.record.clone(),
+            buffers: Arc::clone(&self.buffers),
         }
     }
 }
@@ -146,6 +153,7 @@ struct Shared {
     metrics: Arc<Metrics>,
     sessions: Arc<SessionTracker>,
     record: Option<Arc<record::Recorder>>,
+    buffers: Arc<BufferBudget>,
 }
 
 /// Why the server could not start.
@@ -190,6 +198,7 @@ impl Server {
             metrics: Arc::new(Metrics::new()),
             sessions: Arc::new(SessionTracker::new(store.clone())),
             record: None,
+            buffers: Arc::new(BufferBudget::new(cfg.server.max_buffered_bytes)),
             store,
         };
         let state = AppState::build(loaded, shared)?;

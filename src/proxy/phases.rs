@@ -6,7 +6,9 @@
 //!    route match (404 listing the prefixes); the path's dialect and endpoint class.
 //!    WebSocket upgrades leave here for [`upgrade`].
 //! 2. **read body** ([`read_body`]): generation paths (POST) are read up to
-//!    `max_rewrite_bytes`; everything else, and larger bodies, stream through untouched.
+//!    `max_rewrite_bytes` within the global buffer budget (`max_buffered_bytes`); everything
+//!    else, larger bodies and bodies that found no room within `buffer_wait_ms`, stream
+//!    through untouched.
 //! 3. **plan** ([`plan`]): what the passes read besides the body (route, provider, credential
 //!    scope, headers, verdicts), gathered once.
 //! 4. **rewrite** ([`passes::run`]): the request passes in their lane (inline for a small body
@@ -43,7 +45,7 @@ use crate::proxy::send::{classify_client_error, send, upstream_label};
 use crate::proxy::{AppState, OVERHEAD_HEADER, REWRITES_HEADER};
 use crate::route::{error_dialect_for_path, model_from_path, Endpoint, Route};
 use crate::telemetry::Outcome;
-use crate::wire::body::{self, ReadBody};
+use crate::wire::body::{self, BudgetPermit, ReadBody};
 use crate::wire::stream::ObservedBody;
 use crate::wire::upstream::{self, UpstreamBody};
 use crate::wire::{tunnel, ResponseBody};
@@ -101,9 +103,13 @@ async fn proxy(
     upstream::upstream_request_headers(&mut headers, false);
     let parse = parts.method == Method::POST && ctx.endpoint.is_some();
     let read = read_body(state, ctx, &headers, incoming, parse).await?;
+    // The buffered body's room in the budget, returned when this function ends (the
+    // original, the rewritten copy and the replay are all dropped by then).
+    let mut _reserved = BudgetPermit::default();
     let (outgoing, upload_done, replay) = match read {
         Read::Streamed(body, done) => (body, Some(done), None),
-        Read::Buffered(original) => {
+        Read::Buffered(original, permit) => {
+            _reserved = permit;
             if let Some(rec) = state.record.as_ref() {
                 if ctx.endpoint == Some(Endpoint::Generate) {
                     let enc = headers
@@ -202,13 +208,17 @@ fn route(
 
 /// What phase 2 read.
 enum Read {
-    /// The whole body, to run the passes on.
-    Buffered(Bytes),
+    /// The whole body, to run the passes on, and its reservation in the buffer budget (held
+    /// until the request has been sent and answered, retry included).
+    Buffered(Bytes, BudgetPermit),
     /// The body streams upstream as it arrives; the receiver fires when it has been sent.
     Streamed(UpstreamBody, tokio::sync::oneshot::Receiver<()>),
 }
 
-/// Phase 2: read a generation body up to `max_rewrite_bytes`; stream everything else.
+/// Phase 2: read a generation body up to `max_rewrite_bytes` within the global buffer budget
+/// (`max_buffered_bytes`, waiting up to `buffer_wait_ms` for room); stream everything else.
+/// Every client body, read or streamed, may pause at most `body_idle_timeout_ms` between two
+/// chunks.
 async fn read_body(
     state: &AppState,
     ctx: &mut RequestCtx,
@@ -217,32 +227,48 @@ async fn read_body(
     parse: bool,
 ) -> Result<Read, ProxyError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let idle = Duration::from_millis(state.server.body_idle_timeout_ms);
     if !parse {
-        return Ok(Read::Streamed(body::streamed(Vec::new(), incoming, tx), rx));
+        return Ok(Read::Streamed(
+            body::streamed(Vec::new(), incoming, idle, tx),
+            rx,
+        ));
     }
     let content_length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    // A client that stops sending mid-body gets `idle_timeout_ms`, as a stalled upstream does.
-    let idle = Duration::from_millis(state.server.idle_timeout_ms);
-    let read = body::read_bounded(
-        incoming,
-        state.server.max_rewrite_bytes,
-        content_length,
+    let limits = body::ReadLimits {
+        limit: state.server.max_rewrite_bytes,
         idle,
-    );
-    match read.await {
+        budget: &state.buffers,
+        budget_wait: Duration::from_millis(state.server.buffer_wait_ms),
+    };
+    match body::read_bounded(incoming, content_length, limits).await {
         Err(e) => Err(ProxyError::ClientBody(e.to_string())),
         Ok(ReadBody::TooLarge { head, rest }) => {
             ctx.body = BodyFate::TooLarge;
             ctx.bytes_in = content_length.unwrap_or(0);
             ctx.bytes_out = ctx.bytes_in;
-            Ok(Read::Streamed(body::streamed(head, rest, tx), rx))
+            Ok(Read::Streamed(body::streamed(head, rest, idle, tx), rx))
         }
-        Ok(ReadBody::Buffered(original)) => {
+        Ok(ReadBody::OverBudget { head, rest }) => {
+            tracing::warn!(
+                target: "cachekeeper::server",
+                route = ctx.route_name(),
+                max_buffered_bytes = state.server.max_buffered_bytes,
+                buffer_wait_ms = state.server.buffer_wait_ms,
+                "no room in the buffer budget within buffer_wait_ms; forwarding the body untouched"
+            );
+            state.metrics.buffer_budget_exceeded(ctx.route_name());
+            ctx.body = BodyFate::OverBudget;
+            ctx.bytes_in = content_length.unwrap_or(0);
+            ctx.bytes_out = ctx.bytes_in;
+            Ok(Read::Streamed(body::streamed(head, rest, idle, tx), rx))
+        }
+        Ok(ReadBody::Buffered(original, permit)) => {
             ctx.bytes_in = original.len() as u64;
-            Ok(Read::Buffered(original))
+            Ok(Read::Buffered(original, permit))
         }
     }
 }

@@ -6,7 +6,8 @@
 //! settings, cache breakpoints), `[server]` timeouts, body limits, `dry_run`, `client_token`
 //! and `ca_file`, `[images]`, `[reasoning]` and `[[pricing]]`. What needs a restart, and is
 //! reported as such (the running value stays): `[server] listen` (unless `--listen` overrides
-//! it), `[server] shutdown_grace_ms`, the `[state]` store (`path`, `retention_days`,
+//! it), `[server] shutdown_grace_ms` and `max_buffered_bytes` (the shared budget is sized
+//! once), the `[state]` store (`path`, `retention_days`,
 //! `max_bytes`) and `[images] transcode_cache_bytes` (the shared cache is sized once). A file
 //! that does not load, or whose routes or CA bundle are unusable, changes nothing: the error is
 //! returned (and logged by [`Reloader::reload_logged`]) and the old configuration keeps serving.
@@ -49,6 +50,8 @@ struct Fixed {
     /// `[server] listen`, or `None` when `--listen` overrides it.
     listen: Option<std::net::SocketAddr>,
     shutdown_grace_ms: u64,
+    /// The shared buffer budget is sized once.
+    max_buffered_bytes: u64,
     /// The state file, resolved against the config file's folder.
     state_path: PathBuf,
     retention_days: u32,
@@ -62,6 +65,7 @@ impl Fixed {
         Self {
             listen: (!listen_overridden).then_some(cfg.server.listen),
             shutdown_grace_ms: cfg.server.shutdown_grace_ms,
+            max_buffered_bytes: cfg.server.max_buffered_bytes,
             state_path: loaded.base_dir.join(&cfg.state.path),
             retention_days: cfg.state.retention_days,
             state_max_bytes: cfg.state.max_bytes,
@@ -84,6 +88,11 @@ impl Fixed {
             "[server] shutdown_grace_ms",
             self.shutdown_grace_ms.to_string(),
             new.shutdown_grace_ms.to_string(),
+        );
+        diff(
+            "[server] max_buffered_bytes",
+            self.max_buffered_bytes.to_string(),
+            new.max_buffered_bytes.to_string(),
         );
         diff(
             "[state] path",

@@ -65,12 +65,17 @@ pub(crate) fn upstream_label(uri: &Uri) -> String {
     )
 }
 
-/// Map a client error to the proxy's error.
+/// Map a client error to the proxy's error: a request that failed because the client's
+/// streamed body stalled or broke is [`ProxyError::ClientBody`] (400).
 pub(crate) fn classify_client_error(
     e: &hyper_util::client::legacy::Error,
     upstream: String,
     connect_timeout_ms: u64,
 ) -> ProxyError {
+    if let Some(fault) = crate::wire::body::client_fault(e) {
+        // The client's streamed body stalled or broke: the client's fault, not the upstream's.
+        return ProxyError::ClientBody(fault.to_string());
+    }
     let detail = error_chain(e);
     if e.is_connect() {
         if has_timed_out(e) {

@@ -2,22 +2,117 @@
 //! with the part already read), and `content-encoding` decoding for the passes.
 
 use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use http_body::Frame;
 use http_body_util::{BodyExt, BodyStream, Empty, Full, StreamBody};
 use hyper::body::Incoming;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::wire::upstream::{BoxError, UpstreamBody};
 
 /// Result of [`read_bounded`].
 pub(crate) enum ReadBody {
-    /// The whole body, at most `limit` bytes.
-    Buffered(Bytes),
+    /// The whole body, at most `limit` bytes, and its reservation in the [`BufferBudget`]
+    /// (hold it while the body, or a copy of it, is in memory).
+    Buffered(Bytes, BudgetPermit),
     /// The body is larger than `limit`: what was read so far and the rest, to be streamed
     /// upstream untouched.
     TooLarge { head: Vec<Bytes>, rest: Incoming },
+    /// The [`BufferBudget`] had no room for the body within the wait: what was read so far
+    /// and the rest, to be streamed upstream untouched.
+    OverBudget { head: Vec<Bytes>, rest: Incoming },
+}
+
+/// Bytes per permit of the [`BufferBudget`]'s semaphore (1 KiB): a 1 GiB budget is 2^20
+/// permits, and one `acquire_many` (a `u32` of permits) can reserve up to 4 TiB.
+const BUDGET_UNIT: u64 = 1024;
+
+/// What one buffered body costs in memory while the proxy holds it, as a multiple of its
+/// size: the body itself, its decoded copy for the passes and their working memory (parse,
+/// session prefix, rewritten copy, allocator slack). Measured by `benches/memory.py` (debug
+/// build): one 20 MB text-only body takes the proxy's peak RSS from 12 MiB to 108 MiB, two at
+/// once to 207 MiB: ~4.8x per body. The budget charges each body this many times its size, so
+/// `max_buffered_bytes` bounds the memory the bodies really take, not just their wire bytes.
+pub(crate) const BODY_MEMORY_FACTOR: u64 = 5;
+
+/// A global budget for request bodies held in memory (`[server] max_buffered_bytes`): a
+/// counting semaphore over bytes, in [`BUDGET_UNIT`] permits (tokio's `Semaphore`, which
+/// serves waiters first come, first served). Shared by every request, and by every
+/// configuration snapshot of a running proxy.
+#[derive(Debug)]
+pub(crate) struct BufferBudget {
+    sem: Arc<Semaphore>,
+    /// The budget, in permits.
+    total: u64,
+}
+
+/// Bytes of a [`BufferBudget`] reserved by one body; returned when dropped.
+#[derive(Debug, Default)]
+pub(crate) struct BudgetPermit(Option<OwnedSemaphorePermit>);
+
+impl BudgetPermit {
+    /// Permits held ([`BUDGET_UNIT`] bytes each).
+    fn units(&self) -> u64 {
+        self.0.as_ref().map_or(0, |p| p.num_permits() as u64)
+    }
+
+    fn merge(&mut self, more: OwnedSemaphorePermit) {
+        match &mut self.0 {
+            Some(p) => p.merge(more),
+            None => self.0 = Some(more),
+        }
+    }
+}
+
+impl BufferBudget {
+    /// A budget of `bytes` (rounded up to whole KiB).
+    pub(crate) fn new(bytes: u64) -> Self {
+        let total = bytes
+            .div_ceil(BUDGET_UNIT)
+            .min(Semaphore::MAX_PERMITS as u64);
+        Self {
+            sem: Arc::new(Semaphore::new(usize::try_from(total).unwrap_or(usize::MAX))),
+            total,
+        }
+    }
+
+    /// Bytes reserved right now (in whole KiB).
+    #[cfg(test)]
+    pub(crate) fn reserved_bytes(&self) -> u64 {
+        let free = self.sem.available_permits() as u64;
+        self.total.saturating_sub(free) * BUDGET_UNIT
+    }
+
+    /// Grow `permit` to cover a body of `bytes` ([`BODY_MEMORY_FACTOR`] times its size, at
+    /// most the whole budget), waiting until `deadline` for room. `false` when the deadline
+    /// passed first (the permit keeps what it had).
+    async fn reserve(&self, permit: &mut BudgetPermit, bytes: u64, deadline: Instant) -> bool {
+        let need = bytes
+            .saturating_mul(BODY_MEMORY_FACTOR)
+            .div_ceil(BUDGET_UNIT)
+            .min(self.total);
+        let more = need.saturating_sub(permit.units());
+        if more == 0 {
+            return true;
+        }
+        let Ok(more) = u32::try_from(more) else {
+            return false;
+        };
+        let acquire = Arc::clone(&self.sem).acquire_many_owned(more);
+        match tokio::time::timeout_at(deadline, acquire).await {
+            Ok(Ok(p)) => {
+                permit.merge(p);
+                true
+            }
+            // Timed out, or the semaphore was closed (it never is).
+            _ => false,
+        }
+    }
 }
 
 /// Why a client's body could not be read.
@@ -31,29 +126,73 @@ pub(crate) enum ReadError {
     Stalled(u64),
 }
 
-/// Read a body up to `limit` bytes, waiting at most `idle` for each chunk. A
-/// `content-length` above the limit skips reading entirely.
+/// How [`read_bounded`] reads: the size limit, the gap allowed between chunks, and the
+/// budget with how long to wait for room in it.
+pub(crate) struct ReadLimits<'a> {
+    /// Largest body buffered, bytes (`max_rewrite_bytes`).
+    pub limit: u64,
+    /// Longest wait for the next chunk (`body_idle_timeout_ms`).
+    pub idle: Duration,
+    /// The global budget (`max_buffered_bytes`).
+    pub budget: &'a BufferBudget,
+    /// Longest wait for room in the budget, in all (`buffer_wait_ms`).
+    pub budget_wait: Duration,
+}
+
+/// Read a body up to `limit` bytes, waiting at most `idle` for each chunk, and reserving its
+/// bytes in the budget first: a `content-length` is reserved whole before anything is read
+/// (a body waiting for room stays in the client's socket, not in memory); a body of unknown
+/// length is reserved chunk by chunk. A `content-length` above the limit skips reading
+/// entirely; no room within `budget_wait` gives [`ReadBody::OverBudget`].
 ///
 /// Errors: [`ReadError::Client`] when the client's stream fails, [`ReadError::Stalled`] when
 /// it sends nothing for `idle`.
 pub(crate) async fn read_bounded(
     mut body: Incoming,
-    limit: u64,
     content_length: Option<u64>,
-    idle: std::time::Duration,
+    limits: ReadLimits<'_>,
 ) -> Result<ReadBody, ReadError> {
+    let ReadLimits {
+        limit,
+        idle,
+        budget,
+        budget_wait,
+    } = limits;
     if content_length.is_some_and(|n| n > limit) {
         return Ok(ReadBody::TooLarge {
             head: Vec::new(),
             rest: body,
         });
     }
+    let deadline = Instant::now() + budget_wait;
+    let mut permit = BudgetPermit::default();
+    if let Some(n) = content_length {
+        if !budget.reserve(&mut permit, n, deadline).await {
+            return Ok(ReadBody::OverBudget {
+                head: Vec::new(),
+                rest: body,
+            });
+        }
+        // The length is known (hyper holds the client to it): copy each chunk into one
+        // buffer as it arrives, so the chunks and their concatenation are never all held.
+        let mut buf = BytesMut::with_capacity(usize::try_from(n).unwrap_or(0));
+        loop {
+            let next = tokio::time::timeout(idle, body.frame())
+                .await
+                .map_err(|_| ReadError::Stalled(millis(idle)))?;
+            let Some(frame) = next else { break };
+            if let Ok(data) = frame?.into_data() {
+                buf.extend_from_slice(&data);
+            }
+        }
+        return Ok(ReadBody::Buffered(buf.freeze(), permit));
+    }
     let mut chunks: Vec<Bytes> = Vec::new();
     let mut total: u64 = 0;
     loop {
         let next = tokio::time::timeout(idle, body.frame())
             .await
-            .map_err(|_| ReadError::Stalled(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)))?;
+            .map_err(|_| ReadError::Stalled(millis(idle)))?;
         let Some(frame) = next else { break };
         let frame = frame?;
         if let Ok(data) = frame.into_data() {
@@ -65,9 +204,19 @@ pub(crate) async fn read_bounded(
                     rest: body,
                 });
             }
+            if !budget.reserve(&mut permit, total, deadline).await {
+                return Ok(ReadBody::OverBudget {
+                    head: chunks,
+                    rest: body,
+                });
+            }
         }
     }
-    Ok(ReadBody::Buffered(concat(chunks, total)))
+    Ok(ReadBody::Buffered(concat(chunks, total), permit))
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn concat(mut chunks: Vec<Bytes>, total: u64) -> Bytes {
@@ -98,9 +247,15 @@ pub(crate) fn full(bytes: Bytes) -> UpstreamBody {
 /// one. A stream body of unknown length would make hyper's client add
 /// `transfer-encoding: chunked` and an empty chunked body to every method but GET / HEAD /
 /// CONNECT (found by testing: the openai and anthropic SDKs' body-less `DELETE`s).
+///
+/// `idle` bounds the wait for each of the client's chunks: past it the body fails with
+/// [`ReadError::Stalled`] (boxed; [`client_fault`] finds it in the upstream client's error).
+/// The wait starts only when the upstream side asks for the next chunk, so a slow upstream
+/// never counts against the client.
 pub(crate) fn streamed(
     head: Vec<Bytes>,
     rest: Incoming,
+    idle: Duration,
     sent: tokio::sync::oneshot::Sender<()>,
 ) -> UpstreamBody {
     if head.is_empty() && http_body::Body::is_end_stream(&rest) {
@@ -108,12 +263,36 @@ pub(crate) fn streamed(
         return Empty::new().map_err(|never| match never {}).boxed_unsync();
     }
     let head = futures_util::stream::iter(head.into_iter().map(|b| Ok(Frame::data(b))));
-    let rest = BodyStream::new(rest).map(|r| r.map_err(|e| Box::new(e) as BoxError));
+    let rest = futures_util::stream::unfold(Some(rest), move |state| async move {
+        let mut body = state?;
+        match tokio::time::timeout(idle, body.frame()).await {
+            Ok(None) => None,
+            Ok(Some(Ok(frame))) => Some((Ok(frame), Some(body))),
+            Ok(Some(Err(e))) => Some((Err(Box::new(ReadError::Client(e)) as BoxError), None)),
+            Err(_) => Some((
+                Err(Box::new(ReadError::Stalled(millis(idle))) as BoxError),
+                None,
+            )),
+        }
+    });
     let end = futures_util::stream::once(async move {
         let _ = sent.send(());
     })
     .filter_map(|()| async { None::<Result<Frame<Bytes>, BoxError>> });
     StreamBody::new(head.chain(rest).chain(end)).boxed_unsync()
+}
+
+/// The client's body fault ([`ReadError`]) behind an error of the upstream client, when the
+/// request failed because the client's body did (it stalled or broke while streamed).
+pub(crate) fn client_fault<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a ReadError> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        if let Some(r) = c.downcast_ref::<ReadError>() {
+            return Some(r);
+        }
+        cur = c.source();
+    }
+    None
 }
 
 /// Read up to `limit` bytes of a response body. Returns what was read and, when the body
@@ -176,6 +355,42 @@ pub(crate) fn decode(encoding: Option<&str>, data: &[u8], limit: u64) -> Option<
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[tokio::test]
+    async fn the_budget_waits_for_room_and_gives_up_at_the_deadline() {
+        let budget = Arc::new(BufferBudget::new(10 * 1024));
+        let soon = || Instant::now() + Duration::from_millis(50);
+        let f = BODY_MEMORY_FACTOR;
+        let mut a = BudgetPermit::default();
+        assert!(budget.reserve(&mut a, 8 * 1024 / f, soon()).await);
+        assert_eq!(budget.reserved_bytes(), 8 * 1024);
+        // Growing a reservation takes only the difference; partial KiB round up.
+        assert!(budget.reserve(&mut a, 8 * 1024 / f + 1, soon()).await);
+        assert_eq!(budget.reserved_bytes(), 9 * 1024);
+        let mut b = BudgetPermit::default();
+        assert!(!budget.reserve(&mut b, 4 * 1024 / f, soon()).await);
+        assert_eq!(b.units(), 0);
+        // A waiter gets its room when another body's reservation is dropped.
+        let waiter = {
+            let budget = Arc::clone(&budget);
+            tokio::spawn(async move {
+                let mut b = BudgetPermit::default();
+                let later = Instant::now() + Duration::from_secs(30);
+                let ok = budget
+                    .reserve(&mut b, 4 * 1024 / BODY_MEMORY_FACTOR, later)
+                    .await;
+                (ok, b.units())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(a);
+        assert_eq!(waiter.await.unwrap(), (true, 4));
+        assert_eq!(budget.reserved_bytes(), 0);
+        // More than the whole budget is held to the whole budget.
+        let mut c = BudgetPermit::default();
+        assert!(budget.reserve(&mut c, 1 << 40, soon()).await);
+        assert_eq!(budget.reserved_bytes(), 10 * 1024);
+    }
 
     #[test]
     fn gzip_roundtrip_and_bomb_limit() {
