@@ -9,9 +9,10 @@ a broken stream, a refused connection) is an error. Every ``--every`` seconds it
 proxy's resident memory (``VmRSS``) and open file descriptors (``/proc/PID/fd``), so a leak
 shows as a column that keeps growing after warm-up.
 
-cachekeeper is started with an open-file soft limit of ``--proxy-nofile`` (default 1024, the
-usual default): 1,000 client connections plus their upstream connections need more, so the run
-also checks that the proxy raises its own limit at start-up.
+cachekeeper is started with this script's open-file limit (raised to the hard limit), or with
+``--proxy-nofile N`` as its soft limit: 1,000 client connections plus their upstream
+connections need about 2,000 descriptors, more than the usual default soft limit of 1024. The
+first line printed gives the proxy's soft limit at start and a moment later.
 
     cargo build --release
     python3 benches/soak.py --bin target/release/cachekeeper --minutes 10
@@ -166,7 +167,7 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--every", type=float, default=30.0, help="seconds between samples (default 30)")
     ap.add_argument("--sse-delay", type=float, default=0.05, help="the mock's pause between SSE events, s")
-    ap.add_argument("--proxy-nofile", type=int, default=1024, help="open-file soft limit cachekeeper starts with")
+    ap.add_argument("--proxy-nofile", type=int, default=0, help="open-file soft limit cachekeeper starts with (0: the hard limit)")
     args = ap.parse_args()
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -198,7 +199,7 @@ prefix = "/anthropic"
 upstream = "http://127.0.0.1:{up_port}"
 """
         )
-    limit = min(args.proxy_nofile, hard)
+    limit = min(args.proxy_nofile, hard) if args.proxy_nofile > 0 else hard
     proc = subprocess.Popen(
         [args.bin, "serve", "--config", cfg],
         stdout=open(os.path.join(tmp, "proxy.log"), "w"),
