@@ -316,6 +316,17 @@ impl Metrics {
         }
     }
 
+    /// Also serve the state store's failed-write counter as
+    /// `cachekeeper_state_write_errors_total` (the store counts; see `src/state/outage.rs`).
+    pub(crate) fn with_state_write_errors(mut self, errors: Counter) -> Self {
+        self.registry.register(
+            "cachekeeper_state_write_errors",
+            "State store writes that failed (each try, retries during an outage included)",
+            errors,
+        );
+        self
+    }
+
     /// Count one request body forwarded untouched because the buffer budget had no room for
     /// it within `buffer_wait_ms` (`route`: the route's name).
     pub(crate) fn buffer_budget_exceeded(&self, route: &str) {

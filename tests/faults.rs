@@ -372,3 +372,198 @@ async fn a_body_waits_for_room_in_the_budget_and_is_then_passed() {
     );
     proxy.stop().await;
 }
+
+const ANTHROPIC_REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":12,"output_tokens":3}}"#;
+
+/// The API key and the user text the state fault tests send: neither may reach a log line.
+const FAULT_KEY: &str = "sk-ant-FAULTKEY-1";
+const FAULT_TEXT: &str = "private words of the user";
+
+/// One generation turn of session `session` (each writes the session's record and a usage
+/// record): its status.
+async fn turn(proxy: &Proxy, session: &str, i: usize) -> u16 {
+    let body = format!(
+        r#"{{"model":"claude-x","max_tokens":8,"messages":[{{"role":"user","content":"{FAULT_TEXT} {i}"}}]}}"#
+    );
+    let (status, _, resp) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages"),
+        &[("x-api-key", FAULT_KEY), ("x-cachekeeper-session", session)],
+        body,
+    )
+    .await;
+    assert_eq!(&resp[..], ANTHROPIC_REPLY.as_bytes(), "served whole");
+    status
+}
+
+/// Usage records in the state file, read by a connection of the test's own.
+fn stored_usage(path: &std::path::Path) -> i64 {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    conn.query_row(
+        "SELECT COUNT(*) FROM records WHERE kind = 'usage'",
+        [],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+/// The `cachekeeper::state` log lines about `path`.
+fn state_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = String::from_utf8(logs().0.lock().unwrap().clone()).unwrap();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"] == "cachekeeper::state" && v["path"] == path.display().to_string())
+        .collect()
+}
+
+/// One outage of the state file, injected with `fault` into the writer's own SQLite
+/// connection and lifted with `lift`: every request is served whole meanwhile, the outage
+/// logs one warning (the file's path and SQLite's error, no key, no user text) and counts its
+/// failed writes, and once writes work again the records held meanwhile and every later one
+/// reach the file. Returns the warning's `error`.
+async fn state_outage(fault: cachekeeper::state::Fault, lift: cachekeeper::state::Fault) -> String {
+    logs();
+    let mock = start_mock(Arc::new(|_r: &Recorded| {
+        json_response(200, ANTHROPIC_REPLY)
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let proxy = start_proxy(&config_for(
+        &mock.url(),
+        &format!("[state]\npath = {:?}\n", path.display().to_string()),
+    ))
+    .await;
+    let errors = "cachekeeper_state_write_errors_total";
+    let mut sent = 0;
+    for _ in 0..3 {
+        assert_eq!(turn(&proxy, "before", sent).await, 200);
+        sent += 1;
+    }
+    proxy.store.flush();
+    assert_eq!(stored_usage(&path), 3);
+    assert_eq!(metric(&proxy, errors).await, Some(0.0));
+    assert!(proxy.store.is_durable());
+
+    assert!(proxy.store.inject_fault(fault).is_some());
+    // Turns until a write fails (a full file may first fill its free pages); each is served.
+    let mut during = 0;
+    while metric(&proxy, errors).await == Some(0.0) {
+        assert!(during < 2000, "no write failed");
+        assert_eq!(turn(&proxy, "during", sent).await, 200);
+        sent += 1;
+        during += 1;
+        proxy.store.flush();
+    }
+    for _ in 0..20 {
+        assert_eq!(turn(&proxy, "during", sent).await, 200);
+        sent += 1;
+    }
+    proxy.store.flush();
+    assert!(!proxy.store.is_durable());
+    let failed = metric(&proxy, errors).await.unwrap();
+    assert!(failed >= 2.0, "the retries fail too: {failed}");
+    assert!(stored_usage(&path) < i64::try_from(sent).unwrap());
+    let lines = state_lines(&path);
+    let warnings: Vec<_> = lines.iter().filter(|v| v["level"] == "WARN").collect();
+    assert_eq!(warnings.len(), 1, "one warning per outage: {lines:?}");
+    assert_eq!(
+        warnings[0]["message"],
+        "state writes failing; serving on, keeping records in memory and retrying"
+    );
+    let error = warnings[0]["error"].as_str().unwrap().to_owned();
+
+    assert!(proxy.store.inject_fault(lift).is_some());
+    assert_eq!(turn(&proxy, "after", sent).await, 200);
+    sent += 1;
+    // The flush retries at once (otherwise the writer retries every second).
+    proxy.store.flush();
+    assert!(proxy.store.is_durable());
+    let resumed: Vec<_> = state_lines(&path)
+        .into_iter()
+        .filter(|v| v["message"] == "state writes resumed")
+        .collect();
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(resumed[0]["level"], "INFO");
+    assert_eq!(resumed[0]["dropped"], 0);
+    // Every turn's usage record is in the file: those of the outage too.
+    assert_eq!(stored_usage(&path), i64::try_from(sent).unwrap());
+    let counted = metric(&proxy, errors).await.unwrap();
+    assert_eq!(turn(&proxy, "after", sent).await, 200);
+    sent += 1;
+    proxy.store.flush();
+    assert_eq!(stored_usage(&path), i64::try_from(sent).unwrap());
+    assert_eq!(
+        metric(&proxy, errors).await.unwrap(),
+        counted,
+        "no failure since"
+    );
+    for line in state_lines(&path) {
+        let text = line.to_string();
+        assert!(
+            !text.contains(FAULT_KEY) && !text.contains(FAULT_TEXT),
+            "{text}"
+        );
+    }
+    proxy.stop().await;
+    error
+}
+
+/// The state file turns read-only under the running proxy (`PRAGMA query_only` on the
+/// writer's connection: SQLite refuses every write as for a read-only file).
+#[tokio::test]
+async fn a_read_only_state_file_is_survived_and_recovered_from() {
+    use cachekeeper::state::Fault;
+    let error = state_outage(Fault::ReadOnly(true), Fault::ReadOnly(false)).await;
+    assert!(
+        error.contains("readonly") || error.contains("read-only"),
+        "{error}"
+    );
+}
+
+/// The state file is full (`PRAGMA max_page_count` held at its current size: SQLite answers
+/// `SQLITE_FULL`, as on a full disk).
+#[tokio::test]
+async fn a_full_state_file_is_survived_and_recovered_from() {
+    use cachekeeper::state::Fault;
+    let error = state_outage(Fault::MaxPageCount(1), Fault::MaxPageCount(1 << 20)).await;
+    assert!(error.contains("full"), "{error}");
+}
+
+/// A state path that cannot be opened (a directory that does not exist): the proxy starts,
+/// serves, and says so once, naming the path.
+#[tokio::test]
+async fn an_unopenable_state_path_runs_in_memory() {
+    logs();
+    let mock = start_mock(Arc::new(|_r: &Recorded| {
+        json_response(200, ANTHROPIC_REPLY)
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-such-dir").join("state.db");
+    let proxy = start_proxy(&config_for(
+        &mock.url(),
+        &format!("[state]\npath = {:?}\n", path.display().to_string()),
+    ))
+    .await;
+    assert!(!proxy.store.is_durable());
+    for i in 0..3 {
+        assert_eq!(turn(&proxy, "s", i).await, 200);
+    }
+    proxy.store.flush();
+    assert!(!path.exists());
+    let lines = state_lines(&path);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["level"], "WARN");
+    assert!(lines[0]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("cannot open the state store; running in memory"));
+    assert_eq!(
+        metric(&proxy, "cachekeeper_state_write_errors_total").await,
+        Some(0.0)
+    );
+    proxy.stop().await;
+}

@@ -7,27 +7,12 @@
 mod common;
 
 use std::io::Write;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use common::*;
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
-
-/// Every log line the proxies of this binary wrote (all tests, all levels).
-fn logs() -> &'static Buf {
-    static LOGS: OnceLock<Buf> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Buf::default();
-        tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(buf.clone())
-            .init();
-        buf
-    })
-}
 
 fn log_text() -> String {
     String::from_utf8(logs().0.lock().unwrap().clone()).unwrap()

@@ -195,7 +195,7 @@ impl Server {
         let shared = Shared {
             passes: Arc::new(passes::Pools::new(cpus())),
             transcodes: Arc::new(TranscodeCache::new(cfg.images.transcode_cache_bytes)),
-            metrics: Arc::new(Metrics::new()),
+            metrics: Arc::new(Metrics::new().with_state_write_errors(store.write_errors())),
             sessions: Arc::new(SessionTracker::new(store.clone())),
             record: None,
             buffers: Arc::new(BufferBudget::new(cfg.server.max_buffered_bytes)),
@@ -237,6 +237,13 @@ impl Server {
     /// The handle that reloads this server's configuration (`SIGHUP`); usable while it runs.
     pub fn reloader(&self) -> Reloader {
         self.reloader.clone()
+    }
+
+    /// The state store the server writes to (the fault tests inject faults into it:
+    /// [`Store::inject_fault`]).
+    #[doc(hidden)]
+    pub fn store(&self) -> Store {
+        self.live.load().store.clone()
     }
 
     /// The bound address.

@@ -18,13 +18,16 @@
 //! - `[state] max_bytes`: when the records' total size ([`Record::size`]) passes it, the writer
 //!   evicts the oldest records of the large kinds first, then of the other evictable kinds,
 //!   down to [`EVICT_TO_PERCENT`] % of it; verdicts are never evicted.
-//! - Fail open: a backend that cannot be opened gives a [`MemoryBackend`]; a write that fails
-//!   leaves the record in memory; both log a warning, and [`Store::is_durable`] says which.
+//! - Fail open: a backend that cannot be opened gives a [`MemoryBackend`] (and a warning); a
+//!   write that fails leaves the record in memory, and the writer holds it for retry until the
+//!   backend takes writes again ([`outage`]: one warning per outage, every failure counted,
+//!   `state writes resumed` when a retry succeeds). [`Store::is_durable`] says which.
 //!
 //! `docs/state.md` describes the kinds, retention, eviction order and the verdicts' namespaces.
 
 mod cache;
 pub(crate) mod memory;
+mod outage;
 pub mod rejected;
 pub(crate) mod seal;
 pub(crate) mod sqlite;
@@ -39,6 +42,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub(crate) use memory::MemoryBackend;
+pub use outage::Fault;
 pub(crate) use sqlite::SqliteBackend;
 pub use verdicts::{Field, FieldSet, Verdict, VerdictKey, VerdictLookup, Verdicts};
 
@@ -313,6 +317,17 @@ pub(crate) trait Backend: Send {
     fn prune(&mut self, kind: Kind, cutoff: i64) -> Result<usize, StateError>;
     /// True when another process changed the stored records since the last call.
     fn changed_elsewhere(&mut self) -> Result<bool, StateError>;
+    /// Where the records are written, for log lines (the SQLite file's path).
+    fn location(&self) -> String {
+        "memory".to_owned()
+    }
+    /// Apply an injected fault ([`Store::inject_fault`], the fault tests' hook); returns the
+    /// setting's value as the backend reads it back. Backends without such settings refuse.
+    fn inject_fault(&mut self, _fault: Fault) -> Result<i64, StateError> {
+        Err(StateError::Malformed(
+            "this backend takes no injected faults".to_owned(),
+        ))
+    }
 }
 
 /// Settings of [`Store::open`].
@@ -351,8 +366,11 @@ enum Op {
     /// The backend's total size ([`Backend::total_bytes`]) goes to the sender.
     #[cfg_attr(not(test), allow(dead_code))]
     TotalBytes(mpsc::Sender<Option<u64>>),
-    /// Flush marker: the sender is told once every earlier op is applied.
+    /// Flush marker: the sender is told once every earlier op is applied (writes held in an
+    /// outage are retried first).
     Sync(mpsc::Sender<()>),
+    /// [`Store::inject_fault`]: the value read back goes to the sender (`None`: refused).
+    Fault(Fault, mpsc::Sender<Option<i64>>),
 }
 
 struct Inner {
@@ -362,6 +380,8 @@ struct Inner {
     /// request. Locked after `cache` when both are held.
     absent: Mutex<Absent>,
     durable: AtomicBool,
+    /// `cachekeeper_state_write_errors_total`: backend writes that failed ([`outage`]).
+    write_errors: prometheus_client::metrics::counter::Counter,
 }
 
 /// Most keys [`Inner::absent`] remembers; the oldest is forgotten first. At ~200 bytes a key,
@@ -482,6 +502,7 @@ impl Store {
             cache: Mutex::new(cache),
             absent: Mutex::new(Absent::default()),
             durable: AtomicBool::new(durable),
+            write_errors: prometheus_client::metrics::counter::Counter::default(),
         });
         let (tx, rx) = mpsc::channel::<Op>();
         let limits = WriterLimits {
@@ -506,6 +527,23 @@ impl Store {
     /// True while writes reach a durable backend.
     pub fn is_durable(&self) -> bool {
         self.tx.is_some() && self.inner.durable.load(Ordering::Relaxed)
+    }
+
+    /// The counter of failed backend writes (`cachekeeper_state_write_errors_total`).
+    pub(crate) fn write_errors(&self) -> prometheus_client::metrics::counter::Counter {
+        self.inner.write_errors.clone()
+    }
+
+    /// Test hook (the fault tests): apply `fault` to the writer's own backend connection,
+    /// after every write sent so far; returns the setting's value as read back, `None` when
+    /// the backend refuses or does not answer within 10 s. Not a setting: nothing in the
+    /// config or the CLI reaches it.
+    #[doc(hidden)]
+    pub fn inject_fault(&self, fault: Fault) -> Option<i64> {
+        let tx = self.tx.as_ref()?;
+        let (reply_tx, reply_rx) = mpsc::channel();
+        tx.send(Op::Fault(fault, reply_tx)).ok()?;
+        reply_rx.recv_timeout(Duration::from_secs(10)).ok()?
     }
 
     fn cache(&self) -> Option<MutexGuard<'_, Cache>> {
@@ -716,11 +754,7 @@ fn writer_loop(
     inner: Arc<Inner>,
     limits: WriterLimits,
 ) {
-    let fail = |e: &StateError| {
-        if inner.durable.swap(false, Ordering::Relaxed) {
-            tracing::warn!(target: "cachekeeper::state", error = %e, "state store write failed; continuing in memory");
-        }
-    };
+    let mut writes = outage::Writes::new(backend.location(), inner.write_errors.clone());
     // Total size since the last exact count; an exact count is taken only when it passes
     // `max_bytes`.
     let mut approx_bytes = backend.total_bytes().unwrap_or(0);
@@ -733,58 +767,85 @@ fn writer_loop(
     loop {
         let op = match next.take() {
             Some(op) => Ok(op),
-            None => rx.recv_timeout(RELOAD_INTERVAL),
+            None => rx.recv_timeout(writes.wait(RELOAD_INTERVAL)),
         };
         match op {
             Ok(Op::Put(rec)) => {
                 let batch = put_batch(rec, &rx, &mut next);
-                match backend.put_all(&batch) {
-                    Ok(()) => {
-                        approx_bytes = approx_bytes
-                            .saturating_add(batch.iter().map(Record::size).sum::<u64>());
-                        if approx_bytes > limits.max_bytes {
-                            match evict(backend.as_mut(), limits.max_bytes) {
-                                Ok((removed, total)) => {
-                                    if !removed.is_empty() {
-                                        tracing::info!(target: "cachekeeper::state", records = removed.len(), bytes = total, "evicted the oldest records for [state] max_bytes");
-                                        if let Ok(mut c) = inner.cache.lock() {
-                                            for k in &removed {
-                                                c.remove(k);
+                if writes.failing() {
+                    writes.hold_puts(batch);
+                } else {
+                    match backend.put_all(&batch) {
+                        Ok(()) => {
+                            approx_bytes = approx_bytes
+                                .saturating_add(batch.iter().map(Record::size).sum::<u64>());
+                            if approx_bytes > limits.max_bytes {
+                                match evict(backend.as_mut(), limits.max_bytes) {
+                                    Ok((removed, total)) => {
+                                        if !removed.is_empty() {
+                                            tracing::info!(target: "cachekeeper::state", records = removed.len(), bytes = total, "evicted the oldest records for [state] max_bytes");
+                                            if let Ok(mut c) = inner.cache.lock() {
+                                                for k in &removed {
+                                                    c.remove(k);
+                                                }
                                             }
                                         }
+                                        if total > limits.max_bytes && !over_cap_warned {
+                                            over_cap_warned = true;
+                                            tracing::warn!(target: "cachekeeper::state", bytes = total, "verdicts alone exceed [state] max_bytes; they are never evicted");
+                                        }
+                                        approx_bytes = total;
                                     }
-                                    if total > limits.max_bytes && !over_cap_warned {
-                                        over_cap_warned = true;
-                                        tracing::warn!(target: "cachekeeper::state", bytes = total, "verdicts alone exceed [state] max_bytes; they are never evicted");
-                                    }
-                                    approx_bytes = total;
+                                    Err(e) => writes.failed(&e, &inner.durable),
                                 }
-                                Err(e) => fail(&e),
                             }
                         }
+                        Err(e) => {
+                            writes.failed(&e, &inner.durable);
+                            writes.hold_puts(batch);
+                        }
                     }
-                    Err(e) => fail(&e),
                 }
             }
             Ok(Op::Delete(key)) => {
-                if let Err(e) = backend.delete(&key) {
-                    fail(&e);
+                if writes.failing() {
+                    writes.hold_delete(key);
+                } else if let Err(e) = backend.delete(&key) {
+                    writes.failed(&e, &inner.durable);
+                    writes.hold_delete(key);
                 }
             }
             Ok(Op::Get(key, reply)) => {
-                let _ = reply.send(backend.get(&key).ok());
+                let answer = match writes.held(&key) {
+                    Some(held) => Some(held),
+                    None => backend.get(&key).ok(),
+                };
+                let _ = reply.send(answer);
             }
             Ok(Op::Scan(kind, reply)) => {
-                let _ = reply.send(backend.scan(kind).ok());
+                let _ = reply.send(backend.scan(kind).ok().map(|s| writes.overlay(kind, s)));
             }
             Ok(Op::TotalBytes(reply)) => {
                 let _ = reply.send(backend.total_bytes().ok());
             }
             Ok(Op::Sync(done)) => {
+                if writes.retry(backend.as_mut(), &inner.durable, true) {
+                    approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
+                }
                 let _ = done.send(());
             }
+            Ok(Op::Fault(fault, reply)) => {
+                let _ = reply.send(backend.inject_fault(fault).ok());
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // The store is gone (shutdown flushed first): a last try for held writes.
+                writes.retry(backend.as_mut(), &inner.durable, true);
+                return;
+            }
+        }
+        if writes.retry(backend.as_mut(), &inner.durable, false) {
+            approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
         }
         if last_check.elapsed() >= RELOAD_INTERVAL {
             last_check = Instant::now();

@@ -379,6 +379,21 @@ impl Backend for SqliteBackend {
         )?)
     }
 
+    fn location(&self) -> String {
+        self.conn.path().unwrap_or(":memory:").to_owned()
+    }
+
+    fn inject_fault(&mut self, fault: super::Fault) -> Result<i64, StateError> {
+        let (name, value) = match fault {
+            super::Fault::ReadOnly(on) => ("query_only", i64::from(on)),
+            super::Fault::MaxPageCount(pages) => {
+                ("max_page_count", i64::try_from(pages).unwrap_or(i64::MAX))
+            }
+        };
+        self.conn.pragma_update(None, name, value)?;
+        Ok(self.conn.pragma_query_value(None, name, |r| r.get(0))?)
+    }
+
     fn changed_elsewhere(&mut self) -> Result<bool, StateError> {
         let v: i64 = self
             .conn

@@ -132,6 +132,8 @@ pub async fn start_mock(handler: Handler) -> Mock {
 
 pub struct Proxy {
     pub addr: SocketAddr,
+    /// The proxy's state store (fault tests inject faults into its writer).
+    pub store: cachekeeper::state::Store,
     pub shutdown: Option<oneshot::Sender<()>>,
     pub done: Option<tokio::task::JoinHandle<()>>,
 }
@@ -198,12 +200,14 @@ pub async fn start_proxy(toml_text: &str) -> Proxy {
         .await
         .unwrap();
     let addr = server.local_addr().unwrap();
+    let store = server.store();
     let (tx, rx) = oneshot::channel::<()>();
     let done = tokio::spawn(server.run(async move {
         let _ = rx.await;
     }));
     Proxy {
         addr,
+        store,
         shutdown: Some(tx),
         done: Some(done),
     }
@@ -259,4 +263,21 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Buf {
     fn make_writer(&'a self) -> Buf {
         self.clone()
     }
+}
+
+/// Every log line the code of this test binary wrote (all tests, all levels, JSON): installs
+/// the binary's global subscriber on first use (the store's writer thread logs outside any
+/// test's scope).
+pub fn logs() -> &'static Buf {
+    static LOGS: std::sync::OnceLock<Buf> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Buf::default();
+        tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(buf.clone())
+            .init();
+        buf
+    })
 }
