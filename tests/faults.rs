@@ -567,3 +567,132 @@ async fn an_unopenable_state_path_runs_in_memory() {
     );
     proxy.stop().await;
 }
+
+/// A turn sent to a spawned proxy, tolerating a proxy that is gone: the status, or `None`.
+async fn try_turn(c: &TestClient, url: &str, session: &str, i: usize) -> Option<u16> {
+    let body = format!(
+        r#"{{"model":"claude-x","max_tokens":8,"messages":[{{"role":"user","content":"{FAULT_TEXT} {i}"}}]}}"#
+    );
+    let req = http::Request::post(url)
+        .header("content-type", "application/json")
+        .header("x-api-key", FAULT_KEY)
+        .header("x-cachekeeper-session", session)
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = c.request(req).await.ok()?;
+    let status = resp.status().as_u16();
+    resp.into_body().collect().await.ok()?;
+    Some(status)
+}
+
+/// `kill -9` while the proxy writes state (eight clients sending turns, each turn a session
+/// record and a usage record): the file opens cleanly after (`PRAGMA integrity_check` is
+/// `ok`, still in WAL mode, the turns committed before the kill are there), a proxy started
+/// again on it serves, and `cachekeeper state` reads it.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_state_writes_leaves_a_file_that_opens_cleanly() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let mock = start_mock(Arc::new(|_r: &Recorded| {
+        json_response(200, ANTHROPIC_REPLY)
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let file = dir.path().join("proxy.toml");
+    std::fs::write(
+        &file,
+        config_for(
+            &mock.url(),
+            &format!("[state]\npath = {:?}\n", state.display().to_string()),
+        ),
+    )
+    .unwrap();
+    let mut served = Served::start(&file, &dir.path().join("first.log"));
+    assert!(served.ready().await, "{}", served.log_text());
+    let url = served.url("/anthropic/v1/messages");
+    let served_ok = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for k in 0..8 {
+        let (url, ok, stop) = (url.clone(), Arc::clone(&served_ok), Arc::clone(&stop));
+        clients.push(tokio::spawn(async move {
+            let c = client();
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                match try_turn(&c, &url, &format!("kill-{k}"), i).await {
+                    Some(200) => {
+                        ok.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Some(_) => {}
+                    None => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+                i += 1;
+            }
+        }));
+    }
+    for _ in 0..3000 {
+        if served_ok.load(Ordering::SeqCst) >= 400 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(served_ok.load(Ordering::SeqCst) >= 400);
+    // Mid-way: the clients are still sending.
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.await.unwrap();
+    }
+
+    {
+        let conn = rusqlite::Connection::open(&state).unwrap();
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        let usage: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM records WHERE kind = 'usage'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(usage > 0, "the turns before the kill were committed");
+    }
+
+    let mut again = Served::start(&file, &dir.path().join("second.log"));
+    assert!(again.ready().await, "{}", again.log_text());
+    let c = client();
+    assert_eq!(
+        try_turn(&c, &again.url("/anthropic/v1/messages"), "after", 0).await,
+        Some(200)
+    );
+    again.signal("TERM");
+    let status = again.exit_within(Duration::from_secs(30)).await;
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    assert!(
+        !again.log_text().contains("cannot open the state store"),
+        "{}",
+        again.log_text()
+    );
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cachekeeper"))
+        .args(["state", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("record(s)"), "{stdout}");
+    assert!(stdout.contains("usage"), "{stdout}");
+}

@@ -211,25 +211,9 @@ async fn sighup_reloads_the_file_and_a_broken_file_keeps_the_old_config() {
     let state = dir.path().join("state.db");
     let file = dir.path().join("proxy.toml");
     std::fs::write(&file, config(&a.url(), &state, "")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let log = dir.path().join("stderr.log");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cachekeeper"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--config",
-        ])
-        .arg(&file)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}/anthropic/v1/messages");
+    let served = Served::start(&file, &dir.path().join("stderr.log"));
+    let log = served.log.clone();
+    let url = served.url("/anthropic/v1/messages");
     let http = client();
     let from = |want: &'static [u8]| {
         let (http, url) = (http.clone(), url.clone());
@@ -250,25 +234,17 @@ async fn sighup_reloads_the_file_and_a_broken_file_keeps_the_old_config() {
             false
         }
     };
-    let hup = |pid: u32| {
-        let ok = std::process::Command::new("kill")
-            .args(["-HUP", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    };
     assert!(from(br#"{"from":"a"}"#).await, "the proxy never served a");
 
     std::fs::write(&file, config(&b.url(), &state, "")).unwrap();
-    hup(child.id());
+    served.signal("HUP");
     assert!(
         from(br#"{"from":"b"}"#).await,
         "SIGHUP did not apply the new file"
     );
 
     std::fs::write(&file, "[[routes]\nname = ").unwrap();
-    hup(child.id());
+    served.signal("HUP");
     let mut logged = String::new();
     for _ in 0..100 {
         logged = std::fs::read_to_string(&log).unwrap();
@@ -287,6 +263,5 @@ async fn sighup_reloads_the_file_and_a_broken_file_keeps_the_old_config() {
         1,
         "{logged}"
     );
-    child.kill().unwrap();
-    let _ = child.wait();
+    drop(served);
 }

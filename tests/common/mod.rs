@@ -281,3 +281,107 @@ pub fn logs() -> &'static Buf {
         buf
     })
 }
+
+/// A free loopback port (bound, then released, for a child process to take).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The real binary serving `config` (`cachekeeper serve --listen 127.0.0.1:PORT --config
+/// FILE`, a free port), its stderr in `log`.
+pub struct Served {
+    pub child: std::process::Child,
+    pub port: u16,
+    pub log: std::path::PathBuf,
+}
+
+impl Served {
+    pub fn start(config: &std::path::Path, log: &std::path::Path) -> Self {
+        let port = free_port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_cachekeeper"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--config",
+            ])
+            .arg(config)
+            .stderr(std::fs::File::create(log).unwrap())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            port,
+            log: log.to_owned(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Wait until `/healthz` answers (at most 20 s); false if it never does.
+    pub async fn ready(&self) -> bool {
+        let c = client();
+        for _ in 0..400 {
+            let req = Request::get(self.url("/healthz"))
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            if let Ok(Ok(resp)) =
+                tokio::time::timeout(std::time::Duration::from_secs(1), c.request(req)).await
+            {
+                if resp.status() == 200 {
+                    return true;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// Send `signal` (`HUP`, `TERM`, ...) with `kill(1)`.
+    pub fn signal(&self, signal: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{signal}");
+    }
+
+    /// Wait for the process to exit, at most `limit`; `None` if it is still running then.
+    pub async fn exit_within(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// What the process wrote to stderr so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
