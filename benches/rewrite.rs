@@ -113,6 +113,7 @@ fn bench(c: &mut Criterion) {
         transcodes: Some(&cache),
         credential_scope: "",
         image_recovery: None,
+        defer_image_work: false,
         reasoning: None,
         usage_in_streams: false,
         cache: &cachekeeper::caching::CACHE_OFF,

@@ -28,6 +28,7 @@ pub mod provider;
 pub mod proxy;
 pub mod reasoning;
 pub(crate) mod reserved;
+pub use reserved::exposure_warning;
 pub mod response;
 pub mod rewrite;
 pub mod route;

@@ -242,6 +242,10 @@ fn check_to(path: &std::path::Path, out: &mut impl Write) -> std::io::Result<Exi
     for w in &loaded.warnings {
         writeln!(out, "warning: {w}")?;
     }
+    let server = &loaded.config.server;
+    if let Some(w) = cachekeeper::exposure_warning(server.listen, server.client_token.is_some()) {
+        writeln!(out, "warning: {w}")?;
+    }
     let table = match RouteTable::new(&loaded.config) {
         Ok(t) => t,
         Err(e) => {
@@ -369,6 +373,7 @@ fn serve(
     for w in &loaded.warnings {
         tracing::warn!(target: "cachekeeper::config", "{w}");
     }
+    raise_open_file_limit();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -409,6 +414,25 @@ fn serve(
         server.run(shutdown_signal()).await;
         ExitCode::SUCCESS
     })
+}
+
+/// Raise the open-file soft limit to the hard limit the OS allows: every client connection
+/// and every pooled upstream connection is a file descriptor, and many systems start processes
+/// with a soft limit of 1,024. Logs the change; a refusal is a warning (the proxy serves with
+/// the limit it has).
+fn raise_open_file_limit() {
+    let before = rlimit::getrlimit(rlimit::Resource::NOFILE).map(|(soft, _)| soft);
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(now) => match before {
+            Ok(was) if was != now => {
+                tracing::info!(target: "cachekeeper::server", from = was, to = now, "raised the open-file limit")
+            }
+            _ => tracing::debug!(target: "cachekeeper::server", limit = now, "open-file limit"),
+        },
+        Err(e) => {
+            tracing::warn!(target: "cachekeeper::server", error = %e, "could not raise the open-file limit")
+        }
+    }
 }
 
 /// On every `SIGHUP`, reload `path` ([`cachekeeper::proxy::Reloader::reload_logged`]: a bad

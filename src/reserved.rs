@@ -29,12 +29,13 @@ pub(crate) enum Reserved<'a> {
     Dashboard(&'a str),
 }
 
-/// The warning `serve` logs when the listener is bound to `addr`, reachable beyond this
-/// machine (not a loopback address: `0.0.0.0`, `::`, a LAN address), while `[server]
-/// client_token` is unset (`token_set` false): anyone who can reach the port can then spend
-/// the API keys the agents send through it and read the dashboard. `None` on loopback or with
-/// a token.
-pub(crate) fn exposure_warning(addr: std::net::SocketAddr, token_set: bool) -> Option<String> {
+/// The warning given when the listener is bound to `addr`, reachable beyond this machine (not
+/// a loopback address: `0.0.0.0`, `::`, a LAN address), while `[server] client_token` is unset
+/// (`token_set` false): anyone who can reach the port can then spend the API keys the agents
+/// send through it and read the dashboard. `None` on loopback or with a token. `serve` logs it
+/// at bind and on every reload (the token may have been removed), `check` prints it for the
+/// file's `listen`.
+pub fn exposure_warning(addr: std::net::SocketAddr, token_set: bool) -> Option<String> {
     if token_set || addr.ip().is_loopback() {
         return None;
     }

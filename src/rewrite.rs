@@ -107,6 +107,11 @@ pub struct RewriteContext<'a> {
     /// ([`crate::images::recovery`]), or on every request to a (host, model) learned as
     /// unable to see images (`ModelCannotSeeImages`). `None` normally.
     pub image_recovery: Option<ImageRejectionKind>,
+    /// Leave every image whose work would need a decode as sent and count it in
+    /// [`crate::images::ImageReport::deferred`] instead (transcode-cache hits still apply): a
+    /// cheap first run that needs no image permit. The proxy runs again without it, on the
+    /// image lane, when anything was deferred, so the bytes sent never depend on it.
+    pub defer_image_work: bool,
     /// Reasoning shaping inputs; `None` skips pass 6.
     pub reasoning: Option<ReasoningInputs<'a>>,
     /// The route's `usage_in_streams`: ask an OpenAI Chat stream for its usage chunk
@@ -606,6 +611,7 @@ fn image_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> (Vec<Edit>, RewriteO
             cache: ctx.transcodes,
             scope: ctx.credential_scope,
             recovery: ctx.image_recovery,
+            defer_image_work: ctx.defer_image_work,
             cold: ctx.cold,
             text: doc.text,
         },
@@ -776,6 +782,7 @@ mod tests {
             transcodes: None,
             credential_scope: "",
             image_recovery: None,
+            defer_image_work: false,
             reasoning: None,
             usage_in_streams: false,
             cache: &crate::caching::CACHE_OFF,
@@ -878,6 +885,7 @@ mod tests {
                 transcodes: None,
                 credential_scope: "",
                 image_recovery: None,
+                defer_image_work: false,
                 reasoning: None,
                 usage_in_streams: false,
                 cache: &cache,
@@ -953,6 +961,7 @@ mod tests {
             transcodes: None,
             credential_scope: "",
             image_recovery: None,
+            defer_image_work: false,
             reasoning: None,
             usage_in_streams: false,
             cache: &crate::caching::CACHE_OFF,
@@ -1049,6 +1058,7 @@ mod tests {
                 transcodes: None,
                 credential_scope: "",
                 image_recovery: None,
+                defer_image_work: false,
                 reasoning: None,
                 usage_in_streams: false,
                 cache: &crate::caching::CACHE_OFF,
@@ -1074,6 +1084,7 @@ mod tests {
             transcodes: None,
             credential_scope: "",
             image_recovery: None,
+            defer_image_work: false,
             reasoning: None,
             usage_in_streams: false,
             cache: &crate::caching::CACHE_OFF,
@@ -1100,6 +1111,7 @@ mod tests {
             transcodes: None,
             credential_scope: "",
             image_recovery: None,
+            defer_image_work: false,
             reasoning: Some(ReasoningInputs {
                 provider,
                 upstream_path: path,
@@ -1384,6 +1396,7 @@ mod cache_tests {
             transcodes: None,
             credential_scope: "",
             image_recovery: None,
+            defer_image_work: false,
             reasoning: Some(ReasoningInputs {
                 provider,
                 upstream_path: "/v1/messages",

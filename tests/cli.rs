@@ -71,6 +71,40 @@ fn check_prints_routes_in_config_order() {
 }
 
 #[test]
+fn check_warns_about_a_listen_address_beyond_loopback_without_a_client_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &routes(&[("a", "/a")]));
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("[server]\nlisten = \"0.0.0.0:8787\"\n{text}")).unwrap();
+    let out = run(
+        dir.path(),
+        dir.path(),
+        &["check", "--config", cfg.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.lines().next().unwrap().starts_with(
+            "warning: listening on 0.0.0.0:8787, beyond loopback, without [server] client_token"
+        ),
+        "{stdout}"
+    );
+    // With a token, no warning.
+    std::fs::write(
+        &cfg,
+        format!("[server]\nlisten = \"0.0.0.0:8787\"\nclient_token = \"t\"\n{text}"),
+    )
+    .unwrap();
+    let out = run(
+        dir.path(),
+        dir.path(),
+        &["check", "--config", cfg.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("beyond loopback"), "{stdout}");
+}
+
+#[test]
 fn check_survives_a_closed_pipe() {
     let dir = tempfile::tempdir().unwrap();
     // Enough routes for more output than a pipe holds (64 KiB on Linux), so `head -1` leaves
@@ -155,10 +189,24 @@ fn the_config_is_found_in_the_working_directory_then_the_config_directory() {
 /// Start `serve` (no `--config`: found in `cwd`) on an ephemeral port with `args`, read
 /// stderr until the ready line, stop it; the lines read and whether the ready line came.
 fn serve_until_ready(cwd: &Path, home: &Path, args: &[&str]) -> (Vec<String>, bool) {
-    let mut child = Command::new(BIN)
-        .arg("serve")
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
         .args(["--listen", "127.0.0.1:0"])
-        .args(args)
+        .args(args);
+    let (mut child, lines, ready) = start_until_ready(cmd, cwd, home);
+    let _ = child.kill();
+    let _ = child.wait();
+    (lines, ready)
+}
+
+/// Spawn `cmd` in `cwd` with a private config directory, read its stderr until the ready
+/// line (30 s at most); the running child, the lines read and whether the ready line came.
+fn start_until_ready(
+    mut cmd: Command,
+    cwd: &Path,
+    home: &Path,
+) -> (std::process::Child, Vec<String>, bool) {
+    let mut child = cmd
         .current_dir(cwd)
         .env("XDG_CONFIG_HOME", home)
         .env("HOME", home)
@@ -190,9 +238,49 @@ fn serve_until_ready(cwd: &Path, home: &Path, args: &[&str]) -> (Vec<String>, bo
             break;
         }
     }
+    (child, lines, ready)
+}
+
+/// The soft and hard "Max open files" of a running process, from `/proc/PID/limits`.
+fn nofile(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .to_owned();
+    let cols: Vec<&str> = line["Max open files".len()..].split_whitespace().collect();
+    (cols[0].to_owned(), cols[1].to_owned())
+}
+
+#[test]
+fn serve_raises_the_open_file_soft_limit_to_the_hard_limit() {
+    let cwd = tempfile::tempdir().unwrap();
+    write_config(cwd.path(), &routes(&[("a", "/a")]));
+    // Started with a soft limit of 256 (the shell's `ulimit -Sn`), below the hard limit.
+    let mut cmd = Command::new("bash");
+    cmd.args([
+        "-c",
+        &format!("ulimit -Sn 256 && exec {BIN} serve --listen 127.0.0.1:0 --log-format json"),
+    ]);
+    let (mut child, lines, ready) = start_until_ready(cmd, cwd.path(), cwd.path());
+    let (soft, hard) = nofile(child.id());
     let _ = child.kill();
     let _ = child.wait();
-    (lines, ready)
+    assert!(ready, "{lines:?}");
+    assert_eq!(soft, hard, "{lines:?}");
+    if hard != "256" {
+        let raised = lines
+            .iter()
+            .find(|l| l.contains("raised the open-file limit"))
+            .unwrap_or_else(|| panic!("{lines:?}"));
+        let v: serde_json::Value = serde_json::from_str(raised).unwrap();
+        assert_eq!(v["from"], 256, "{raised}");
+        assert_eq!(
+            v["to"].to_string(),
+            hard.replace("unlimited", "18446744073709551615")
+        );
+    }
 }
 
 #[test]

@@ -411,7 +411,7 @@ fn stored_usage(path: &std::path::Path) -> i64 {
 
 /// The `cachekeeper::state` log lines about `path`.
 fn state_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
-    let text = String::from_utf8(logs().0.lock().unwrap().clone()).unwrap();
+    let text = log_text();
     text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["target"] == "cachekeeper::state" && v["path"] == path.display().to_string())

@@ -25,6 +25,7 @@ fn ctx<'a>(
         transcodes: cache,
         credential_scope: "test",
         image_recovery: None,
+        defer_image_work: false,
         reasoning: None,
         usage_in_streams: false,
         cache: &cachekeeper::caching::CACHE_OFF,

@@ -27,6 +27,7 @@ fn twenty_turns_of_screenshots() {
         transcodes: Some(&cache),
         credential_scope: "session",
         image_recovery: None,
+        defer_image_work: false,
         reasoning: None,
         usage_in_streams: false,
         cache: &cachekeeper::caching::CACHE_OFF,

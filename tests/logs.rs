@@ -18,13 +18,7 @@ fn request_lines(buf: &Buf) -> Vec<serde_json::Value> {
 
 #[tokio::test]
 async fn one_line_per_request_with_outcome_and_no_credentials_at_any_level() {
-    let buf = Buf::default();
-    tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(buf.clone())
-        .init();
+    let buf = logs();
 
     let handler: Handler = Arc::new(|r: &Recorded| {
         if r.path_and_query.contains("stream") {
@@ -80,7 +74,7 @@ async fn one_line_per_request_with_outcome_and_no_credentials_at_any_level() {
     for secret in ["SECRET-1", "SECRET-2", "SECRET3", "SECRET4"] {
         assert!(!all.contains(secret), "{secret} leaked into the logs");
     }
-    let lines = request_lines(&buf);
+    let lines = request_lines(buf);
     assert_eq!(lines.len(), 4, "{all}");
     let refused = &lines[3];
     assert_eq!(refused["status"], 401);

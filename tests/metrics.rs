@@ -14,10 +14,6 @@ use common::*;
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 
-fn log_text() -> String {
-    String::from_utf8(logs().0.lock().unwrap().clone()).unwrap()
-}
-
 /// A GET with extra headers: status, headers, body.
 async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap, Bytes) {
     let mut b = http::Request::get(url);

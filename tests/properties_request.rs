@@ -611,6 +611,7 @@ fn with_ctx<T>(dialect: Dialect, s: &Settings, f: impl FnOnce(&RewriteContext<'_
         transcodes: None,
         credential_scope: "",
         image_recovery: None,
+        defer_image_work: false,
         reasoning: s.host.map(|_| ReasoningInputs {
             provider: &provider,
             upstream_path: path,

@@ -200,6 +200,32 @@ async fn a_bad_file_changes_nothing_and_restart_only_settings_are_reported() {
     done.await.unwrap();
 }
 
+/// A reload that drops `client_token` while the listener is beyond loopback says so.
+#[tokio::test]
+async fn a_reload_that_drops_the_client_token_beyond_loopback_warns() {
+    let (a, _) = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let with = "[server]\nlisten = \"0.0.0.0:0\"\nclient_token = \"tok-123\"\n";
+    let (_addr, reloader, stop, done) = serve(&config(&a.url(), &state, with)).await;
+    let file = dir.path().join("proxy.toml");
+    std::fs::write(&file, config(&a.url(), &state, with)).unwrap();
+    let kept = reloader.reload_logged(&file).unwrap();
+    assert!(kept.warnings.is_empty(), "{:?}", kept.warnings);
+    let without = "[server]\nlisten = \"0.0.0.0:0\"\n";
+    std::fs::write(&file, config(&a.url(), &state, without)).unwrap();
+    let dropped = reloader.reload_logged(&file).unwrap();
+    assert_eq!(dropped.warnings.len(), 1, "{:?}", dropped.warnings);
+    assert!(
+        dropped.warnings[0].starts_with("listening on 0.0.0.0:")
+            && dropped.warnings[0].contains("beyond loopback, without [server] client_token"),
+        "{:?}",
+        dropped.warnings
+    );
+    let _ = stop.send(());
+    done.await.unwrap();
+}
+
 /// The real binary: `SIGHUP` applies an edited file; a broken file is logged and the running
 /// configuration keeps serving.
 #[cfg(unix)]

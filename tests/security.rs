@@ -13,50 +13,9 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-/// Every log line of this test binary (one global subscriber at TRACE, JSON lines).
-fn logs() -> &'static Buf {
-    static BUF: OnceLock<Buf> = OnceLock::new();
-    BUF.get_or_init(|| {
-        let buf = Buf::default();
-        tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(buf.clone())
-            .init();
-        buf
-    })
-}
-
-fn log_text() -> String {
-    String::from_utf8_lossy(&logs().0.lock().unwrap()).into_owned()
-}
-
-/// Send `head` (request line and headers, without the blank line) and `body` raw over TCP;
-/// the status code and the whole response text.
-async fn raw(addr: std::net::SocketAddr, head: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "{head}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).await.unwrap();
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, text)
-}
 
 fn ok() -> Handler {
     Arc::new(|_r: &Recorded| json_response(200, r#"{"ok":true}"#))

@@ -700,6 +700,7 @@ fn forward(
         transcodes: None,
         credential_scope: "",
         image_recovery: None,
+        defer_image_work: false,
         reasoning: Some(ReasoningInputs {
             provider: &route.provider,
             upstream_path: &upstream_path,

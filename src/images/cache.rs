@@ -79,11 +79,18 @@ impl TranscodeCache {
 
     /// The cached entry for `key`, marking it recently used.
     pub fn get(&self, key: &Key) -> Option<Arc<Entry>> {
+        self.lookup(key, true)
+    }
+
+    /// A hit refreshes the entry and counts; a miss counts when `count_miss`.
+    fn lookup(&self, key: &Key, count_miss: bool) -> Option<Arc<Entry>> {
         let mut lru = self.lock();
         lru.tick += 1;
         let tick = lru.tick;
         let Some(slot) = lru.map.get_mut(key) else {
-            lru.misses += 1;
+            if count_miss {
+                lru.misses += 1;
+            }
             return None;
         };
         let old = std::mem::replace(&mut slot.tick, tick);
@@ -92,6 +99,12 @@ impl TranscodeCache {
         lru.order.insert(tick, *key);
         lru.hits += 1;
         Some(entry)
+    }
+
+    /// [`Self::get`] without counting a miss: what a run that defers image work looks up
+    /// (`Settings::defer_image_work`); the run that then transcodes counts it.
+    pub(crate) fn peek(&self, key: &Key) -> Option<Arc<Entry>> {
+        self.lookup(key, false)
     }
 
     /// Store `entry` under `key`, evicting least recently used entries to stay in capacity.

@@ -52,6 +52,10 @@ pub(crate) struct Settings<'a> {
     /// A provider rejection being recovered from (reactive recovery,
     /// `docs/images.md#rejection-wordings`).
     pub recovery: Option<ImageRejectionKind>,
+    /// Leave an image whose work needs a decode (a transcode not in the cache, a corruption
+    /// check) as sent and count it in [`ImageReport::deferred`]
+    /// ([`crate::rewrite::RewriteContext::defer_image_work`]).
+    pub defer_image_work: bool,
     /// Cold-cache eviction inputs (`docs/images.md#cold-cache-eviction`); `None` runs the
     /// step function alone.
     pub cold: Option<ColdInputs<'a>>,
@@ -84,6 +88,9 @@ pub struct ImageReport {
     pub replaced: usize,
     /// Images that needed a transcode but could not be decoded: forwarded as sent.
     pub failed_open: usize,
+    /// Images whose work was deferred: it needs a decode and the run was told not to decode
+    /// ([`Settings::defer_image_work`]). A run with any is discarded and run again.
+    pub deferred: usize,
     /// One line per rewrite, with its position and reason.
     pub reasons: Vec<String>,
 }
@@ -345,13 +352,26 @@ fn data_url(payload: &Payload<'_>) -> bool {
     matches!(payload, Payload::DataUrl(_))
 }
 
-fn transcode(raw_b64: &str, target: &Target, s: &Settings<'_>) -> Arc<Entry> {
-    match s.cache {
-        Some(c) => c.get_or_compute(cache::key(s.scope, target, raw_b64), || {
+/// The transcode of `raw_b64` to `target`, from the cache or computed; `None` (counted in
+/// [`ImageReport::deferred`]) when it is not cached and the run defers image work.
+fn transcode(
+    raw_b64: &str,
+    target: &Target,
+    s: &Settings<'_>,
+    report: &mut ImageReport,
+) -> Option<Arc<Entry>> {
+    let found = match (s.cache, s.defer_image_work) {
+        (Some(c), false) => Some(c.get_or_compute(cache::key(s.scope, target, raw_b64), || {
             codec::transcode(raw_b64, target)
-        }),
-        None => Arc::new(codec::transcode(raw_b64, target)),
+        })),
+        (Some(c), true) => c.peek(&cache::key(s.scope, target, raw_b64)),
+        (None, false) => Some(Arc::new(codec::transcode(raw_b64, target))),
+        (None, true) => None,
+    };
+    if found.is_none() {
+        report.deferred += 1;
     }
+    found
 }
 
 fn longest(dims: Option<(u32, u32)>) -> u32 {
@@ -394,6 +414,10 @@ fn repair_and_downscale(
         return;
     };
     if s.recovery == Some(ImageRejectionKind::Corrupt) {
+        if s.defer_image_work {
+            report.deferred += 1;
+            return;
+        }
         let decodes = format::decode_all(b64)
             .is_some_and(|bytes| codec::decode(&bytes, format, codec::MAX_PIXELS).is_ok());
         if !decodes {
@@ -462,7 +486,13 @@ fn repair_and_downscale(
         None
     };
     let mut over_soft = over_soft;
-    let mut entry = target.map(|t| transcode(b64, &t, s));
+    let mut entry = match target {
+        Some(t) => match transcode(b64, &t, s, report) {
+            Some(e) => Some(e),
+            None => return,
+        },
+        None => None,
+    };
     if let (true, Some(Err(TranscodeError::TooManyPixels { pixels, limit }))) =
         (over_soft, entry.as_deref())
     {
@@ -476,7 +506,10 @@ fn repair_and_downscale(
                 data_url: is_data_url,
                 mode: Mode::Repair,
             };
-            entry = Some(transcode(b64, &repair, s));
+            entry = transcode(b64, &repair, s, report);
+            if entry.is_none() {
+                return;
+            }
         } else {
             report.reasons.push(format!(
                 "left image {} as sent: {pixels} px are over the {limit}-pixel downscale bound \
@@ -595,7 +628,10 @@ fn many_image_rule(
             data_url: is_data_url,
             mode: Mode::Repair,
         };
-        match transcode(b64, &target, s).as_ref() {
+        let Some(entry) = transcode(b64, &target, s, report) else {
+            continue;
+        };
+        match entry.as_ref() {
             Ok(t) => {
                 report.repaired += 1;
                 report.reasons.push(format!(

@@ -56,25 +56,7 @@ pub(crate) fn splice(original: &[u8], edits: Vec<Edit>) -> Result<Vec<u8>, EditE
 /// group may overlap an edit of another). Two zero-width insertions at one offset keep the
 /// order of their groups.
 pub(crate) fn splice_all(original: &[u8], groups: &[&[Edit]]) -> Result<Vec<u8>, EditError> {
-    let mut edits: Vec<&Edit> = groups.iter().flat_map(|g| g.iter()).collect();
-    edits.sort_by_key(|e| (e.range.start, e.range.end));
-    let mut grow: usize = 0;
-    let mut cursor = 0usize;
-    for e in &edits {
-        let Range { start, end } = e.range;
-        if start > end || end > original.len() {
-            return Err(EditError::OutOfBounds {
-                start,
-                end,
-                len: original.len(),
-            });
-        }
-        if start < cursor {
-            return Err(EditError::Overlap { at: start });
-        }
-        cursor = end;
-        grow = grow.saturating_add(e.replacement.len());
-    }
+    let (edits, grow) = check(original, groups)?;
     let mut out = Vec::with_capacity(original.len().saturating_add(grow));
     let mut cursor = 0usize;
     for e in &edits {
@@ -104,10 +86,12 @@ pub(crate) fn splice_changed(
     splice_all(original, groups).map(Some)
 }
 
-/// The bounds and overlap checks of [`splice_all`], without splicing.
-fn check(original: &[u8], groups: &[&[Edit]]) -> Result<(), EditError> {
+/// The bounds and overlap checks of [`splice_all`]: the edits sorted by position, and the
+/// bytes their replacements add up to.
+fn check<'e>(original: &[u8], groups: &[&'e [Edit]]) -> Result<(Vec<&'e Edit>, usize), EditError> {
     let mut edits: Vec<&Edit> = groups.iter().flat_map(|g| g.iter()).collect();
     edits.sort_by_key(|e| (e.range.start, e.range.end));
+    let mut grow: usize = 0;
     let mut cursor = 0usize;
     for e in &edits {
         let Range { start, end } = e.range;
@@ -122,8 +106,9 @@ fn check(original: &[u8], groups: &[&[Edit]]) -> Result<(), EditError> {
             return Err(EditError::Overlap { at: start });
         }
         cursor = end;
+        grow = grow.saturating_add(e.replacement.len());
     }
-    Ok(())
+    Ok((edits, grow))
 }
 
 /// Byte ranges that remove the items (object members or array elements, each given by its

@@ -552,6 +552,7 @@ pub(crate) mod tests {
                 set_retired: 31,
                 cold_retired: 32,
                 failed_open: 7,
+                deferred: 0,
                 reasons: Vec::new(),
             },
             shape: crate::reasoning::ShapeCounts {

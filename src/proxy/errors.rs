@@ -65,6 +65,13 @@ pub(crate) enum ProxyError {
     /// Reading the client's request body failed (the client went away). 400.
     #[error("cachekeeper: could not read the request body: {0}")]
     ClientBody(String),
+    /// The request's headers exceed the proxy's limits ([`crate::wire::limits`]). 431.
+    #[error(
+        "cachekeeper: the request headers are too large: {fields} fields, {bytes} bytes; the limits are {} fields and {} bytes",
+        crate::wire::limits::MAX_HEADER_FIELDS,
+        crate::wire::limits::MAX_HEADER_BYTES
+    )]
+    HeadersTooLarge { fields: usize, bytes: usize },
 }
 
 impl ProxyError {
@@ -81,6 +88,7 @@ impl ProxyError {
             }
             ProxyError::ClientBody(_) | ProxyError::DotSegment => StatusCode::BAD_REQUEST,
             ProxyError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         }
     }
 
@@ -91,6 +99,7 @@ impl ProxyError {
             | ProxyError::BadClientToken
             | ProxyError::ClientBody(_)
             | ProxyError::DotSegment
+            | ProxyError::HeadersTooLarge { .. }
             | ProxyError::MethodNotAllowed(_) => ErrorSource::Downstream,
             _ => ErrorSource::Upstream,
         }
@@ -119,6 +128,7 @@ impl ProxyError {
             ProxyError::ClientBody(_) => "client_body",
             ProxyError::DotSegment => "dot_segment",
             ProxyError::MethodNotAllowed(_) => "method_not_allowed",
+            ProxyError::HeadersTooLarge { .. } => "headers_too_large",
         }
     }
 
@@ -157,7 +167,7 @@ fn anthropic_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
         401 => "authentication_error",
         404 => "not_found_error",
-        400 | 405 => "invalid_request_error",
+        400 | 405 | 431 => "invalid_request_error",
         504 => "timeout_error",
         _ => "api_error",
     }
@@ -165,7 +175,7 @@ fn anthropic_type(status: StatusCode) -> &'static str {
 
 fn openai_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
-        400 | 404 | 405 => "invalid_request_error",
+        400 | 404 | 405 | 431 => "invalid_request_error",
         401 => "authentication_error",
         _ => "server_error",
     }
@@ -173,7 +183,7 @@ fn openai_type(status: StatusCode) -> &'static str {
 
 fn gemini_status(status: StatusCode) -> &'static str {
     match status.as_u16() {
-        400 => "INVALID_ARGUMENT",
+        400 | 431 => "INVALID_ARGUMENT",
         401 => "UNAUTHENTICATED",
         404 => "NOT_FOUND",
         405 => "UNIMPLEMENTED",

@@ -212,7 +212,7 @@ impl Server {
             tracing::warn!(target: "cachekeeper::server", "{w}");
         }
         let live = Arc::new(arc_swap::ArcSwap::from_pointee(state));
-        let reloader = Reloader::new(Arc::clone(&live), loaded, listen.is_some());
+        let reloader = Reloader::new(Arc::clone(&live), loaded, listen.is_some(), bound);
         Ok(Self {
             listener,
             live,

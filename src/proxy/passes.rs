@@ -1,7 +1,8 @@
 //! Running the request passes for the proxy: the plan (everything the passes read besides
 //! the body, gathered once per request), then the passes in their lane ([`Pools`]: inline for a
-//! small body without image data, else on the blocking pool under a text or an image permit)
-//! with the `content-encoding` decoded, failing open at every step.
+//! small body, else on the blocking pool under a text permit; image work that needs a decode
+//! under an image permit, [`Schedule`]) with the `content-encoding` decoded, failing open at
+//! every step.
 
 use std::sync::Arc;
 
@@ -142,12 +143,14 @@ pub(crate) const INLINE_MAX_BYTES: usize = 64 * 1024;
 /// reload: held in an `Arc` by [`crate::proxy::AppState`]). Bounds are counts of concurrent
 /// runs, never time, so they change when a body is rewritten, never how.
 pub(crate) struct Pools {
-    /// Runs of bodies that may carry image data to decode ([`may_carry_images`]): one per
-    /// CPU, so concurrent decodes (each at most [`crate::images::codec::MAX_ALLOC`] bytes)
-    /// stay bounded and leave the async threads CPU time.
+    /// Runs that decode images (an image needs a transcode not in the cache, or the body is
+    /// encoded; [`Schedule`]): one per CPU, so concurrent decodes (each at most
+    /// [`crate::images::codec::MAX_ALLOC`] bytes) stay bounded and leave the async threads
+    /// CPU time.
     images: tokio::sync::Semaphore,
-    /// Runs of large bodies without image data: two per CPU (bounds the parse memory of
-    /// concurrent large bodies). Image work never holds one, so these never wait for it.
+    /// Runs of large bodies that decode no image (the first, deferring run of a body with
+    /// images included): two per CPU (bounds the parse memory of concurrent large bodies).
+    /// A decode never holds one, so these never wait for image work.
     text: tokio::sync::Semaphore,
 }
 
@@ -163,10 +166,10 @@ impl Pools {
     }
 }
 
-/// Where one request's passes run.
+/// Where one run of a request's passes runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lane {
-    /// On the async thread, at once (a small identity body with no image data).
+    /// On the async thread, at once (a small identity body).
     Inline,
     /// On the blocking pool under a [`Pools::text`] permit.
     Text,
@@ -174,17 +177,38 @@ enum Lane {
     Images,
 }
 
-impl Lane {
-    /// The lane of a body as received with `encoding` (`content-encoding`). An encoded body
-    /// cannot be scanned before it is decoded (a decode that may itself be large), so it takes
-    /// the image lane.
-    fn of(encoding: Option<&str>, body: &[u8]) -> Lane {
-        if !is_identity(encoding) || may_carry_images(body) {
-            Lane::Images
-        } else if body.len() <= INLINE_MAX_BYTES {
+/// How a request's passes are run: the first run's lane, and whether that run defers image
+/// work ([`crate::rewrite::RewriteContext::defer_image_work`]), to be run again on the image
+/// lane when it deferred any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Schedule {
+    first: Lane,
+    defer: bool,
+}
+
+impl Schedule {
+    /// The schedule of a body as received with `encoding` (`content-encoding`):
+    /// - an encoded body cannot be scanned before it is decoded (a decode that may itself be
+    ///   large): the image lane, decoding as needed;
+    /// - an identity body: inline up to [`INLINE_MAX_BYTES`], else the text lane; when it may
+    ///   carry image data ([`may_carry_images`]) that run defers image work, so a request
+    ///   whose images need no decode (within limits, or transcoded before and cached) never
+    ///   waits for an image permit.
+    fn of(encoding: Option<&str>, body: &[u8]) -> Schedule {
+        if !is_identity(encoding) {
+            return Schedule {
+                first: Lane::Images,
+                defer: false,
+            };
+        }
+        let first = if body.len() <= INLINE_MAX_BYTES {
             Lane::Inline
         } else {
             Lane::Text
+        };
+        Schedule {
+            first,
+            defer: may_carry_images(body),
         }
     }
 }
@@ -251,10 +275,11 @@ type Ran = Option<
 /// no images gets its images replaced up front: the first run tells the model, a second run
 /// replaces them.
 ///
-/// Where it runs ([`Lane`]): a small identity body with no image data inline, at once; a
-/// larger one on the blocking pool under a text permit; a body that may carry image data (or
-/// is encoded) under an image permit. A request without image data therefore never waits for
-/// another request's image work.
+/// Where it runs ([`Schedule`]): a small identity body inline, at once; a larger one on the
+/// blocking pool under a text permit; an encoded body under an image permit. A body that may
+/// carry image data first runs deferring image work, and only when an image needs a decode
+/// (a transcode not in the cache) runs again under an image permit. A request with nothing
+/// to decode therefore never waits for another request's image work.
 ///
 /// Never fails: an undecodable body, a body the dialect does not describe, or a pass that
 /// panics all send the original bytes (logged).
@@ -266,28 +291,33 @@ pub(crate) async fn run(
     begin_turn: bool,
     memo: Option<ColdMemo>,
 ) -> Passed {
-    let lane = Lane::of(plan.encoding.as_deref(), &original);
-    let joined: Result<Ran, String> = if lane == Lane::Inline {
-        // The same fail-open as a blocking run's `JoinError`: a panicking pass sends the
-        // original bytes.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            passes_on(plan, &original, recovery, begin_turn, memo)
-        }))
-        .map_err(|p| panic_text(p.as_ref()))
-    } else {
-        let pool = if lane == Lane::Images {
-            &pools.images
-        } else {
-            &pools.text
-        };
-        // Closed only if the state is torn down; then run unbounded rather than fail.
-        let _permit = pool.acquire().await.ok();
-        let job = Arc::clone(plan);
-        let input = original.clone();
-        tokio::task::spawn_blocking(move || passes_on(&job, &input, recovery, begin_turn, memo))
-            .await
-            .map_err(|e| e.to_string())
-    };
+    let schedule = Schedule::of(plan.encoding.as_deref(), &original);
+    let mut joined = in_lane(
+        schedule.first,
+        schedule.defer,
+        plan,
+        pools,
+        &original,
+        recovery,
+        begin_turn,
+        memo.clone(),
+    )
+    .await;
+    if matches!(&joined, Ok(Some(Ok((o, _, _)))) if o.report.images.deferred > 0) {
+        // Some image needs a decode: the whole run again on the image lane (the deferred run
+        // committed nothing), so what is sent never depends on the lane.
+        joined = in_lane(
+            Lane::Images,
+            false,
+            plan,
+            pools,
+            &original,
+            recovery,
+            begin_turn,
+            memo,
+        )
+        .await;
+    }
     let route = &plan.route.name;
     let (outcome, (turn, forwarded_prefix), memo) = match joined {
         Ok(Some(Ok(done))) => done,
@@ -327,6 +357,41 @@ pub(crate) async fn run(
     }
 }
 
+/// One run of the passes in `lane` ([`passes_on`]); `Err` carries a panic's or a failed
+/// blocking task's message.
+#[allow(clippy::too_many_arguments)]
+async fn in_lane(
+    lane: Lane,
+    defer: bool,
+    plan: &Arc<Plan>,
+    pools: &Pools,
+    original: &Bytes,
+    recovery: Option<ImageRejectionKind>,
+    begin_turn: bool,
+    memo: Option<ColdMemo>,
+) -> Result<Ran, String> {
+    if lane == Lane::Inline {
+        // The same fail-open as a blocking run's `JoinError`: a panicking pass sends the
+        // original bytes.
+        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            passes_on(plan, original, recovery, begin_turn, memo, defer)
+        }))
+        .map_err(|p| panic_text(p.as_ref()));
+    }
+    let pool = if lane == Lane::Images {
+        &pools.images
+    } else {
+        &pools.text
+    };
+    // Closed only if the state is torn down; then run unbounded rather than fail.
+    let _permit = pool.acquire().await.ok();
+    let job = Arc::clone(plan);
+    let input = original.clone();
+    tokio::task::spawn_blocking(move || passes_on(&job, &input, recovery, begin_turn, memo, defer))
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// A panic's message, for the log line (`"a pass panicked"` when it carries no text).
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
@@ -337,13 +402,16 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// One run's work, wherever it runs: decode the body, open the session (first run), the
-/// passes, the accounting.
+/// passes, the accounting. A run that deferred image work (`defer`, and an image needed a
+/// decode: [`crate::images::ImageReport::deferred`]) only reads: it commits no turn, since
+/// its result is discarded and the passes run again.
 fn passes_on(
     plan: &Plan,
     input: &[u8],
     recovery: Option<ImageRejectionKind>,
     begin_turn: bool,
     memo: Option<ColdMemo>,
+    defer: bool,
 ) -> Ran {
     let decoded: std::borrow::Cow<'_, [u8]> = if is_identity(plan.encoding.as_deref()) {
         std::borrow::Cow::Borrowed(input)
@@ -387,7 +455,10 @@ fn passes_on(
         cold: m.cold && route.images.cold_eviction,
         key: &key,
     });
-    Some(run_passes(plan, decoded, recovery, cold).map(|outcome| {
+    Some(run_passes(plan, decoded, recovery, cold, defer).map(|outcome| {
+        if outcome.report.images.deferred > 0 {
+            return (outcome, (None, None), memo);
+        }
         if let Some(session) = unrecorded.filter(|_| outcome.report.images.seen > 0) {
             // A lost record costs one collapse: say why the images changed.
             tracing::info!(target: "cachekeeper::rewrite", route = %route.name, session = %session, "cold-cache eviction: no record of this session (new, or purged or unreadable): the eviction step function alone decided which images to retire");
@@ -484,6 +555,7 @@ fn run_passes(
     decoded: &[u8],
     recovery: Option<ImageRejectionKind>,
     cold: Option<ColdInputs<'_>>,
+    defer: bool,
 ) -> Result<RewriteOutcome, crate::dialect::ParseError> {
     let route = &plan.route;
     let rejected = ScopedRejections::new(&plan.store, &plan.credential_scope);
@@ -499,6 +571,7 @@ fn run_passes(
         transcodes: Some(&plan.transcodes),
         credential_scope: &plan.credential_scope,
         image_recovery: recovery,
+        defer_image_work: defer,
         reasoning: Some(ReasoningInputs {
             provider: &route.provider,
             upstream_path: &plan.upstream_path,
@@ -563,15 +636,27 @@ mod tests {
     }
 
     #[test]
-    fn lanes_by_size_encoding_and_image_data() {
+    fn schedules_by_size_encoding_and_image_data() {
+        let at = |first, defer| Schedule { first, defer };
         let small = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
-        assert_eq!(Lane::of(None, small), Lane::Inline);
-        assert_eq!(Lane::of(Some(" Identity "), small), Lane::Inline);
-        assert_eq!(Lane::of(Some("gzip"), small), Lane::Images);
+        assert_eq!(Schedule::of(None, small), at(Lane::Inline, false));
+        assert_eq!(
+            Schedule::of(Some(" Identity "), small),
+            at(Lane::Inline, false)
+        );
+        assert_eq!(Schedule::of(Some("gzip"), small), at(Lane::Images, false));
         let large = format!(r#"{{"content":"{}"}}"#, "a".repeat(INLINE_MAX_BYTES));
-        assert_eq!(Lane::of(None, large.as_bytes()), Lane::Text);
+        assert_eq!(Schedule::of(None, large.as_bytes()), at(Lane::Text, false));
         let image = br#"{"source":{"type":"base64","data":"iVBORw0KGgo="}}"#;
-        assert_eq!(Lane::of(None, image), Lane::Images);
+        assert_eq!(Schedule::of(None, image), at(Lane::Inline, true));
+        let large_image = format!(
+            r#"{{"source":{{"type":"base64","data":"{}"}}}}"#,
+            "A".repeat(INLINE_MAX_BYTES)
+        );
+        assert_eq!(
+            Schedule::of(None, large_image.as_bytes()),
+            at(Lane::Text, true)
+        );
     }
 
     #[test]
@@ -644,6 +729,68 @@ mod tests {
         .unwrap();
         assert_eq!(passed.sent, large);
         assert_eq!(passed.fate, BodyFate::Unchanged);
+    }
+
+    /// An Anthropic request with one user image of `format` (8×8 pixels, one colour).
+    fn image_request(format: image::ImageFormat) -> Bytes {
+        use base64::Engine as _;
+        let mut out = std::io::Cursor::new(Vec::new());
+        image::RgbImage::from_pixel(8, 8, image::Rgb([200, 30, 30]))
+            .write_to(&mut out, format)
+            .unwrap();
+        let b64 = base64::engine::general_purpose::STANDARD.encode(out.into_inner());
+        let mime = format.to_mime_type();
+        Bytes::from(format!(
+            r#"{{"model":"m","max_tokens":1,"messages":[{{"role":"user","content":[{{"type":"image","source":{{"type":"base64","media_type":"{mime}","data":"{b64}"}}}},{{"type":"text","text":"what is it?"}}]}}]}}"#
+        ))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn images_that_need_no_decode_never_wait_for_image_permits() {
+        let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 20);
+        let plan = plan(&store);
+        let pools = Pools::new(1);
+        let held = pools.images.try_acquire_many(1).unwrap();
+        // A PNG within every limit: nothing to decode, done inline on the first poll.
+        let png = image_request(image::ImageFormat::Png);
+        let passed = futures_util::FutureExt::now_or_never(run(
+            &plan,
+            &pools,
+            png.clone(),
+            None,
+            true,
+            None,
+        ))
+        .unwrap();
+        assert_eq!(passed.sent, png);
+        assert_eq!(passed.report.images.seen, 1);
+        assert_eq!(passed.report.images.deferred, 0);
+        // A BMP, which Anthropic does not accept: converting it needs a decode, so the run
+        // waits for an image permit ...
+        let bmp = image_request(image::ImageFormat::Bmp);
+        let pending = run(&plan, &pools, bmp.clone(), None, true, None);
+        tokio::pin!(pending);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(200), &mut pending)
+                .await
+                .is_err(),
+            "a decode ran without an image permit"
+        );
+        // ... and once one is free, converts it exactly as a run that never deferred.
+        drop(held);
+        let passed = pending.await;
+        assert_eq!(passed.fate, BodyFate::Rewritten);
+        assert_eq!(passed.report.images.repaired, 1);
+        assert_eq!(passed.report.images.deferred, 0);
+        assert!(std::str::from_utf8(&passed.sent)
+            .unwrap()
+            .contains(r#""media_type":"image/png""#));
+        let direct = in_lane(Lane::Images, false, &plan, &pools, &bmp, None, true, None)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(direct.0.body.as_deref(), Some(&passed.sent[..]));
     }
 
     #[test]

@@ -198,6 +198,14 @@ fn route(
     }
     let class = matched.route.classify(&matched.rest);
     ctx.dialect = matched.route.dialect.or(class.map(|(d, _)| d));
+    if let Some(x) = crate::wire::limits::head_excess(req.headers()) {
+        // Answered in the route's dialect, named in the log line.
+        ctx.route = Some(Arc::clone(&matched.route));
+        return Err(ProxyError::HeadersTooLarge {
+            fields: x.fields,
+            bytes: x.bytes,
+        });
+    }
     ctx.endpoint = class.map(|(_, e)| e);
     ctx.model = model_from_path(&matched.rest).map(str::to_owned);
     ctx.upstream_uri = Some(matched.upstream_uri.clone());

@@ -40,7 +40,9 @@ pub struct Reloaded {
     /// Settings the file changes that only a restart applies, each as
     /// `"[section] key: running → in file"`, in the order of the module docs.
     pub needs_restart: Vec<String>,
-    /// The new file's load warnings (deprecated keys, ...).
+    /// The new file's load warnings (deprecated keys, ...), and the exposure warning
+    /// ([`crate::exposure_warning`]) when the listener is beyond loopback and the new file sets
+    /// no `client_token`.
     pub warnings: Vec<String>,
 }
 
@@ -126,6 +128,8 @@ pub struct Reloader {
     /// What the proxy started with (restart-only settings); the lock serialises reloads.
     fixed: Arc<Mutex<Fixed>>,
     listen_overridden: bool,
+    /// The address the listener is bound to, for [`crate::reserved::exposure_warning`].
+    bound: std::net::SocketAddr,
 }
 
 impl Reloader {
@@ -133,11 +137,13 @@ impl Reloader {
         live: Arc<ArcSwap<AppState>>,
         loaded: &Loaded,
         listen_overridden: bool,
+        bound: std::net::SocketAddr,
     ) -> Self {
         Self {
             live,
             fixed: Arc::new(Mutex::new(Fixed::of(loaded, listen_overridden))),
             listen_overridden,
+            bound,
         }
     }
 
@@ -154,10 +160,16 @@ impl Reloader {
         let next = AppState::build(loaded, current.shared())?;
         let routes = next.routes.routes().len();
         self.live.store(Arc::new(next));
+        let mut warnings = loaded.warnings.clone();
+        // The listener stays where it is: a file that drops the token exposes it.
+        warnings.extend(crate::reserved::exposure_warning(
+            self.bound,
+            loaded.config.server.client_token.is_some(),
+        ));
         Ok(Reloaded {
             routes,
             needs_restart: fixed.changes(&Fixed::of(loaded, self.listen_overridden)),
-            warnings: loaded.warnings.clone(),
+            warnings,
         })
     }
 

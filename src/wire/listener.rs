@@ -13,7 +13,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
-use crate::wire::ResponseBody;
+use crate::wire::{limits, ResponseBody};
 
 /// How long a client may take to send its request headers (slow-header clients), ms.
 pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -34,7 +34,12 @@ pub(crate) async fn serve<H, F>(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_headers(limits::PARSER_MAX_HEADER_FIELDS)
+        .max_buf_size(limits::PARSER_MAX_HEAD_BYTES);
+    builder
+        .http2()
+        .max_header_list_size(u32::try_from(limits::PARSER_MAX_HEAD_BYTES).unwrap_or(u32::MAX));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

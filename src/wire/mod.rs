@@ -2,6 +2,7 @@
 //! formats.
 //!
 //! - [`listener`]: accept, serve HTTP/1.1 + HTTP/2, graceful shutdown.
+//! - [`limits`]: request-head limits (hyper's parser caps and the proxy's own).
 //! - [`upstream`]: the pooled TLS client, proxy tunnel and header hygiene.
 //! - [`body`]: the bounded request-body read and `content-encoding` decoding.
 //! - [`stream`]: the response body on its way back (idle timeout, observer hook).
@@ -11,6 +12,7 @@
 
 pub(crate) mod body;
 pub(crate) mod decode;
+pub mod limits;
 pub(crate) mod listener;
 pub mod sse;
 pub mod stream;

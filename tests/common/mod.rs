@@ -121,7 +121,12 @@ pub async fn start_mock(handler: Handler) -> Mock {
                         Ok::<_, Infallible>(handler(&rec))
                     }
                 });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                // Like a provider's front end, the mock takes more header fields than
+                // hyper's default of 100 (`tests/head_limits.rs`).
+                builder.http1().max_headers(2000).max_buf_size(4 << 20);
+                let _ = builder
                     .serve_connection_with_upgrades(TokioIo::new(stream), svc)
                     .await;
             });
@@ -258,19 +263,12 @@ impl std::io::Write for Buf {
     }
 }
 
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Buf {
-    type Writer = Buf;
-    fn make_writer(&'a self) -> Buf {
-        self.clone()
-    }
-}
-
-/// Every log line the code of this test binary wrote (all tests, all levels, JSON): installs
-/// the binary's global subscriber on first use (the store's writer thread logs outside any
-/// test's scope).
+/// Every log line of this test binary, all tests and levels: one global JSON subscriber at
+/// TRACE (fields flattened), installed on the first call (the store's writer thread logs
+/// outside any test's scope). Call it before starting a proxy.
 pub fn logs() -> &'static Buf {
-    static LOGS: std::sync::OnceLock<Buf> = std::sync::OnceLock::new();
-    LOGS.get_or_init(|| {
+    static BUF: std::sync::OnceLock<Buf> = std::sync::OnceLock::new();
+    BUF.get_or_init(|| {
         let buf = Buf::default();
         tracing_subscriber::fmt()
             .json()
@@ -280,6 +278,41 @@ pub fn logs() -> &'static Buf {
             .init();
         buf
     })
+}
+
+/// What [`logs`] holds so far, as text.
+pub fn log_text() -> String {
+    String::from_utf8_lossy(&logs().0.lock().unwrap()).into_owned()
+}
+
+/// Send `head` (request line and headers, without the blank line) and `body` raw over TCP
+/// with `content-length` and `connection: close`; the status code and the whole response
+/// text. The server may answer and close before it has read everything: write and read errors
+/// are ignored, the answer is what counts.
+pub async fn raw(addr: SocketAddr, head: &str, body: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "{head}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = s.write_all(req.as_bytes()).await;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Buf {
+    type Writer = Buf;
+    fn make_writer(&'a self) -> Buf {
+        self.clone()
+    }
 }
 
 /// A free loopback port (bound, then released, for a child process to take).
