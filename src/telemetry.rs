@@ -153,6 +153,9 @@ pub(crate) enum Outcome {
     UpstreamBroken,
     /// No response chunk arrived within `idle_timeout_ms`.
     IdleTimeout,
+    /// The proxy was shutting down and its grace was over: it ended the response (an event
+    /// stream after its last complete event).
+    Shutdown,
     /// The proxy answered with its own error.
     ProxyError,
     /// A WebSocket (or other) upgrade was tunnelled.
@@ -167,6 +170,7 @@ impl Outcome {
             Outcome::ClientDisconnected => "client_disconnected",
             Outcome::UpstreamBroken => "upstream_broken",
             Outcome::IdleTimeout => "idle_timeout",
+            Outcome::Shutdown => "shutdown",
             Outcome::ProxyError => "proxy_error",
             Outcome::Upgraded => "upgraded",
         }

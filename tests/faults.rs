@@ -696,3 +696,247 @@ async fn kill_9_during_state_writes_leaves_a_file_that_opens_cleanly() {
     assert!(stdout.contains("record(s)"), "{stdout}");
     assert!(stdout.contains("usage"), "{stdout}");
 }
+
+/// An Anthropic event stream of `deltas` text deltas, one every `gap`; `split`: each delta
+/// event goes as two chunks, its first half then (after half the gap) the rest.
+fn slow_stream(deltas: usize, gap: Duration, split: bool) -> Handler {
+    Arc::new(move |_r: &Recorded| {
+        let (tx, body) = channel_body();
+        tokio::spawn(async move {
+            let start = concat!(
+                "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\n\n",
+                "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            );
+            if tx
+                .send(Ok(Bytes::from_static(start.as_bytes())))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            for i in 0..deltas {
+                tokio::time::sleep(gap).await;
+                let event = format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"w{i} \"}}}}\n\n");
+                let parts = if split {
+                    let (a, b) = event.split_at(event.len() / 2);
+                    vec![a.to_owned(), b.to_owned()]
+                } else {
+                    vec![event]
+                };
+                for (n, part) in parts.into_iter().enumerate() {
+                    if n > 0 {
+                        tokio::time::sleep(gap / 2).await;
+                    }
+                    if tx.send(Ok(Bytes::from(part))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            let end = concat!(
+                "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+                "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":9}}\n\n",
+                "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+            );
+            let _ = tx.send(Ok(Bytes::from_static(end.as_bytes()))).await;
+        });
+        sse_response(body)
+    })
+}
+
+/// What one client of a stream saw: every byte, and whether the body ended cleanly (the
+/// chunked body's last chunk arrived) or with an error.
+struct Seen {
+    text: String,
+    clean_end: bool,
+}
+
+/// Open `n` streams through `served`; returns once each has its first bytes, with the
+/// tasks reading them to their end.
+async fn open_streams(served: &Served, n: usize) -> Vec<tokio::task::JoinHandle<Seen>> {
+    let (first_tx, mut first_rx) = tokio::sync::mpsc::channel::<()>(n);
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let url = served.url("/anthropic/v1/messages");
+        let first_tx = first_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let body = format!(
+                r#"{{"model":"claude-x","max_tokens":8,"stream":true,"messages":[{{"role":"user","content":"stream {i}"}}]}}"#
+            );
+            let req = http::Request::post(url)
+                .header("content-type", "application/json")
+                .header("x-api-key", "sk-ant-stream")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            let resp = client().request(req).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let mut body = resp.into_body();
+            let mut text = Vec::new();
+            let mut first = Some(first_tx);
+            let clean_end = loop {
+                match body.frame().await {
+                    None => break true,
+                    Some(Err(_)) => break false,
+                    Some(Ok(frame)) => {
+                        if let Some(d) = frame.data_ref() {
+                            text.extend_from_slice(d);
+                        }
+                        if let Some(tx) = first.take() {
+                            tx.send(()).await.unwrap();
+                        }
+                    }
+                }
+            };
+            Seen {
+                text: String::from_utf8(text).unwrap(),
+                clean_end,
+            }
+        }));
+    }
+    drop(first_tx);
+    for _ in 0..n {
+        first_rx.recv().await.expect("a stream failed to open");
+    }
+    tasks
+}
+
+/// The events of an event stream as the client parsed it: (`event`, `data` as JSON). Panics
+/// on bytes after the last blank line (a truncated event) or an event whose data is not
+/// JSON.
+fn events(text: &str) -> Vec<(String, serde_json::Value)> {
+    assert!(
+        text.ends_with("\n\n"),
+        "a truncated event at the end: {text:?}"
+    );
+    text.trim_end_matches('\n')
+        .split("\n\n")
+        .map(|event| {
+            let mut name = String::new();
+            let mut data = String::new();
+            for line in event.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    name = v.to_owned();
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data.push_str(v);
+                } else {
+                    panic!("not a field line: {line:?} in {text:?}");
+                }
+            }
+            let data: serde_json::Value = serde_json::from_str(&data)
+                .unwrap_or_else(|e| panic!("a cut event {event:?}: {e}"));
+            (name, data)
+        })
+        .collect()
+}
+
+/// The proxy's config with `[server] shutdown_grace_ms`, written to `dir/proxy.toml`.
+fn grace_config(dir: &std::path::Path, upstream: &str, grace_ms: u64) -> std::path::PathBuf {
+    let file = dir.join("proxy.toml");
+    std::fs::write(
+        &file,
+        config_for(
+            upstream,
+            &format!(
+                "[server]\nshutdown_grace_ms = {grace_ms}\n[state]\npath = {:?}\n",
+                dir.join("state.db").display().to_string()
+            ),
+        ),
+    )
+    .unwrap();
+    file
+}
+
+/// After SIGTERM the listener is closed: a new connection is refused (within 10 s of the
+/// signal, however long the process takes to see it).
+async fn refused_soon(port: u16) -> bool {
+    for _ in 0..500 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// SIGTERM with 50 streams open, each with ~1.5 s to go, under a grace longer than that:
+/// new connections are refused at once, every stream finishes whole (up to `message_stop`,
+/// a clean end of the body), and the process exits 0.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_50_open_streams_lets_them_finish_within_the_grace() {
+    let mock = start_mock(slow_stream(20, Duration::from_millis(75), false)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = grace_config(dir.path(), &mock.url(), 20_000);
+    let mut served = Served::start(&file, &dir.path().join("serve.log"));
+    assert!(served.ready().await, "{}", served.log_text());
+    let streams = open_streams(&served, 50).await;
+    served.signal("TERM");
+    assert!(
+        refused_soon(served.port).await,
+        "still accepting after SIGTERM"
+    );
+    for s in streams {
+        let seen = s.await.unwrap();
+        assert!(seen.clean_end, "{:?}", seen.text);
+        let got = events(&seen.text);
+        assert_eq!(got.len(), 2 + 20 + 3, "{:?}", seen.text);
+        assert_eq!(got.last().unwrap().0, "message_stop");
+    }
+    let status = served.exit_within(Duration::from_secs(30)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}: {}",
+        served.log_text()
+    );
+}
+
+/// SIGTERM with 50 streams that would need ~3 s more, under a 600 ms grace, each delta event
+/// reaching the proxy in two halves: every client sees complete events only — the stream
+/// ends after a complete event with the dialect's error event saying the proxy is shutting
+/// down, then a clean end of the body (never part of an event, never a broken body) — and
+/// the process exits 0.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_past_the_grace_ends_open_streams_after_a_complete_event() {
+    let mock = start_mock(slow_stream(40, Duration::from_millis(80), true)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = grace_config(dir.path(), &mock.url(), 600);
+    let mut served = Served::start(&file, &dir.path().join("serve.log"));
+    assert!(served.ready().await, "{}", served.log_text());
+    let streams = open_streams(&served, 50).await;
+    served.signal("TERM");
+    assert!(
+        refused_soon(served.port).await,
+        "still accepting after SIGTERM"
+    );
+    for s in streams {
+        let seen = s.await.unwrap();
+        assert!(seen.clean_end, "{:?}", seen.text);
+        let got = events(&seen.text);
+        let (name, data) = got.last().unwrap();
+        assert_eq!(name, "error", "{:?}", seen.text);
+        assert_eq!(data["type"], "error");
+        assert_eq!(data["error"]["type"], "api_error");
+        assert_eq!(
+            data["error"]["message"],
+            "cachekeeper: the proxy is shutting down; the stream was ended after its last complete event"
+        );
+        // Everything before it is the upstream's stream, event by event, in order.
+        assert_eq!(got[0].0, "message_start");
+        for (i, (name, data)) in got[2..got.len() - 1].iter().enumerate() {
+            assert_eq!(name, "content_block_delta");
+            assert_eq!(data["delta"]["text"], format!("w{i} "));
+        }
+        assert!(got.len() < 2 + 40 + 3, "cut before its end");
+    }
+    let status = served.exit_within(Duration::from_secs(30)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}: {}",
+        served.log_text()
+    );
+    let log = served.log_text();
+    assert!(log.contains("shutdown grace over"), "{log}");
+}

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
 use crate::dialect::Dialect;
+use crate::wire::stream::Break;
 
 /// Where an error came from (pingora's error source).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,13 +197,25 @@ fn gemini_status(status: StatusCode) -> &'static str {
 /// Anthropic `event: error` with `api_error`, OpenAI Chat a `data: {"error":…}` event, OpenAI
 /// Responses an `event: error` with `type: "error"` and the `sequence_number` after
 /// `last_sequence` (the last one the stream carried; 0 when none). Gemini has no error event
-/// (`None`): its streams are aborted so the client sees the break.
+/// (`None`): its streams are aborted so the client sees the break. A stream the proxy ends
+/// at shutdown ([`Break::Shutdown`]) says so, with the code `shutdown` (else
+/// `upstream_broken`).
 pub(crate) fn midstream_error_event(
     dialect: Option<Dialect>,
+    why: Break,
     detail: &str,
     last_sequence: Option<u64>,
 ) -> Option<Bytes> {
-    let message = format!("cachekeeper: upstream stream broke mid-way: {detail}");
+    let (message, code) = match why {
+        Break::Shutdown => (
+            "cachekeeper: the proxy is shutting down; the stream was ended after its last complete event".to_owned(),
+            "shutdown",
+        ),
+        Break::UpstreamBroken | Break::IdleTimeout => (
+            format!("cachekeeper: upstream stream broke mid-way: {detail}"),
+            "upstream_broken",
+        ),
+    };
     match dialect {
         Some(Dialect::Anthropic) => {
             let v =
@@ -213,11 +226,12 @@ pub(crate) fn midstream_error_event(
         Some(Dialect::OpenaiResponses) => {
             // The Responses API's own stream error event (`type: "error"`).
             let sequence_number = last_sequence.map_or(0, |n| n.saturating_add(1));
-            let v = serde_json::json!({"type":"error","code":"upstream_broken","message":message,"param":null,"sequence_number":sequence_number});
+            let v = serde_json::json!({"type":"error","code":code,"message":message,"param":null,"sequence_number":sequence_number});
             Some(Bytes::from(format!("event: error\ndata: {v}\n\n")))
         }
         Some(Dialect::Openai) | None => {
-            let v = serde_json::json!({"error":{"message":message,"type":"server_error","code":"upstream_broken"}});
+            let v =
+                serde_json::json!({"error":{"message":message,"type":"server_error","code":code}});
             Some(Bytes::from(format!("data: {v}\n\n")))
         }
     }
@@ -250,17 +264,33 @@ mod tests {
 
     #[test]
     fn midstream_events() {
-        let a = midstream_error_event(Some(Dialect::Anthropic), "reset", None).unwrap();
+        let a = midstream_error_event(
+            Some(Dialect::Anthropic),
+            Break::UpstreamBroken,
+            "reset",
+            None,
+        )
+        .unwrap();
         let s = std::str::from_utf8(&a).unwrap();
         assert!(s.starts_with("event: error\ndata: {"));
         assert!(s.contains("\"api_error\""));
         assert!(s.ends_with("\n\n"));
-        let o = midstream_error_event(Some(Dialect::Openai), "reset", None).unwrap();
+        let o = midstream_error_event(Some(Dialect::Openai), Break::UpstreamBroken, "reset", None)
+            .unwrap();
         assert!(std::str::from_utf8(&o)
             .unwrap()
             .starts_with("data: {\"error\""));
-        assert!(midstream_error_event(Some(Dialect::Gemini), "reset", None).is_none());
-        let r = midstream_error_event(Some(Dialect::OpenaiResponses), "reset", Some(41)).unwrap();
+        assert!(
+            midstream_error_event(Some(Dialect::Gemini), Break::UpstreamBroken, "reset", None)
+                .is_none()
+        );
+        let r = midstream_error_event(
+            Some(Dialect::OpenaiResponses),
+            Break::UpstreamBroken,
+            "reset",
+            Some(41),
+        )
+        .unwrap();
         let r = std::str::from_utf8(&r).unwrap();
         assert!(r.starts_with("event: error\ndata: {"), "{r}");
         let v: serde_json::Value =
@@ -269,9 +299,25 @@ mod tests {
         // The failing input: the event had no sequence_number, which every Responses stream
         // event carries; it now continues the stream's numbering.
         assert_eq!(v["sequence_number"], 42);
-        let r = midstream_error_event(Some(Dialect::OpenaiResponses), "reset", None).unwrap();
+        let r = midstream_error_event(
+            Some(Dialect::OpenaiResponses),
+            Break::UpstreamBroken,
+            "reset",
+            None,
+        )
+        .unwrap();
         assert!(std::str::from_utf8(&r)
             .unwrap()
             .contains("\"sequence_number\":0"));
+        // Ended by the proxy at shutdown: says so, code `shutdown`.
+        let o = midstream_error_event(Some(Dialect::Openai), Break::Shutdown, "", None).unwrap();
+        let o = std::str::from_utf8(&o).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(o.trim_start_matches("data: ").trim()).unwrap();
+        assert_eq!(v["error"]["code"], "shutdown");
+        assert_eq!(
+            v["error"]["message"],
+            "cachekeeper: the proxy is shutting down; the stream was ended after its last complete event"
+        );
     }
 }

@@ -35,6 +35,7 @@ use crate::metrics::Metrics;
 use crate::route::RouteTable;
 use crate::state::{Store, StoreOptions};
 use crate::wire::body::BufferBudget;
+use crate::wire::stream::Cutoff;
 use crate::wire::upstream::{self, HttpClient};
 
 /// Response header that tells the client what the passes did.
@@ -81,6 +82,9 @@ pub(crate) struct AppState {
     /// The global budget for buffered request bodies (`[server] max_buffered_bytes`, sized
     /// at start-up), shared by every snapshot.
     pub buffers: Arc<BufferBudget>,
+    /// Ends the responses still open when the shutdown grace is nearly over (every
+    /// snapshot's responses: shared).
+    pub cutoff: Cutoff,
 }
 
 impl AppState {
@@ -109,6 +113,7 @@ impl AppState {
             sessions: shared.sessions,
             record: shared.record,
             buffers: shared.buffers,
+            cutoff: shared.cutoff,
         })
     }
 
@@ -127,6 +132,7 @@ impl AppState {
             sessions: shared.sessions,
             record: shared.record,
             buffers: shared.buffers,
+            cutoff: shared.cutoff,
         }
     }
 
@@ -140,6 +146,7 @@ impl AppState {
             sessions: Arc::clone(&self.sessions),
             record: self.record.clone(),
             buffers: Arc::clone(&self.buffers),
+            cutoff: self.cutoff.clone(),
         }
     }
 }
@@ -154,6 +161,7 @@ struct Shared {
     sessions: Arc<SessionTracker>,
     record: Option<Arc<record::Recorder>>,
     buffers: Arc<BufferBudget>,
+    cutoff: Cutoff,
 }
 
 /// Why the server could not start.
@@ -199,6 +207,7 @@ impl Server {
             sessions: Arc::new(SessionTracker::new(store.clone())),
             record: None,
             buffers: Arc::new(BufferBudget::new(cfg.server.max_buffered_bytes)),
+            cutoff: Cutoff::new(),
             store,
         };
         let state = AppState::build(loaded, shared)?;
@@ -252,15 +261,18 @@ impl Server {
     }
 
     /// Serve until `shutdown` completes, then stop accepting, let in-flight requests
-    /// (streams included) finish for up to `shutdown_grace_ms` (as it was at start-up), and
-    /// flush the state store's queued writes ([`Store::flush`]). Each request runs on the
+    /// (streams included) finish for up to `shutdown_grace_ms` (as it was at start-up; the
+    /// responses still open near its end are ended, an event stream after its last complete
+    /// event: [`crate::wire::listener::serve`]), and flush the state store's queued writes
+    /// ([`Store::flush`]). Each request runs on the
     /// configuration snapshot current when it arrived ([`Reloader`]).
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         let live = self.live;
         let grace = Duration::from_millis(live.load().server.shutdown_grace_ms);
         let serving = Arc::clone(&live);
         let handler = move |req| phases::handle(serving.load_full(), req);
-        crate::wire::listener::serve(self.listener, handler, shutdown, grace).await;
+        let cutoff = live.load().cutoff.clone();
+        crate::wire::listener::serve(self.listener, handler, shutdown, grace, cutoff).await;
         // The writes still queued (the last turns' carriers) reach the disk before the
         // process exits; the flush waits on the writer thread, so off the runtime.
         let last = live.load_full();

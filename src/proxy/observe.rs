@@ -153,12 +153,20 @@ impl BodyObserver for ResponseObserver {
     }
 
     fn on_break(&mut self, why: Break, detail: &str) -> Option<Bytes> {
-        tracing::warn!(
-            target: "cachekeeper::stream",
-            route = self.ctx.route_name(),
-            detail = %detail,
-            "upstream response broke mid-way"
-        );
+        if why == Break::Shutdown {
+            tracing::info!(
+                target: "cachekeeper::stream",
+                route = self.ctx.route_name(),
+                "shutdown grace over; response ended after its last complete event"
+            );
+        } else {
+            tracing::warn!(
+                target: "cachekeeper::stream",
+                route = self.ctx.route_name(),
+                detail = %detail,
+                "upstream response broke mid-way"
+            );
+        }
         if let Some(o) = &mut self.observing {
             // The tee never decides what the client sees.
             let _ = o.tee.on_break(why, detail);
@@ -168,7 +176,8 @@ impl BodyObserver for ResponseObserver {
             let _ = t.on_break(why, detail);
         }
         self.ctx.error = Some(outcome(End::Broken(why)).as_str());
-        self.ctx.error_source = Some("upstream");
+        // A shutdown cut is the proxy's own doing: no source.
+        self.ctx.error_source = (why != Break::Shutdown).then_some("upstream");
         // Anthropic and OpenAI event streams end with their error event; Gemini streams and
         // non-streaming bodies are aborted.
         if !self.event_stream {
@@ -178,7 +187,7 @@ impl BodyObserver for ResponseObserver {
             .observing
             .as_ref()
             .and_then(|o| o.tee.sink().observed().sequence_number);
-        let event = midstream_error_event(self.ctx.dialect, detail, last_sequence)?;
+        let event = midstream_error_event(self.ctx.dialect, why, detail, last_sequence)?;
         // The upstream may have broken inside an event: end that event first (a blank line
         // ends an event), so the error event is read as an event of its own.
         let t = self.tail.as_slice();
@@ -225,6 +234,7 @@ fn outcome(end: End) -> Outcome {
         End::Complete => Outcome::Complete,
         End::Broken(Break::UpstreamBroken) => Outcome::UpstreamBroken,
         End::Broken(Break::IdleTimeout) => Outcome::IdleTimeout,
+        End::Broken(Break::Shutdown) => Outcome::Shutdown,
         End::ClientGone => Outcome::ClientDisconnected,
     }
 }

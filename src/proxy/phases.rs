@@ -383,7 +383,8 @@ fn respond(
         idle,
         may_append,
         ResponseObserver::new(ctx, may_append, observing),
-    );
+    )
+    .cut_by(state.cutoff.waiter());
     Response::from_parts(parts, observed.boxed_unsync())
 }
 

@@ -13,18 +13,30 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
+use crate::wire::stream::Cutoff;
 use crate::wire::{limits, ResponseBody};
 
 /// How long a client may take to send its request headers (slow-header clients), ms.
 pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serve `listener` with `handler` until `shutdown` completes, then stop accepting and let
-/// in-flight requests (streams included) finish for up to `grace`.
+/// How long before the shutdown grace is over the responses still open are ended
+/// ([`Cutoff`]), at most: the time an event stream has to reach its next event boundary and be
+/// written, so that everything is done when the grace is. A quarter of the grace when that is
+/// shorter. Our own figure: providers send an event at least every few hundred ms while they
+/// stream.
+pub(crate) const CUT_LEAD: Duration = Duration::from_secs(1);
+
+/// Serve `listener` with `handler` until `shutdown` completes, then stop accepting (new
+/// connections are refused) and let in-flight requests (streams included) finish for up to
+/// `grace`. Responses still open [`CUT_LEAD`] before the grace is over are ended through
+/// `cutoff` (an event stream after its last complete event); connections still open when it
+/// is over are closed.
 pub(crate) async fn serve<H, F>(
     listener: TcpListener,
     handler: H,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
+    cutoff: Cutoff,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + 'static,
@@ -68,10 +80,17 @@ pub(crate) async fn serve<H, F>(
     }
     drop(listener);
     tracing::info!(target: "cachekeeper::server", grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX), "shutting down; waiting for in-flight requests");
-    if tokio::time::timeout(grace, graceful.shutdown())
+    let lead = CUT_LEAD.min(grace / 4);
+    let drained = graceful.shutdown();
+    tokio::pin!(drained);
+    if tokio::time::timeout(grace.saturating_sub(lead), &mut drained)
         .await
         .is_err()
     {
-        tracing::warn!(target: "cachekeeper::server", "grace period over; closing remaining connections");
+        tracing::info!(target: "cachekeeper::server", "shutdown grace nearly over; ending the responses still open");
+        cutoff.cut();
+        if tokio::time::timeout(lead, &mut drained).await.is_err() {
+            tracing::warn!(target: "cachekeeper::server", "grace period over; closing remaining connections");
+        }
     }
 }

@@ -2,9 +2,14 @@
 //! buffered), with an idle timeout between frames and an observer hook that sees each chunk,
 //! a break, and the end. Knows nothing of LLMs: what a break turns into on the wire (an
 //! event-stream error event, or an abort) is the observer's decision.
+//!
+//! At shutdown, when the grace is nearly over, the [`Cutoff`] ends every body still open: an
+//! event stream at its next event boundary (the client never holds part of an event), any
+//! other body at once; then as a [`Break::Shutdown`].
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -21,6 +26,72 @@ pub enum Break {
     UpstreamBroken,
     /// No chunk arrived within the idle timeout.
     IdleTimeout,
+    /// The proxy is shutting down and the grace is over ([`Cutoff`]).
+    Shutdown,
+}
+
+/// Ends the bodies still open when the shutdown grace is over: [`Cutoff::cut`] fires every
+/// [`CutWait`] handed out. Cheap to clone; one per server, shared across reloads.
+#[derive(Debug, Clone)]
+pub(crate) struct Cutoff(Arc<tokio::sync::watch::Sender<bool>>);
+
+/// Completes when the [`Cutoff`] fires (never, if it is dropped without firing).
+pub(crate) type CutWait = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl Default for Cutoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cutoff {
+    pub(crate) fn new() -> Self {
+        Self(Arc::new(tokio::sync::watch::channel(false).0))
+    }
+
+    /// End every body that waits on this cutoff.
+    pub(crate) fn cut(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// A future for one body ([`ObservedBody::cut_by`]).
+    pub(crate) fn waiter(&self) -> CutWait {
+        let mut rx = self.0.subscribe();
+        Box::pin(async move {
+            if rx.wait_for(|cut| *cut).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+}
+
+/// Whether bytes ending in `tail` end an event-stream event (or nothing was sent): the last
+/// line end is followed by a blank line (WHATWG HTML, event stream interpretation: lines end
+/// with `\n`, `\r\n` or `\r`).
+fn at_event_boundary(tail: &[u8]) -> bool {
+    tail.is_empty()
+        || tail.ends_with(b"\n\n")
+        || tail.ends_with(b"\r\r")
+        || tail.ends_with(b"\n\r\n")
+        || tail.ends_with(b"\r\n\r\n")
+}
+
+/// The length of the shortest prefix of `chunk` after which the stream (`tail`, the last
+/// bytes sent, then `chunk`) is at an event boundary, if any.
+fn first_event_boundary(tail: &[u8], chunk: &[u8]) -> Option<usize> {
+    let mut window: Vec<u8> = tail.to_vec();
+    for (i, b) in chunk.iter().enumerate() {
+        window.push(*b);
+        if window.len() > 4 {
+            window.remove(0);
+        }
+        // A `\r` ending the window may start a `\r\n`: the boundary is after the `\n`.
+        let cr_pending = *b == b'\r' && chunk.get(i + 1) == Some(&b'\n');
+        if !cr_pending && at_event_boundary(&window) {
+            return Some(i + 1);
+        }
+    }
+    None
 }
 
 /// How a response body ended; told to [`BodyObserver::on_end`] exactly once.
@@ -59,6 +130,12 @@ pub(crate) struct ObservedBody<O: BodyObserver> {
     may_append: bool,
     finished: bool,
     observer: O,
+    /// The shutdown cut, until it fires ([`Self::cut_by`]).
+    cut: Option<CutWait>,
+    /// The cut fired: an event stream ends at its next event boundary, anything else now.
+    cutting: bool,
+    /// The last bytes handed to the client (at most 4), to find the event boundary.
+    tail: Vec<u8>,
 }
 
 impl<O: BodyObserver> ObservedBody<O> {
@@ -77,7 +154,24 @@ impl<O: BodyObserver> ObservedBody<O> {
             may_append,
             finished: false,
             observer,
+            cut: None,
+            cutting: false,
+            tail: Vec::new(),
         }
+    }
+
+    /// End the body when `cut` completes ([`Cutoff::waiter`]): at once, or, when the observer
+    /// may end it with a chunk of its own (an event stream), at its next event boundary.
+    pub(crate) fn cut_by(mut self, cut: CutWait) -> Self {
+        self.cut = Some(cut);
+        self
+    }
+
+    fn remember_tail(&mut self, data: &[u8]) {
+        self.tail
+            .extend_from_slice(&data[data.len().saturating_sub(4)..]);
+        let excess = self.tail.len().saturating_sub(4);
+        self.tail.drain(..excess);
     }
 
     fn finish(&mut self, end: End) {
@@ -117,10 +211,31 @@ impl<O: BodyObserver + Unpin> Body for ObservedBody<O> {
         if this.finished {
             return Poll::Ready(None);
         }
+        if let Some(cut) = &mut this.cut {
+            if cut.as_mut().poll(cx).is_ready() {
+                this.cut = None;
+                this.cutting = true;
+            }
+        }
+        if this.cutting && (!this.may_append || at_event_boundary(&this.tail)) {
+            return this.broken(Break::Shutdown, "the proxy is shutting down".to_owned());
+        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
+            Poll::Ready(Some(Ok(mut frame))) => {
+                if this.cutting {
+                    // Part of an event is with the client: send up to the event's end, no
+                    // further; the next poll ends the body.
+                    if let Some(data) = frame.data_mut() {
+                        if let Some(end) = first_event_boundary(&this.tail, data) {
+                            data.truncate(end);
+                        }
+                    }
+                }
                 if let Some(data) = frame.data_ref() {
                     this.observer.on_data(data);
+                    if this.may_append {
+                        this.remember_tail(data);
+                    }
                 }
                 let deadline = tokio::time::Instant::now() + this.idle_timeout;
                 this.idle.as_mut().reset(deadline);
@@ -292,6 +407,70 @@ mod tests {
             seen.lock().unwrap().ends,
             vec![End::Broken(Break::UpstreamBroken)]
         );
+    }
+
+    #[test]
+    fn event_boundaries_by_line_end() {
+        assert!(at_event_boundary(b""));
+        for t in [&b"a\n\n"[..], b"a\r\r", b"a\r\n\r\n", b"a\n\r\n"] {
+            assert!(at_event_boundary(t), "{t:?}");
+        }
+        for t in [&b"a"[..], b"a\n", b"a\r\n", b"\r\n\r"] {
+            assert!(!at_event_boundary(t), "{t:?}");
+        }
+        assert_eq!(first_event_boundary(b"da", b"ta: 1\n\nevent: x"), Some(7));
+        assert_eq!(first_event_boundary(b"a\n", b"\nmore"), Some(1));
+        // `\r\n\r` then `\n`: the boundary is after the `\n`.
+        assert_eq!(first_event_boundary(b"a", b"\r\n\r\nb"), Some(4));
+        assert_eq!(first_event_boundary(b"a", b"bc\n"), None);
+    }
+
+    /// The cut fires while half an event is with the client: the rest of that event goes, the
+    /// next event does not, and the observer ends the stream with its chunk.
+    #[tokio::test]
+    async fn a_cut_ends_an_event_stream_at_its_next_event_boundary() {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        let cutoff = Cutoff::new();
+        let mut b = ObservedBody::new(
+            StreamBody::new(stream).boxed_unsync(),
+            Duration::from_secs(5),
+            true,
+            Recorder(seen.clone(), Some("event: error\n\n")),
+        )
+        .cut_by(cutoff.waiter());
+        let data = |s: &'static str| Ok(Frame::data(Bytes::from_static(s.as_bytes())));
+        tx.send(data("data: 1\n\ndata: ")).await.unwrap();
+        let mut got = b
+            .frame()
+            .await
+            .unwrap()
+            .unwrap()
+            .into_data()
+            .unwrap()
+            .to_vec();
+        cutoff.cut();
+        tx.send(data("2\n\ndata: 3\n\n")).await.unwrap();
+        while let Some(f) = b.frame().await {
+            got.extend_from_slice(&f.unwrap().into_data().unwrap());
+        }
+        assert_eq!(got, b"data: 1\n\ndata: 2\n\nevent: error\n\n");
+        assert_eq!(
+            seen.lock().unwrap().ends,
+            vec![End::Broken(Break::Shutdown)]
+        );
+        // A body the observer cannot end with a chunk is aborted at once.
+        let mut b = ObservedBody::new(
+            body(vec![Ok("{\"a\":")]),
+            Duration::from_secs(5),
+            false,
+            Recorder(Arc::new(Mutex::new(Seen::default())), None),
+        )
+        .cut_by(cutoff.waiter());
+        assert!(b.frame().await.unwrap().is_err());
     }
 
     #[tokio::test]
