@@ -21,7 +21,8 @@ use xxhash_rust::xxh3::Xxh3;
 
 use super::volatile;
 use crate::dialect::Dialect;
-use crate::json::{self, scan};
+use crate::json;
+use crate::json::scan::{self, Index};
 
 pub use crate::digest::{DigestKey, PosDigest};
 
@@ -76,16 +77,17 @@ impl Prefix {
     /// The positions of `body` read as `dialect`; `None` when it is not a JSON object.
     pub(crate) fn of(dialect: Dialect, body: &[u8], key: &DigestKey) -> Option<Prefix> {
         let parsed = json::parse(body).ok()?;
-        Some(Self::of_parsed(dialect, parsed.text, &parsed.top, key))
+        Some(Self::of_parsed(dialect, &parsed, key))
     }
 
-    /// The positions of an already parsed body (`top`: its top-level object).
+    /// The positions of an already parsed body. Every scan below jumps over nested values
+    /// with the parse's index, so a deeply nested body costs one pass, not one per level.
     pub(crate) fn of_parsed(
         dialect: Dialect,
-        text: &str,
-        top: &scan::Object,
+        parsed: &json::Parsed<'_>,
         key: &DigestKey,
     ) -> Prefix {
+        let (text, top, ix) = (parsed.text, &parsed.top, Some(&parsed.index));
         let member = |names: &[&str]| top.get_any(names).map(|m| m.value.clone());
         let (system_key, list_key): (&[&str], &[&str]) = match dialect {
             Dialect::Anthropic => (&["system"], &["messages"]),
@@ -96,26 +98,26 @@ impl Prefix {
         let tools_at = member(&["tools"]);
         let tools = tools_at
             .as_ref()
-            .map(|r| key.digest(b"tools", &[&canonical(text, r)]));
+            .map(|r| key.digest(b"tools", &[&canonical(text, ix, r)]));
         let tool_parts = tools_at
             .as_ref()
-            .map(|r| parts(text, r, key))
+            .map(|r| parts(text, ix, r, key))
             .unwrap_or_default();
         let system_at = member(system_key);
         let (system, system_stable) = match &system_at {
             None => (None, None),
-            Some(r) => system_digests(dialect, text, r, key),
+            Some(r) => system_digests(dialect, text, ix, r, key),
         };
         let system_parts = system_at
             .as_ref()
-            .map(|r| parts(text, r, key))
+            .map(|r| parts(text, ix, r, key))
             .unwrap_or_default();
         let billing_at = system_at
             .as_ref()
             .filter(|_| dialect == Dialect::Anthropic)
             .and_then(|r| {
-                let billing = volatile::billing_block(text, r)?;
-                scan::array_at(text, r.start)?
+                let billing = volatile::billing_block(text, ix, r)?;
+                scan::array_in(text, ix, r.start)?
                     .iter()
                     .position(|el| *el == billing)
             });
@@ -124,18 +126,18 @@ impl Prefix {
         let mut first_user = None;
         if let Some(list) = member(list_key) {
             let elements = if scan::slice(text, &list).starts_with('[') {
-                scan::array_at(text, list.start).unwrap_or_default()
+                scan::array_in(text, ix, list.start).unwrap_or_default()
             } else {
                 // A string `input` (Responses) is one user message.
                 vec![list]
             };
             for (i, el) in elements.iter().enumerate() {
-                let role = role_of(dialect, text, el);
+                let role = role_of(dialect, text, ix, el);
                 if first_user.is_none() && role.as_deref() == Some("user") {
                     first_user = Some(i);
                 }
                 system_like.push(matches!(role.as_deref(), Some("system" | "developer")));
-                messages.push(key.digest(b"message", &[&canonical(text, el)]));
+                messages.push(key.digest(b"message", &[&canonical(text, ix, el)]));
             }
         }
         Prefix {
@@ -252,14 +254,14 @@ impl Prefix {
 }
 
 /// One keyed digest per element of the array at `r` (empty when it is not an array).
-fn parts(text: &str, r: &Range<usize>, key: &DigestKey) -> Vec<PosDigest> {
+fn parts(text: &str, ix: Option<&Index>, r: &Range<usize>, key: &DigestKey) -> Vec<PosDigest> {
     if !scan::slice(text, r).starts_with('[') {
         return Vec::new();
     }
-    scan::array_at(text, r.start)
+    scan::array_in(text, ix, r.start)
         .unwrap_or_default()
         .iter()
-        .map(|el| key.digest(b"part", &[&canonical(text, el)]))
+        .map(|el| key.digest(b"part", &[&canonical(text, ix, el)]))
         .collect()
 }
 
@@ -277,19 +279,20 @@ fn indexed(parts: &[PosDigest], skip: Option<usize>) -> Vec<(usize, PosDigest)> 
 fn system_digests(
     dialect: Dialect,
     text: &str,
+    ix: Option<&Index>,
     r: &Range<usize>,
     key: &DigestKey,
 ) -> (Option<PosDigest>, Option<PosDigest>) {
-    let full = canonical(text, r);
+    let full = canonical(text, ix, r);
     let billing = (dialect == Dialect::Anthropic)
-        .then(|| volatile::billing_block(text, r))
+        .then(|| volatile::billing_block(text, ix, r))
         .flatten();
     let Some(billing) = billing else {
         let d = key.digest(b"system", &[&full]);
         return (Some(d), Some(d));
     };
     // The same array without its first element.
-    let rest: Vec<Range<usize>> = scan::array_at(text, r.start)
+    let rest: Vec<Range<usize>> = scan::array_in(text, ix, r.start)
         .unwrap_or_default()
         .into_iter()
         .filter(|el| *el != billing)
@@ -303,7 +306,7 @@ fn system_digests(
             if i > 0 {
                 h.update(b",");
             }
-            feed(text, el, &mut h);
+            feed(text, ix, el, &mut h);
         }
         h.update(b"]");
         Some(h.digest128().to_le_bytes())
@@ -318,11 +321,11 @@ fn system_digests(
 
 /// The role of a list element (`role`; Gemini's absent role is the user's; a Responses item
 /// of another type has none).
-fn role_of(dialect: Dialect, text: &str, el: &Range<usize>) -> Option<String> {
+fn role_of(dialect: Dialect, text: &str, ix: Option<&Index>, el: &Range<usize>) -> Option<String> {
     if dialect == Dialect::OpenaiResponses && scan::slice(text, el).starts_with('"') {
         return Some("user".to_owned());
     }
-    let obj = scan::object_at(text, el.start)?;
+    let obj = scan::object_in(text, ix, el.start)?;
     match obj
         .get("role")
         .and_then(|m| scan::string_at(text, &m.value))
@@ -334,30 +337,30 @@ fn role_of(dialect: Dialect, text: &str, el: &Range<usize>) -> Option<String> {
 }
 
 /// The xxh3-128 of the value at `r` in canonical form, as 16 bytes.
-fn canonical(text: &str, r: &Range<usize>) -> [u8; 16] {
+fn canonical(text: &str, ix: Option<&Index>, r: &Range<usize>) -> [u8; 16] {
     let mut h = Xxh3::new();
-    feed(text, r, &mut h);
+    feed(text, ix, r, &mut h);
     h.digest128().to_le_bytes()
 }
 
 /// Feed the value at `r` to `h` in canonical form: objects and arrays by their structure
 /// (keys decoded, no whitespace, `cache_control` members left out), scalars as sent.
-fn feed(text: &str, r: &Range<usize>, h: &mut Xxh3) {
-    feed_at(text, r, h, 0);
+fn feed(text: &str, ix: Option<&Index>, r: &Range<usize>, h: &mut Xxh3) {
+    feed_at(text, ix, r, h, 0);
 }
 
 /// Deepest nesting [`feed`] canonicalises, levels; deeper values are hashed as sent (serde_json's
 /// own recursion limit is 128; the failing input: 100,000 nested arrays overflowed the stack).
 const MAX_FEED_DEPTH: usize = 128;
 
-fn feed_at(text: &str, r: &Range<usize>, h: &mut Xxh3, depth: usize) {
+fn feed_at(text: &str, ix: Option<&Index>, r: &Range<usize>, h: &mut Xxh3, depth: usize) {
     let raw = scan::slice(text, r);
     if depth >= MAX_FEED_DEPTH {
         h.update(raw.as_bytes());
         return;
     }
     match raw.as_bytes().first() {
-        Some(b'{') => match scan::object_at(text, r.start) {
+        Some(b'{') => match scan::object_in(text, ix, r.start) {
             Some(obj) => {
                 h.update(b"{");
                 let mut first = true;
@@ -370,20 +373,20 @@ fn feed_at(text: &str, r: &Range<usize>, h: &mut Xxh3, depth: usize) {
                     h.update(&(m.key.len() as u64).to_le_bytes());
                     h.update(m.key.as_bytes());
                     h.update(b":");
-                    feed_at(text, &m.value, h, depth + 1);
+                    feed_at(text, ix, &m.value, h, depth + 1);
                 }
                 h.update(b"}");
             }
             None => h.update(raw.as_bytes()),
         },
-        Some(b'[') => match scan::array_at(text, r.start) {
+        Some(b'[') => match scan::array_in(text, ix, r.start) {
             Some(elements) => {
                 h.update(b"[");
                 for (i, el) in elements.iter().enumerate() {
                     if i > 0 {
                         h.update(b",");
                     }
-                    feed_at(text, el, h, depth + 1);
+                    feed_at(text, ix, el, h, depth + 1);
                 }
                 h.update(b"]");
             }
@@ -595,5 +598,47 @@ mod tests {
         );
         let p = Prefix::of(Dialect::Anthropic, body.as_bytes(), &key()).unwrap();
         assert_eq!(p.messages.len(), 1);
+    }
+
+    #[test]
+    fn the_index_changes_no_digest() {
+        // The parse's index only lets the scans jump over nested values: every digest is the
+        // one a scan without it computes.
+        let body = r#"{"system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=1; cch=00000;"},{"type":"text","text":"s"}],"tools":[{"name":"t","input_schema":{"type":"object","properties":{"a":{"type":"array","items":[[[1,{"b":"\u0063"}]]]}}}}],"messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]},{"role":"assistant","content":[[[[{"k":[1,2,{"x":"y"}]}]]]]}]}"#;
+        let parsed = crate::json::parse(body.as_bytes()).unwrap();
+        let (text, ix) = (parsed.text, Some(&parsed.index));
+        for m in &parsed.top.members {
+            assert_eq!(
+                canonical(text, ix, &m.value),
+                canonical(text, None, &m.value),
+                "{}",
+                m.key
+            );
+            assert_eq!(
+                parts(text, ix, &m.value, &key()),
+                parts(text, None, &m.value, &key())
+            );
+            assert_eq!(
+                system_digests(Dialect::Anthropic, text, ix, &m.value, &key()),
+                system_digests(Dialect::Anthropic, text, None, &m.value, &key())
+            );
+        }
+        assert!(
+            system_digests(
+                Dialect::Anthropic,
+                text,
+                ix,
+                &parsed.top.members[0].value,
+                &key()
+            )
+            .0 != system_digests(
+                Dialect::Anthropic,
+                text,
+                ix,
+                &parsed.top.members[0].value,
+                &key()
+            )
+            .1
+        );
     }
 }

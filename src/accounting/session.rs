@@ -216,7 +216,7 @@ impl SessionTracker {
     /// JSON object.
     pub(crate) fn open(&self, t: &TurnInput<'_>) -> Option<Opened> {
         let parsed = crate::json::parse(t.client).ok()?;
-        let client = Prefix::of_parsed(t.dialect, parsed.text, &parsed.top, t.key);
+        let client = Prefix::of_parsed(t.dialect, &parsed, t.key);
         let chained = (t.dialect == Dialect::OpenaiResponses)
             .then(|| previous_response_id(t.client))
             .flatten();

@@ -61,9 +61,13 @@ pub fn is_billing_line(text: &str) -> bool {
 /// The byte range of the billing block in `text` when the array at `system` (the value of
 /// an Anthropic request's `system`) starts with one: a `{"type":"text","text":…}` object
 /// (a `cache_control` member allowed, nothing else) whose text [`is_billing_line`].
-pub(crate) fn billing_block(text: &str, system: &Range<usize>) -> Option<Range<usize>> {
-    let first = scan::array_at(text, system.start)?.into_iter().next()?;
-    let obj = scan::object_at(text, first.start)?;
+pub(crate) fn billing_block(
+    text: &str,
+    ix: Option<&scan::Index>,
+    system: &Range<usize>,
+) -> Option<Range<usize>> {
+    let first = scan::array_in(text, ix, system.start)?.into_iter().next()?;
+    let obj = scan::object_in(text, ix, first.start)?;
     let only_known = obj
         .members
         .iter()
@@ -100,7 +104,7 @@ mod tests {
             let body = std::fs::read_to_string(&path).unwrap();
             let top = scan::object_at(&body, 0).unwrap();
             let system = top.get("system").unwrap();
-            let block = billing_block(&body, &system.value).expect("billing block");
+            let block = billing_block(&body, None, &system.value).expect("billing block");
             assert!(body[block].contains("cc_version=2.1.197."), "{path:?}");
             n += 1;
         }
@@ -136,7 +140,8 @@ mod tests {
         let find = |system: &str| {
             let body = format!("{{\"system\":{system}}}");
             let top = scan::object_at(&body, 0).unwrap();
-            billing_block(&body, &top.get("system").unwrap().value).map(|r| body[r].to_owned())
+            billing_block(&body, None, &top.get("system").unwrap().value)
+                .map(|r| body[r].to_owned())
         };
         let block = format!("{{\"type\":\"text\",\"text\":\"{line}\"}}");
         assert_eq!(

@@ -51,7 +51,7 @@ fn billing_line(doc: &Doc<'_>, provider: &str, out: &mut Stabilised) {
         return;
     };
     let system = &doc.top.members[idx];
-    let Some(block) = volatile::billing_block(text, &system.value) else {
+    let Some(block) = volatile::billing_block(text, Some(&doc.index), &system.value) else {
         return;
     };
     let Some(elements) = scan::array_at(text, system.value.start) else {
