@@ -9,9 +9,13 @@
 //! sealing key ([`SealKey`], `docs/state.md#carrier-records`) is derived separately from the
 //! raw value, so the stored scope reveals nothing of it.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
 use hkdf::Hkdf;
 use sha2::{Digest, Sha256};
 
+use crate::digest::DigestKey;
 use crate::state::seal::{SealKey, KEY_BYTES};
 
 /// The scope of a request without any credential.
@@ -35,6 +39,70 @@ pub(crate) struct Credential {
     /// The key records of this credential are sealed with; `None` without a credential (its
     /// user content stays in memory only).
     pub sealing: Option<SealKey>,
+    /// The key of this credential's content digests ([`DigestKey::for_credential`] of
+    /// `sealing`).
+    pub digest_key: DigestKey,
+}
+
+/// Most credentials whose derived keys [`identify`] keeps in memory; when full, the memory
+/// is emptied and refilled as requests come. A credential's keys are two HKDF-SHA256
+/// derivations, 52,000 CPU instructions of a 490,000-instruction pass-through request
+/// (callgrind, `benches/instructions.py`); an entry is about 200 bytes, so at most ~1 MiB.
+pub(crate) const MAX_DERIVED_CREDENTIALS: usize = 4096;
+
+/// The keys derived from a credential, kept by the SHA-256 the scope is cut from (never the
+/// credential itself): what [`identify`] derives once per credential rather than per request.
+#[derive(Clone)]
+struct Derived {
+    sealing: SealKey,
+    digest_key: DigestKey,
+}
+
+/// The derived keys of the credentials seen, bounded by `cap` entries.
+struct DerivedKeys {
+    cap: usize,
+    keys: Mutex<HashMap<[u8; 32], Derived>>,
+}
+
+impl DerivedKeys {
+    fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            keys: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The keys of the credential `value` under `name`, whose credential digest is `id`:
+    /// from memory, else derived and remembered. Derivation is deterministic, so the answer
+    /// never depends on what the memory holds.
+    fn get(&self, id: &[u8; 32], name: &str, value: &[u8]) -> Option<Derived> {
+        if let Some(d) = self.keys.lock().ok().and_then(|k| k.get(id).cloned()) {
+            return Some(d);
+        }
+        let sealing = sealing_key(name, value)?;
+        let derived = Derived {
+            digest_key: DigestKey::for_credential(Some(&sealing)),
+            sealing,
+        };
+        if let Ok(mut k) = self.keys.lock() {
+            if k.len() >= self.cap {
+                k.clear();
+            }
+            k.insert(*id, derived.clone());
+        }
+        Some(derived)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.keys.lock().map_or(0, |k| k.len())
+    }
+}
+
+/// The process's [`DerivedKeys`] ([`MAX_DERIVED_CREDENTIALS`] entries).
+fn derived_keys() -> &'static DerivedKeys {
+    static KEYS: OnceLock<DerivedKeys> = OnceLock::new();
+    KEYS.get_or_init(|| DerivedKeys::new(MAX_DERIVED_CREDENTIALS))
 }
 
 /// The first present of `x-api-key`, `authorization`, `x-goog-api-key` (header name, raw
@@ -60,16 +128,38 @@ fn find<'a>(
 /// the raw credential value as input keying material, [`SEAL_SALT`] + the header name as salt
 /// and [`SEAL_INFO`] as info, 32 bytes ([`KEY_BYTES`]). Both are [`NO_CREDENTIAL`] / `None`
 /// when no credential is present.
+///
+/// The derived keys are kept in memory per credential digest ([`MAX_DERIVED_CREDENTIALS`]),
+/// so a credential's requests after its first cost one SHA-256, not three HKDF runs.
 pub(crate) fn identify(headers: &http::HeaderMap, query: Option<&str>) -> Credential {
-    match find(headers, query) {
-        Some((name, value)) => Credential {
-            scope: digest(name, value),
-            sealing: sealing_key(name, value),
+    identify_with(derived_keys(), headers, query)
+}
+
+fn identify_with(keys: &DerivedKeys, headers: &http::HeaderMap, query: Option<&str>) -> Credential {
+    let Some((name, value)) = find(headers, query) else {
+        return no_credential();
+    };
+    let id = credential_digest(name, value);
+    match keys.get(&id, name, value) {
+        Some(d) => Credential {
+            scope: hex16(&id),
+            sealing: Some(d.sealing),
+            digest_key: d.digest_key,
         },
+        // HKDF refused (it cannot for 32 bytes): no key, as before the keys were kept.
         None => Credential {
-            scope: NO_CREDENTIAL.to_owned(),
+            scope: hex16(&id),
             sealing: None,
+            digest_key: DigestKey::for_credential(None),
         },
+    }
+}
+
+fn no_credential() -> Credential {
+    Credential {
+        scope: NO_CREDENTIAL.to_owned(),
+        sealing: None,
+        digest_key: DigestKey::for_credential(None),
     }
 }
 
@@ -97,14 +187,31 @@ fn sealing_key(name: &str, value: &[u8]) -> Option<SealKey> {
     Some(key)
 }
 
+#[cfg(test)]
 fn digest(name: &str, value: &[u8]) -> String {
+    hex16(&credential_digest(name, value))
+}
+
+/// SHA-256 over a domain tag, the header's name, a zero byte and the credential: the scope is
+/// its first 16 bytes in hex.
+fn credential_digest(name: &str, value: &[u8]) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(b"cachekeeper-credential-v1\0");
     h.update(name.as_bytes());
     h.update([0]);
     h.update(value);
-    let d = h.finalize();
-    d[..16].iter().map(|b| format!("{b:02x}")).collect()
+    h.finalize().into()
+}
+
+/// Lower-case hex of the first 16 bytes of `d`.
+fn hex16(d: &[u8; 32]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(32);
+    for b in &d[..16] {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    s
 }
 
 #[cfg(test)]
@@ -193,5 +300,42 @@ mod tests {
         }
         assert_eq!(SealKey::from_bytes(bytes), key);
         assert!(!format!("{key:?}").contains("sk-1"));
+    }
+
+    /// The kept keys are the keys: a credential's second request gets what a fresh
+    /// derivation gives (the scope as `format!("{:02x}")` of the digest gave it, the sealing
+    /// key by HKDF, the digest key from it), and another credential never gets another's.
+    #[test]
+    fn kept_keys_equal_fresh_derivations() {
+        let keys = DerivedKeys::new(2);
+        let h = headers(&[("x-api-key", "sk-kept")]);
+        let want_scope: String = credential_digest("x-api-key", b"sk-kept")[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let want_seal = sealing_key("x-api-key", b"sk-kept").unwrap();
+        for _ in 0..3 {
+            let c = identify_with(&keys, &h, None);
+            assert_eq!(c.scope, want_scope);
+            assert_eq!(c.sealing.as_ref(), Some(&want_seal));
+            assert_eq!(c.digest_key, DigestKey::for_credential(Some(&want_seal)));
+        }
+        assert_eq!(keys.len(), 1);
+        let other = identify_with(&keys, &headers(&[("authorization", "sk-kept")]), None);
+        assert_ne!(other.sealing.as_ref(), Some(&want_seal));
+        assert_eq!(
+            other.sealing,
+            sealing_key("authorization", b"sk-kept"),
+            "same value, other header: its own key"
+        );
+        // Past the bound the memory is emptied, and the answers stay the same.
+        let third = identify_with(&keys, &headers(&[("x-api-key", "sk-3")]), None);
+        assert!(keys.len() <= 2);
+        assert_eq!(third.sealing, sealing_key("x-api-key", b"sk-3"));
+        assert_eq!(identify_with(&keys, &h, None).sealing, Some(want_seal));
+        let none = identify_with(&keys, &headers(&[]), None);
+        assert_eq!(none.scope, NO_CREDENTIAL);
+        assert!(none.sealing.is_none());
+        assert_eq!(none.digest_key, DigestKey::for_credential(None));
     }
 }

@@ -10,7 +10,8 @@
 //! names are capped to the first [`MAX_MODEL_LABELS`] distinct models seen (the rest are
 //! [`OTHER_MODEL`]). No label ever holds a session id, a credential, a path or a query.
 
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::prometheus_text;
@@ -96,6 +97,9 @@ pub(crate) struct Metrics {
     /// Also holds `cachekeeper_build_info{version}` (always 1).
     registry: Registry,
     models: ModelLabels,
+    /// Each route's series of the families below that have a label set per route, looked up
+    /// once per route name ([`RouteSeries`]) rather than built and hashed per request.
+    by_route: RwLock<HashMap<String, std::sync::Arc<RouteSeries>>>,
     /// `cachekeeper_requests_total{route, dialect, status_class, outcome}`: requests, counted
     /// when their log line is written.
     requests: Counters<4>,
@@ -150,6 +154,26 @@ pub(crate) struct Metrics {
     /// to handing the response back to the client. Neither histogram holds the model's time.
     response_overhead: Histograms,
 }
+
+/// One route's series: handles into [`Metrics`]' families (the same counters the text
+/// encodes), each taken on its first use — as `get_or_create` would create it — so counting
+/// a request does not build and hash label sets.
+#[derive(Default)]
+struct RouteSeries {
+    bytes_received: OnceLock<Counter>,
+    bytes_forwarded: OnceLock<Counter>,
+    response_bytes: OnceLock<Counter>,
+    carriers_restored: OnceLock<Counter>,
+    usage_not_reported: OnceLock<Counter>,
+    request_overhead: OnceLock<Histogram>,
+    response_overhead: OnceLock<Histogram>,
+    /// `cachekeeper_requests_total` by (dialect, status class, outcome), as met.
+    requests: Mutex<Vec<(RequestLabels, Counter)>>,
+}
+
+/// The labels of `cachekeeper_requests_total` besides the route: dialect, status class,
+/// outcome.
+type RequestLabels = (String, &'static str, &'static str);
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -295,6 +319,7 @@ impl Metrics {
         Self {
             registry,
             models: ModelLabels::default(),
+            by_route: RwLock::new(HashMap::new()),
             requests,
             errors,
             bytes_received,
@@ -335,29 +360,71 @@ impl Metrics {
             .inc();
     }
 
+    /// The series handles of `route`, made on its first request.
+    fn route_series(&self, route: &str) -> std::sync::Arc<RouteSeries> {
+        if let Some(r) = self
+            .by_route
+            .read()
+            .ok()
+            .and_then(|m| m.get(route).cloned())
+        {
+            return r;
+        }
+        let mut m = match self.by_route.write() {
+            Ok(m) => m,
+            Err(_) => return std::sync::Arc::default(),
+        };
+        std::sync::Arc::clone(m.entry(route.to_owned()).or_default())
+    }
+
     /// Count one request (call once, when its log line is written).
     pub(crate) fn record(&self, s: &RequestSample<'_>) {
         let route = || ("route", s.route.to_owned());
-        self.requests
-            .get_or_create(&[
-                route(),
-                ("dialect", s.dialect.to_owned()),
-                ("status_class", status_class(s.status).to_owned()),
-                ("outcome", s.outcome.as_str().to_owned()),
-            ])
-            .inc();
+        let series = self.route_series(s.route);
+        let class = status_class(s.status);
+        let outcome = s.outcome.as_str();
+        if let Ok(mut known) = series.requests.lock() {
+            match known
+                .iter()
+                .find(|((d, c, o), _)| d == s.dialect && *c == class && *o == outcome)
+            {
+                Some((_, counter)) => {
+                    counter.inc();
+                }
+                None => {
+                    let counter = self
+                        .requests
+                        .get_or_create(&[
+                            route(),
+                            ("dialect", s.dialect.to_owned()),
+                            ("status_class", class.to_owned()),
+                            ("outcome", outcome.to_owned()),
+                        ])
+                        .clone();
+                    counter.inc();
+                    known.push(((s.dialect.to_owned(), class, outcome), counter));
+                }
+            }
+        }
         if let Some(kind) = s.error {
             self.errors
                 .get_or_create(&[route(), ("kind", kind.to_owned())])
                 .inc();
         }
-        add(&self.bytes_received, [route()], s.bytes_in);
-        add(&self.bytes_forwarded, [route()], s.bytes_out);
-        add(&self.response_bytes, [route()], s.response_bytes);
+        let route_counter = |family: &Counters<1>| family.get_or_create(&[route()]).clone();
+        inc_by(&series.bytes_received, s.bytes_in, || {
+            route_counter(&self.bytes_received)
+        });
+        inc_by(&series.bytes_forwarded, s.bytes_out, || {
+            route_counter(&self.bytes_forwarded)
+        });
+        inc_by(&series.response_bytes, s.response_bytes, || {
+            route_counter(&self.response_bytes)
+        });
         for (pass, n) in s.report.counters() {
             add(
                 &self.rewrites,
-                [route(), ("pass", pass.to_owned())],
+                || [route(), ("pass", pass.to_owned())],
                 n as u64,
             );
         }
@@ -366,41 +433,49 @@ impl Metrics {
                 .get_or_create(&[route(), ("reason", reason.to_owned())])
                 .inc();
         }
-        add(
-            &self.carriers_restored,
-            [route()],
+        inc_by(
+            &series.carriers_restored,
             s.report.restore.turns as u64,
+            || route_counter(&self.carriers_restored),
         );
         if s.generation {
-            self.record_usage(s);
+            self.record_usage(s, &series);
         }
         if let Some((cause, write_tokens)) = s.collapse {
             let labels = [route(), ("cause", cause.to_owned())];
             self.collapses.get_or_create(&labels).inc();
             if let Some(n) = write_tokens {
-                add(&self.collapse_write_tokens, labels, n);
+                add(&self.collapse_write_tokens, || labels, n);
             }
         }
+        let route_histogram = |family: &Histograms| family.get_or_create(&[route()]).clone();
         if let Some(d) = s.request_overhead {
-            self.request_overhead
-                .get_or_create(&[route()])
+            series
+                .request_overhead
+                .get_or_init(|| route_histogram(&self.request_overhead))
                 .observe(d.as_secs_f64());
         }
         if let Some(d) = s.response_overhead {
-            self.response_overhead
-                .get_or_create(&[route()])
+            series
+                .response_overhead
+                .get_or_init(|| route_histogram(&self.response_overhead))
                 .observe(d.as_secs_f64());
         }
     }
 
     /// The token counters of a generation: each number the provider reported, added; a
     /// response delivered whole with none counts as `usage_not_reported`.
-    fn record_usage(&self, s: &RequestSample<'_>) {
+    fn record_usage(&self, s: &RequestSample<'_>, series: &RouteSeries) {
         let u = s.usage;
         if *u == Usage::default() {
             if s.outcome == Outcome::Complete && (200..300).contains(&s.status) {
-                self.usage_not_reported
-                    .get_or_create(&[("route", s.route.to_owned())])
+                series
+                    .usage_not_reported
+                    .get_or_init(|| {
+                        self.usage_not_reported
+                            .get_or_create(&[("route", s.route.to_owned())])
+                            .clone()
+                    })
                     .inc();
             }
             return;
@@ -447,10 +522,18 @@ fn counter<const N: usize>(
     family
 }
 
-/// Add `n` to the counter with `labels`; a zero creates no series.
-fn add<const N: usize>(family: &Counters<N>, labels: Labels<N>, n: u64) {
+/// Add `n` to the counter with `labels`; a zero creates no series (and builds no labels).
+fn add<const N: usize>(family: &Counters<N>, labels: impl FnOnce() -> Labels<N>, n: u64) {
     if n > 0 {
-        family.get_or_create(&labels).inc_by(n);
+        family.get_or_create(&labels()).inc_by(n);
+    }
+}
+
+/// Add `n` to a route's series ([`RouteSeries`]), taking it from `make` on its first
+/// non-zero add; a zero creates no series.
+fn inc_by(counter: &OnceLock<Counter>, n: u64, make: impl FnOnce() -> Counter) {
+    if n > 0 {
+        counter.get_or_init(make).inc_by(n);
     }
 }
 
@@ -751,6 +834,69 @@ mod tests {
         assert!(!t
             .lines()
             .any(|l| l.starts_with("cachekeeper_requests_total{a=")));
+    }
+
+    /// A route's series handles count into the families the text encodes, and a zero still
+    /// creates no series (as `get_or_create` on the first non-zero add did).
+    #[test]
+    fn route_series_are_the_families_series() {
+        let m = Metrics::new();
+        let report = RewriteReport::default();
+        let usage = Usage::default();
+        let mut quiet = sample(&report, &usage);
+        quiet.bytes_in = 0;
+        quiet.bytes_out = 0;
+        quiet.response_bytes = 0;
+        quiet.request_overhead = None;
+        quiet.response_overhead = None;
+        quiet.generation = false;
+        m.record(&quiet);
+        let t = m.encode();
+        for absent in [
+            "cachekeeper_request_received_bytes_total{",
+            "cachekeeper_response_bytes_total{",
+            "cachekeeper_request_overhead_seconds_count{",
+            "cachekeeper_usage_not_reported_total{",
+        ] {
+            assert!(!t.contains(absent), "{absent} in {t}");
+        }
+        let mut other = sample(&report, &usage);
+        other.route = "openai";
+        other.dialect = "openai";
+        for s in [sample(&report, &usage), other, sample(&report, &usage)] {
+            m.record(&s);
+        }
+        let t = m.encode();
+        let v = |series: &str| value(&t, series);
+        assert_eq!(
+            v(r#"cachekeeper_request_received_bytes_total{route="anthropic"}"#),
+            Some(200.0),
+            "{t}"
+        );
+        assert_eq!(
+            v(r#"cachekeeper_request_received_bytes_total{route="openai"}"#),
+            Some(100.0)
+        );
+        assert_eq!(
+            v(
+                r#"cachekeeper_requests_total{route="anthropic",dialect="anthropic",status_class="2xx",outcome="complete"}"#
+            ),
+            Some(3.0)
+        );
+        assert_eq!(
+            v(
+                r#"cachekeeper_requests_total{route="openai",dialect="openai",status_class="2xx",outcome="complete"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            v(r#"cachekeeper_usage_not_reported_total{route="anthropic"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            v(r#"cachekeeper_response_overhead_seconds_count{route="openai"}"#),
+            Some(1.0)
+        );
     }
 
     #[test]

@@ -380,7 +380,8 @@ impl SessionTracker {
             self.roll_back(scope, record);
         }
         if let Some(rec) = record.to_record() {
-            self.store.put(rec);
+            // Read back only by the report and the dashboard (through the backend).
+            self.store.write(rec);
         }
     }
 

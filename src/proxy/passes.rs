@@ -46,6 +46,8 @@ pub(crate) struct Plan {
     /// The request credential's sealing key ([`crate::credential::identify`]; `None` without
     /// a credential): what stored carriers are opened with.
     pub sealing: Option<crate::state::seal::SealKey>,
+    /// The key of the credential's content digests ([`crate::credential::Credential`]).
+    pub digest_key: DigestKey,
     /// The request's `content-encoding`, decoded before the passes.
     pub encoding: Option<String>,
     /// The request's `anthropic-beta` header.
@@ -423,9 +425,9 @@ fn passes_on(
         )?)
     };
     let decoded = decoded.as_ref();
-    let key = DigestKey::for_credential(plan.sealing.as_ref());
+    let key = &plan.digest_key;
     let opened = if begin_turn {
-        open(plan, decoded, &key)
+        open(plan, decoded, key)
     } else {
         None
     };
@@ -453,7 +455,7 @@ fn passes_on(
     let cold = memo.as_ref().map(|m| ColdInputs {
         retired: &m.retired,
         cold: m.cold && route.images.cold_eviction,
-        key: &key,
+        key,
     });
     Some(run_passes(plan, decoded, recovery, cold, defer).map(|outcome| {
         if outcome.report.images.deferred > 0 {
@@ -463,7 +465,7 @@ fn passes_on(
             // A lost record costs one collapse: say why the images changed.
             tracing::info!(target: "cachekeeper::rewrite", route = %route.name, session = %session, "cold-cache eviction: no record of this session (new, or purged or unreadable): the eviction step function alone decided which images to retire");
         }
-        let accounted = account(plan, decoded, &outcome, &key, opened);
+        let accounted = account(plan, decoded, &outcome, key, opened);
         (outcome, accounted, memo)
     }))
 }
@@ -680,6 +682,7 @@ mod tests {
             path_model: None,
             credential_scope: "k".to_owned(),
             sealing: None,
+            digest_key: DigestKey::for_credential(None),
             encoding: None,
             anthropic_beta: None,
             droppable: Arc::new([]),

@@ -317,6 +317,7 @@ fn plan(
         path_model: model_from_path(&ctx.rest).map(str::to_owned),
         credential_scope: credential.scope,
         sealing: credential.sealing,
+        digest_key: credential.digest_key,
         encoding: header_str(header::CONTENT_ENCODING.as_str()),
         anthropic_beta: joined_header(headers, "anthropic-beta"),
         droppable: state.reasoning.droppable_params.clone().into(),

@@ -614,6 +614,26 @@ impl Store {
         self.send(Op::Put(rec));
     }
 
+    /// Store `rec` in the backend only, by the writer thread, without keeping it in the read
+    /// cache: for records the hot path never reads back (each turn's usage record, read by
+    /// the report and the dashboard through [`Store::scan`]), whose cache insert and LRU
+    /// eviction cost more than the write itself. A cached copy of the key is dropped, so a
+    /// later [`Store::get`] reads the backend (behind this write in the queue). Without a
+    /// writer thread the record is kept in memory, as [`Store::put`] would.
+    pub(crate) fn write(&self, rec: Record) {
+        if self.tx.is_none() {
+            self.cache_insert(rec);
+            return;
+        }
+        if let Some(mut c) = self.cache() {
+            if let Ok(mut a) = self.inner.absent.lock() {
+                a.remove(&rec.key);
+            }
+            c.remove(&rec.key);
+        }
+        self.send(Op::Put(rec));
+    }
+
     /// Hold `rec` in memory only: never written to the backend, gone on restart, evicted like
     /// any cached record when the cache is full (`[state]` cache bound). For user content
     /// that may not reach the disk (the captured carriers of a request without a credential:
@@ -941,6 +961,27 @@ mod tests {
         // The delete waits for the batch, and the put after it for the delete.
         assert!(matches!(next, Some(Op::Delete(ref k)) if k.key == "a"));
         assert!(matches!(rx.try_recv(), Ok(Op::Put(ref r)) if r.key.key == "c"));
+    }
+
+    /// `write` reaches the backend without filling the read cache; a cached copy of the key
+    /// is dropped (a read then comes from the backend), and an absent mark is forgotten.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn write_goes_to_the_backend_only() {
+        let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 20);
+        let rec = |v: &[u8]| Record::new(Kind::Usage, "", "s\n00000001", v.to_vec());
+        let t = Duration::from_secs(5);
+        assert_eq!(store.get(&rec(b"").key, t), None); // remembered as absent
+        store.write(rec(b"1"));
+        assert_eq!(store.cached_bytes(), 0);
+        store.flush();
+        assert_eq!(store.scan(Kind::Usage, t).unwrap(), vec![rec(b"1")]);
+        assert_eq!(store.get(&rec(b"").key, t).unwrap().value, b"1");
+        // The get put it in the cache; a second write drops that copy.
+        assert!(store.get_cached(&rec(b"").key).is_some());
+        store.write(rec(b"2"));
+        assert!(store.get_cached(&rec(b"").key).is_none());
+        assert_eq!(store.get(&rec(b"").key, t).unwrap().value, b"2");
     }
 
     #[test]
