@@ -22,10 +22,13 @@ cd "$(dirname "$0")/.."
 # (pyenv, python.org builds) have it built in, so the check passes there without it.
 # chromium + chromium-driver: the dashboard test (tests/e2e/test_dashboard.py) drives Debian's
 # browser headless through Debian's driver, so nothing downloads a browser or a driver.
+# redis-server: the Redis state backend's tests start it on a free loopback port (no
+# persistence) and kill it at the end; without it those tests fail, naming it.
 SYSTEM_PACKAGES=(
   "python3-venv|${PYTHON:-python3} -c 'import ensurepip, venv'"
   "chromium|command -v chromium"
   "chromium-driver|command -v chromedriver"
+  "redis-server|command -v redis-server"
 )
 
 echo "==> system packages"

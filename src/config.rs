@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! [server]   # listen, timeouts, max_rewrite_bytes, dry_run, client_token, ca_file
-//! [state]    # SQLite path, retention
+//! [state]    # backend (SQLite path or Redis url), retention
 //! [images]   # eviction ceilings and downscale budget; overridable per route
 //! [reasoning]
 //! [[routes]] # name, prefix, upstream, dialect?, provider?, [routes.images]
@@ -116,26 +116,146 @@ impl Default for ServerConfig {
     }
 }
 
-/// `[state]`: the SQLite store (verdicts, carriers, usage).
+/// `[state]`: where verdicts, carriers, sessions and usage are kept: an embedded SQLite file
+/// (the default) or a Redis server shared by several instances (`docs/state.md`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
-    /// SQLite file, relative to the config file's folder. Default `cachekeeper.db`.
+    /// `"sqlite"` (default) or `"redis"`.
+    pub backend: StateBackend,
+    /// SQLite file, relative to the config file's folder. Default `cachekeeper.db`. Unused
+    /// with `backend = "redis"`.
     pub path: PathBuf,
-    /// Records older than this many days are deleted (0 = never). Default 30.
+    /// Records older than this many days are deleted (0 = never). Default 30. With Redis it
+    /// is also the records' TTL (verdicts excepted).
     pub retention_days: u32,
     /// Bound on the stored records' total size, bytes: past it the oldest records of the
     /// large kinds are evicted first, verdicts never (`docs/state.md`). Default 1 GiB.
     pub max_bytes: u64,
+    /// `backend = "redis"`: `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`, or `rediss://` for
+    /// TLS. Printed redacted everywhere ([`crate::state::RedisUrl`]). Exactly one of `url`
+    /// and `url_env`.
+    pub url: Option<crate::state::UrlText>,
+    /// `backend = "redis"`: the name of an environment variable holding the URL (so the
+    /// password stays out of the file). Read at load; its value is never logged.
+    pub url_env: Option<String>,
+    /// `backend = "redis"`: how long reading one record may wait for Redis, ms. Default 20
+    /// ([`crate::state::redis::DEFAULT_READ_TIMEOUT_MS`]). Past it the read counts as a miss.
+    pub read_timeout_ms: Option<u64>,
+    /// Not built yet (issue 13: the final chunk of a response waiting for its carrier and
+    /// session writes); rejected at load.
+    pub write_wait_ms: Option<u64>,
+    /// Not built yet (issue 13: the transcode cache in Redis); rejected at load.
+    pub share_transcodes: Option<bool>,
+    /// The URL from `url` or `url_env`, set by validation.
+    #[serde(skip)]
+    resolved_url: Option<crate::state::RedisUrl>,
+}
+
+/// `[state] backend`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateBackend {
+    /// One SQLite file (`[state] path`).
+    #[default]
+    Sqlite,
+    /// A Redis server (`[state] url` / `url_env`).
+    Redis,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
         Self {
+            backend: StateBackend::Sqlite,
             path: PathBuf::from("cachekeeper.db"),
             retention_days: 30,
             max_bytes: 1024 * 1024 * 1024,
+            url: None,
+            url_env: None,
+            read_timeout_ms: None,
+            write_wait_ms: None,
+            share_transcodes: None,
+            resolved_url: None,
         }
+    }
+}
+
+impl StateConfig {
+    /// The Redis URL when `backend = "redis"` (resolved from `url` or `url_env` at load).
+    pub fn redis_url(&self) -> Option<&crate::state::RedisUrl> {
+        self.resolved_url.as_ref()
+    }
+
+    /// `read_timeout_ms` or its default, ms.
+    pub fn read_timeout_ms(&self) -> u64 {
+        self.read_timeout_ms
+            .unwrap_or(crate::state::redis::DEFAULT_READ_TIMEOUT_MS)
+    }
+
+    /// Where the records are, for `check`: `sqlite <path>` or `redis <url, redacted>`.
+    pub fn describe(&self, base_dir: &Path) -> String {
+        match self.redis_url() {
+            Some(u) => format!("redis {u}"),
+            None => format!("sqlite {}", base_dir.join(&self.path).display()),
+        }
+    }
+
+    /// Check the backend's keys and resolve the Redis URL; the message of an unusable one.
+    fn resolve(&mut self) -> Result<(), String> {
+        const NOT_BUILT: &str = "is not built yet (issue 13); remove it";
+        if self.write_wait_ms.is_some() {
+            return Err(format!("[state] write_wait_ms {NOT_BUILT}"));
+        }
+        if self.share_transcodes.is_some() {
+            return Err(format!("[state] share_transcodes {NOT_BUILT}"));
+        }
+        if self.backend == StateBackend::Sqlite {
+            for (set, key) in [
+                (self.url.is_some(), "url"),
+                (self.url_env.is_some(), "url_env"),
+                (self.read_timeout_ms.is_some(), "read_timeout_ms"),
+            ] {
+                if set {
+                    return Err(format!(
+                        "[state] {key} applies to backend = \"redis\" only; this config uses \
+                         sqlite (set backend = \"redis\" or remove {key})"
+                    ));
+                }
+            }
+            self.resolved_url = None;
+            return Ok(());
+        }
+        if self.read_timeout_ms == Some(0) {
+            return Err("[state] read_timeout_ms must be at least 1".to_owned());
+        }
+        let url = match (&self.url, &self.url_env) {
+            (Some(u), None) => u
+                .parse()
+                .map_err(|e| format!("[state] url: not a usable Redis URL: {e}"))?,
+            (None, Some(name)) => {
+                let text = std::env::var(name).map_err(|_| {
+                    format!(
+                        "[state] url_env = {name:?}: the environment variable is not set (or \
+                         not UTF-8)"
+                    )
+                })?;
+                crate::state::RedisUrl::parse(&text).map_err(|e| {
+                    format!("[state] url_env = {name:?}: not a usable Redis URL: {e}")
+                })?
+            }
+            (Some(_), Some(_)) => {
+                return Err("[state] url and url_env are both set; keep one".to_owned())
+            }
+            (None, None) => {
+                return Err(
+                    "[state] backend = \"redis\" needs url = \"redis://HOST:PORT/DB\" or \
+                     url_env = \"NAME\""
+                        .to_owned(),
+                )
+            }
+        };
+        self.resolved_url = Some(url);
+        Ok(())
     }
 }
 
@@ -494,6 +614,9 @@ impl Config {
 
     fn validate(&mut self, warnings: &mut Vec<String>) -> Result<(), FromTomlError> {
         let invalid = |m: String| Err(FromTomlError::Invalid(m));
+        if let Err(m) = self.state.resolve() {
+            return invalid(m);
+        }
         self.images.clamp("images", warnings);
         if self.server.max_buffered_bytes < self.server.max_rewrite_bytes {
             return invalid(format!(
@@ -1030,5 +1153,105 @@ upstream = "https://api.anthropic.com"
         let loaded = Config::load(&path).unwrap();
         assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
         assert!(loaded.config.routes.len() >= 8);
+    }
+
+    fn state_section(body: &str) -> Result<Config, String> {
+        Config::from_toml(&format!("{MINIMAL}[state]\n{body}\n"))
+            .map(|(c, _)| c)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn state_backend_defaults_to_sqlite_and_redis_takes_a_url() {
+        let (c, _) = Config::from_toml(MINIMAL).unwrap();
+        assert_eq!(c.state.backend, StateBackend::Sqlite);
+        assert!(c.state.redis_url().is_none());
+        assert_eq!(c.state.read_timeout_ms(), 20);
+        assert_eq!(
+            c.state.describe(Path::new("/etc/ck")),
+            "sqlite /etc/ck/cachekeeper.db"
+        );
+        let c = state_section(
+            "backend = \"redis\"\nurl = \"redis://app:s3cret@10.1.2.3:6380/4\"\nread_timeout_ms = 35",
+        )
+        .unwrap();
+        assert_eq!(c.state.backend, StateBackend::Redis);
+        assert_eq!(
+            c.state.redis_url().map(|u| u.expose()),
+            Some("redis://app:s3cret@10.1.2.3:6380/4")
+        );
+        assert_eq!(c.state.read_timeout_ms(), 35);
+        // Printed anywhere, the password is not there.
+        let shown = c.state.describe(Path::new("."));
+        assert_eq!(shown, "redis redis://app:***@10.1.2.3:6380/4");
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+    }
+
+    #[test]
+    fn state_url_env_is_read_at_load_and_never_quoted() {
+        let name = "CACHEKEEPER_TEST_STATE_URL_ENV_OK";
+        std::env::set_var(name, "rediss://:pw-from-env@cache.internal:6390/1");
+        let c = state_section(&format!("backend = \"redis\"\nurl_env = \"{name}\"")).unwrap();
+        let url = c.state.redis_url().unwrap();
+        assert!(url.is_tls());
+        assert_eq!(url.redacted(), "rediss://:***@cache.internal:6390/1");
+        assert!(!format!("{c:?}").contains("pw-from-env"));
+        let err = state_section("backend = \"redis\"\nurl_env = \"CACHEKEEPER_TEST_UNSET_VAR\"")
+            .unwrap_err();
+        assert!(
+            err.contains("CACHEKEEPER_TEST_UNSET_VAR") && err.contains("not set"),
+            "{err}"
+        );
+        let bad = "CACHEKEEPER_TEST_STATE_URL_ENV_BAD";
+        std::env::set_var(bad, "http://:pw-from-env@h:1/0");
+        let err = state_section(&format!("backend = \"redis\"\nurl_env = \"{bad}\"")).unwrap_err();
+        assert!(err.contains("redis:// or rediss://"), "{err}");
+        assert!(!err.contains("pw-from-env"), "{err}");
+    }
+
+    #[test]
+    fn state_keys_that_do_nothing_are_rejected() {
+        for (body, want) in [
+            ("write_wait_ms = 50", "write_wait_ms is not built yet"),
+            (
+                "share_transcodes = true",
+                "share_transcodes is not built yet",
+            ),
+            (
+                "share_transcodes = false",
+                "share_transcodes is not built yet",
+            ),
+            (
+                "url = \"redis://h:1/0\"",
+                "url applies to backend = \"redis\" only",
+            ),
+            (
+                "url_env = \"X\"",
+                "url_env applies to backend = \"redis\" only",
+            ),
+            (
+                "read_timeout_ms = 5",
+                "read_timeout_ms applies to backend = \"redis\" only",
+            ),
+            ("backend = \"redis\"", "needs url"),
+            (
+                "backend = \"redis\"\nurl = \"redis://h:1/0\"\nurl_env = \"X\"",
+                "both set",
+            ),
+            (
+                "backend = \"redis\"\nurl = \"redis://h:1/0\"\nread_timeout_ms = 0",
+                "at least 1",
+            ),
+            ("backend = \"valkey\"", "unknown variant"),
+        ] {
+            let err = state_section(body).unwrap_err();
+            assert!(err.contains(want), "{body}: {err}");
+        }
+        // A bad URL in the file: the message names the problem, not the password.
+        let err =
+            state_section("backend = \"redis\"\nurl = \"redis://:hunter2@h:1/cache\"").unwrap_err();
+        assert!(err.contains("database number"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
     }
 }

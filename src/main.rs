@@ -145,7 +145,7 @@ fn verdicts(path: &std::path::Path, clear: Option<&[String]>) -> ExitCode {
         Err(code) => return code,
     };
     let opts = state::StoreOptions::from_config(&loaded.config.state, &loaded.base_dir);
-    if !opts.path.exists() {
+    if opts.redis.is_none() && !opts.path.exists() {
         println!(
             "no verdicts (no state database at {} yet)",
             opts.path.display()
@@ -155,10 +155,7 @@ fn verdicts(path: &std::path::Path, clear: Option<&[String]>) -> ExitCode {
     let store = match state::Store::open_strict(&opts) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!(
-                "error: cannot open state database {}: {e}",
-                opts.path.display()
-            );
+            eprintln!("error: cannot open state database {}: {e}", opts.location());
             return ExitCode::FAILURE;
         }
     };
@@ -168,7 +165,7 @@ fn verdicts(path: &std::path::Path, clear: Option<&[String]>) -> ExitCode {
         let n = store.verdicts().clear(host, model);
         store.flush();
         if !store.is_durable() {
-            eprintln!("error: could not write {}", opts.path.display());
+            eprintln!("error: could not write {}", opts.location());
             return ExitCode::FAILURE;
         }
         println!(
@@ -179,7 +176,7 @@ fn verdicts(path: &std::path::Path, clear: Option<&[String]>) -> ExitCode {
     }
     let all = store.verdicts().all();
     if all.is_empty() {
-        println!("no verdicts in {}", opts.path.display());
+        println!("no verdicts in {}", opts.location());
         return ExitCode::SUCCESS;
     }
     // One line per (host, model): host, model, fields (`message:…` / `param:…` /
@@ -268,6 +265,12 @@ fn check_to(path: &std::path::Path, out: &mut impl Write) -> std::io::Result<Exi
     }
     writeln!(out, "config OK: {}", path.display())?;
     writeln!(out, "listen: {}", loaded.config.server.listen)?;
+    // A Redis URL is printed redacted (`RedisUrl`'s Display).
+    writeln!(
+        out,
+        "state: {}",
+        loaded.config.state.describe(&loaded.base_dir)
+    )?;
     // Config order (the table itself is sorted longest prefix first, for matching).
     let ordered = loaded
         .config

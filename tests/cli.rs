@@ -70,6 +70,68 @@ fn check_prints_routes_in_config_order() {
     assert_eq!(names, ["zeta", "alpha", "root"], "{text}");
 }
 
+/// `check` names the state store; a Redis URL's password (in the file or in the environment
+/// variable `url_env` names) is printed as `***`, never in clear, and a bad URL's error does
+/// not quote it either. `check` does not connect to Redis.
+#[test]
+fn check_prints_the_redis_url_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &routes(&[("a", "/a")]));
+    let base = std::fs::read_to_string(&cfg).unwrap();
+    let check = |state: &str, env: &[(&str, &str)]| {
+        let toml = base.replacen("[state]\n", &format!("[state]\n{state}\n"), 1);
+        std::fs::write(&cfg, toml).unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["check", "--config", cfg.to_str().unwrap()]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = check("", &[]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!(
+            "state: sqlite {}",
+            dir.path().join("state.db").display()
+        )),
+        "{text}"
+    );
+    let (ok, text) = check(
+        "backend = \"redis\"\nurl = \"redis://app:Tr0ub4dor@10.9.8.7:6390/2\"",
+        &[],
+    );
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("state: redis redis://app:***@10.9.8.7:6390/2"),
+        "{text}"
+    );
+    assert!(!text.contains("Tr0ub4dor"), "{text}");
+    let (ok, text) = check(
+        "backend = \"redis\"\nurl_env = \"CK_TEST_URL\"",
+        &[("CK_TEST_URL", "rediss://:c0rrect-h0rse@cache:6380/0")],
+    );
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("state: redis rediss://:***@cache:6380/0"),
+        "{text}"
+    );
+    assert!(!text.contains("c0rrect-h0rse"), "{text}");
+    let (ok, text) = check(
+        "backend = \"redis\"\nurl = \"redis://:Tr0ub4dor@h:1/not-a-db\"",
+        &[],
+    );
+    assert!(!ok, "{text}");
+    assert!(text.contains("database number"), "{text}");
+    assert!(!text.contains("Tr0ub4dor"), "{text}");
+}
+
 #[test]
 fn check_warns_about_a_listen_address_beyond_loopback_without_a_client_token() {
     let dir = tempfile::tempdir().unwrap();

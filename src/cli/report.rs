@@ -24,8 +24,7 @@ use crate::accounting::pricing::Pricing;
 use crate::accounting::record::turns_from;
 use crate::accounting::summary::{self, MoneySum, SessionDetail, SessionSummary};
 use crate::config::Config;
-use crate::state::sqlite::SqliteBackend;
-use crate::state::{Backend, Kind, StoreOptions};
+use crate::state::{Kind, StoreOptions};
 
 use super::state::age;
 
@@ -66,10 +65,10 @@ pub fn run(args: &ReportArgs) -> ExitCode {
     };
     let pricing = pricing_of(&loaded.config);
     let opts = StoreOptions::from_config(&loaded.config.state, &loaded.base_dir);
-    let path = opts.path.display().to_string();
-    let turns = if opts.path.exists() {
+    let path = opts.location();
+    let turns = if opts.redis.is_some() || opts.path.exists() {
         // Read-only: the report changes nothing (a read-only copy of the file works too).
-        let read = SqliteBackend::open_read_only(&opts.path).and_then(|mut b| b.scan(Kind::Usage));
+        let read = opts.open_reader().and_then(|mut b| b.scan(Kind::Usage));
         match read {
             Ok(records) => {
                 let turns = turns_from(&records);

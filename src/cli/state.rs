@@ -9,12 +9,12 @@
 //! `docs/state.md#the-state-command`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::cli::table::{push_table, table};
 
-use crate::state::sqlite::{RecordInfo, SqliteBackend};
+use crate::state::sqlite::RecordInfo;
 use crate::state::{now_secs, Backend, Kind, StoreOptions, RELOAD_INTERVAL};
 
 /// Seconds in a day (`--older-than` is in days).
@@ -60,8 +60,8 @@ pub fn run(args: &StateArgs) -> ExitCode {
         Err(code) => return code,
     };
     let opts = StoreOptions::from_config(&loaded.config.state, &loaded.base_dir);
-    let path = opts.path.display();
-    if !opts.path.exists() {
+    let path = opts.location();
+    if opts.redis.is_none() && !opts.path.exists() {
         if args.purge {
             println!("purged 0 records (no state database at {path})");
         } else {
@@ -69,7 +69,7 @@ pub fn run(args: &StateArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let mut backend = match SqliteBackend::open(&opts.path, opts.max_bytes) {
+    let mut backend = match opts.open_backend() {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: cannot open state database {path}: {e}");
@@ -77,7 +77,7 @@ pub fn run(args: &StateArgs) -> ExitCode {
         }
     };
     if args.purge {
-        return purge(&mut backend, &kinds, args.older_than, &opts.path);
+        return purge(backend.as_mut(), &kinds, args.older_than, &path);
     }
     match backend.list() {
         Ok(all) => {
@@ -86,7 +86,7 @@ pub fn run(args: &StateArgs) -> ExitCode {
                 .into_iter()
                 .filter(|r| kinds.contains(&r.key.kind))
                 .collect();
-            print!("{}", render(&shown, now, &opts.path));
+            print!("{}", render(&shown, now, &path));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -97,10 +97,10 @@ pub fn run(args: &StateArgs) -> ExitCode {
 }
 
 fn purge(
-    backend: &mut SqliteBackend,
+    backend: &mut dyn Backend,
     kinds: &[Kind],
     older_than: Option<u32>,
-    path: &Path,
+    path: &str,
 ) -> ExitCode {
     let cutoff = match older_than {
         Some(days) => now_secs().saturating_sub(i64::from(days).saturating_mul(DAY_SECS)),
@@ -117,7 +117,7 @@ fn purge(
                 }
             }
             Err(e) => {
-                eprintln!("error: cannot delete from {}: {e}", path.display());
+                eprintln!("error: cannot delete from {path}: {e}");
                 return ExitCode::FAILURE;
             }
         }
@@ -130,10 +130,7 @@ fn purge(
     let age = older_than
         .map(|d| format!(" written more than {d} day(s) ago"))
         .unwrap_or_default();
-    println!(
-        "purged {total} record(s){age}{detail} from {}",
-        path.display()
-    );
+    println!("purged {total} record(s){age}{detail} from {path}");
     if total > 0 {
         println!(
             "a running proxy forgets them within {} s",
@@ -203,9 +200,9 @@ pub(crate) fn age(secs: i64) -> String {
 
 /// The listing: a summary line, one row per kind (records, bytes, distinct credential
 /// scopes, oldest and newest age), then one row per (kind, host, model).
-fn render(records: &[RecordInfo], now: i64, path: &Path) -> String {
+fn render(records: &[RecordInfo], now: i64, path: &str) -> String {
     if records.is_empty() {
-        return format!("no records in {}\n", path.display());
+        return format!("no records in {path}\n");
     }
     let mut kinds: BTreeMap<&'static str, Group> = BTreeMap::new();
     let mut by_model: BTreeMap<(&'static str, String, String), Group> = BTreeMap::new();
@@ -224,8 +221,7 @@ fn render(records: &[RecordInfo], now: i64, path: &Path) -> String {
         )
     };
     let mut out = format!(
-        "{}: {} record(s), {} bytes, {} credential scope(s)\n\n",
-        path.display(),
+        "{path}: {} record(s), {} bytes, {} credential scope(s)\n\n",
         all.records,
         all.bytes,
         all.scopes.len()
@@ -323,7 +319,7 @@ mod tests {
                 now - 30,
             ),
         ];
-        let text = render(&records, now, Path::new("/s/state.db"));
+        let text = render(&records, now, "/s/state.db");
         assert!(
             text.starts_with("/s/state.db: 4 record(s), 1700 bytes, 2 credential scope(s)\n"),
             "{text}"
@@ -383,7 +379,7 @@ mod tests {
         assert!(text.lines().all(|l| !l.ends_with(' ')), "{text:?}");
         assert!(text.ends_with("30s\n"), "{text:?}");
         assert_eq!(
-            render(&[], now, Path::new("/s/state.db")),
+            render(&[], now, "/s/state.db"),
             "no records in /s/state.db\n"
         );
     }

@@ -56,6 +56,11 @@ struct Fixed {
     max_buffered_bytes: u64,
     /// The state file, resolved against the config file's folder.
     state_path: PathBuf,
+    /// `[state] backend` and the Redis URL (compared in full, printed redacted): the store
+    /// is opened once.
+    state_backend: crate::config::StateBackend,
+    state_url: Option<crate::state::RedisUrl>,
+    state_read_timeout_ms: u64,
     retention_days: u32,
     state_max_bytes: u64,
     transcode_cache_bytes: u64,
@@ -69,6 +74,9 @@ impl Fixed {
             shutdown_grace_ms: cfg.server.shutdown_grace_ms,
             max_buffered_bytes: cfg.server.max_buffered_bytes,
             state_path: loaded.base_dir.join(&cfg.state.path),
+            state_backend: cfg.state.backend,
+            state_url: cfg.state.redis_url().cloned(),
+            state_read_timeout_ms: cfg.state.read_timeout_ms(),
             retention_days: cfg.state.retention_days,
             state_max_bytes: cfg.state.max_bytes,
             transcode_cache_bytes: cfg.images.transcode_cache_bytes,
@@ -102,6 +110,11 @@ impl Fixed {
             new.state_path.display().to_string(),
         );
         diff(
+            "[state] backend",
+            format!("{:?}", self.state_backend).to_lowercase(),
+            format!("{:?}", new.state_backend).to_lowercase(),
+        );
+        diff(
             "[state] retention_days",
             self.retention_days.to_string(),
             new.retention_days.to_string(),
@@ -116,6 +129,23 @@ impl Fixed {
             self.transcode_cache_bytes.to_string(),
             new.transcode_cache_bytes.to_string(),
         );
+        diff(
+            "[state] read_timeout_ms",
+            self.state_read_timeout_ms.to_string(),
+            new.state_read_timeout_ms.to_string(),
+        );
+        if self.state_url != new.state_url {
+            // Compared in full (a changed password is a change), shown redacted.
+            let shown = |u: &Option<crate::state::RedisUrl>| {
+                u.as_ref()
+                    .map_or_else(|| "unset".to_owned(), |u| u.redacted().to_owned())
+            };
+            out.push(format!(
+                "[state] url: {} → {}",
+                shown(&self.state_url),
+                shown(&new.state_url)
+            ));
+        }
         out
     }
 }
@@ -214,5 +244,51 @@ impl Reloader {
         let mut shared = current.shared();
         shared.record = Some(rec);
         self.live.store(Arc::new(current.with_shared(shared)));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn fixed(state: &str) -> Fixed {
+        let text = format!(
+            "[state]\n{state}\n[[routes]]\nname = \"a\"\nprefix = \"/a\"\nupstream = \"http://127.0.0.1:9\"\n"
+        );
+        let (config, warnings) = crate::config::Config::from_toml(&text).unwrap();
+        let loaded = Loaded {
+            config,
+            base_dir: PathBuf::from("/etc/ck"),
+            warnings,
+        };
+        Fixed::of(&loaded, false)
+    }
+
+    /// The store is opened once: a change of backend, URL (a new password included) or read
+    /// timeout needs a restart, and the message shows the URLs redacted.
+    #[test]
+    fn the_state_backend_and_its_url_need_a_restart_and_print_redacted() {
+        let sqlite = fixed("");
+        let redis = fixed("backend = \"redis\"\nurl = \"redis://:old-pw@10.0.0.1:6379/0\"");
+        assert_eq!(
+            sqlite.changes(&redis),
+            [
+                "[state] backend: sqlite → redis",
+                "[state] url: unset → redis://:***@10.0.0.1:6379/0"
+            ]
+        );
+        let new_pw = fixed(
+            "backend = \"redis\"\nurl = \"redis://:new-pw@10.0.0.1:6379/0\"\nread_timeout_ms = 40",
+        );
+        let changes = redis.changes(&new_pw);
+        assert_eq!(
+            changes,
+            [
+                "[state] read_timeout_ms: 20 → 40",
+                "[state] url: redis://:***@10.0.0.1:6379/0 → redis://:***@10.0.0.1:6379/0"
+            ]
+        );
+        assert!(redis.changes(&redis).is_empty());
     }
 }

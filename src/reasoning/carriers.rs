@@ -237,6 +237,7 @@ mod tests {
     fn opts(dir: &Path) -> StoreOptions {
         StoreOptions {
             path: dir.join("state.db"),
+            redis: None,
             retention_days: 30,
             max_bytes: 1 << 30,
             cache_bytes: DEFAULT_CACHE_BYTES,

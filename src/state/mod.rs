@@ -28,6 +28,7 @@
 mod cache;
 pub(crate) mod memory;
 mod outage;
+pub(crate) mod redis;
 pub mod rejected;
 pub(crate) mod seal;
 pub(crate) mod sqlite;
@@ -41,6 +42,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub use self::redis::{RedisOptions, RedisUrl, UrlText};
 pub(crate) use memory::MemoryBackend;
 pub use outage::Fault;
 pub(crate) use sqlite::SqliteBackend;
@@ -287,6 +289,10 @@ pub enum StateError {
     /// A stored row that cannot be read back (unknown kind name, ...).
     #[error("malformed stored record: {0}")]
     Malformed(String),
+    /// Redis refused or did not answer (unreachable, timeout, out of memory, ...). The text
+    /// never holds the URL's password.
+    #[error("redis: {0}")]
+    Redis(String),
 }
 
 /// Durable storage of records. Only the store's writer thread (and the CLI) calls it, so it
@@ -328,13 +334,35 @@ pub(crate) trait Backend: Send {
             "this backend takes no injected faults".to_owned(),
         ))
     }
+    /// Every record's key, size and age without its value, sorted by kind name, scope and
+    /// key (`cachekeeper state`).
+    fn list(&mut self) -> Result<Vec<sqlite::RecordInfo>, StateError> {
+        let mut out = Vec::new();
+        for kind in Kind::ALL {
+            out.extend(self.scan(kind)?.into_iter().map(|r| sqlite::RecordInfo {
+                bytes: r.size(),
+                written_at: r.written_at,
+                key: r.key,
+            }));
+        }
+        out.sort_by(|a, b| {
+            (a.key.kind.name(), &a.key.scope, &a.key.key).cmp(&(
+                b.key.kind.name(),
+                &b.key.scope,
+                &b.key.key,
+            ))
+        });
+        Ok(out)
+    }
 }
 
 /// Settings of [`Store::open`].
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
-    /// The SQLite file.
+    /// The SQLite file (`[state] backend = "sqlite"`).
     pub path: PathBuf,
+    /// `[state] backend = "redis"`: the server and its settings; `path` is then unused.
+    pub redis: Option<RedisOptions>,
     /// `[state] retention_days` (0 = keep forever).
     pub retention_days: u32,
     /// `[state] max_bytes`: bound on the records' total size, bytes.
@@ -348,9 +376,40 @@ impl StoreOptions {
     pub fn from_config(cfg: &crate::config::StateConfig, base_dir: &Path) -> Self {
         Self {
             path: base_dir.join(&cfg.path),
+            redis: cfg.redis_url().map(|url| RedisOptions {
+                url: url.clone(),
+                read_timeout: Duration::from_millis(cfg.read_timeout_ms()),
+                retention_days: cfg.retention_days,
+            }),
             retention_days: cfg.retention_days,
             max_bytes: cfg.max_bytes,
             cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+
+    /// Where the records are, for messages: the SQLite file, or the Redis URL redacted.
+    pub fn location(&self) -> String {
+        match &self.redis {
+            Some(r) => r.url.redacted().to_owned(),
+            None => self.path.display().to_string(),
+        }
+    }
+
+    /// A backend that only reads, for `cachekeeper report`: the SQLite file opened read-only
+    /// (it must exist), or the Redis server (which must answer; the report only reads).
+    pub(crate) fn open_reader(&self) -> Result<Box<dyn Backend>, StateError> {
+        match &self.redis {
+            Some(r) => Ok(Box::new(self::redis::RedisBackend::open(r)?)),
+            None => Ok(Box::new(SqliteBackend::open_read_only(&self.path)?)),
+        }
+    }
+
+    /// A backend over the configured store, for the CLI: the SQLite file (created if
+    /// missing), or the Redis server (which must answer).
+    pub(crate) fn open_backend(&self) -> Result<Box<dyn Backend>, StateError> {
+        match &self.redis {
+            Some(r) => Ok(Box::new(self::redis::RedisBackend::open(r)?)),
+            None => Ok(Box::new(SqliteBackend::open(&self.path, self.max_bytes)?)),
         }
     }
 }
@@ -444,15 +503,15 @@ struct WriterLimits {
 }
 
 impl Store {
-    /// Open the SQLite store at `opts.path`. Never fails: an unusable file gives an in-memory
-    /// store and a warning.
+    /// Open the configured store (SQLite at `opts.path`, or Redis). Never fails: an unusable
+    /// file or an unreachable Redis gives an in-memory store and a warning.
     pub(crate) fn open(opts: &StoreOptions) -> Self {
         match Self::open_strict(opts) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(
                     target: "cachekeeper::state",
-                    path = %opts.path.display(),
+                    path = %opts.location(),
                     error = %e,
                     "cannot open the state store; running in memory (verdicts will not survive a restart)"
                 );
@@ -466,15 +525,32 @@ impl Store {
         }
     }
 
-    /// Open the SQLite store at `opts.path`, or say why not (the CLI).
+    /// Open the configured store, or say why not (the CLI).
+    ///
+    /// The Redis backend blocks on a runtime of its own, which cannot be done from an async
+    /// task: it is opened, and the store's start-up reads made, on a plain thread.
     pub fn open_strict(opts: &StoreOptions) -> Result<Self, StateError> {
-        let backend = SqliteBackend::open(&opts.path, opts.max_bytes)?;
-        Ok(Self::with_backend(
-            Box::new(backend),
-            opts.retention_days,
-            opts.max_bytes,
-            opts.cache_bytes,
-        ))
+        let start = |backend: Box<dyn Backend>| {
+            Self::with_backend(
+                backend,
+                opts.retention_days,
+                opts.max_bytes,
+                opts.cache_bytes,
+            )
+        };
+        match &opts.redis {
+            None => Ok(start(Box::new(SqliteBackend::open(
+                &opts.path,
+                opts.max_bytes,
+            )?))),
+            Some(r) => std::thread::scope(|s| {
+                s.spawn(|| -> Result<Self, StateError> {
+                    Ok(start(Box::new(self::redis::RedisBackend::open(r)?)))
+                })
+                .join()
+                .unwrap_or_else(|_| Err(StateError::Redis("the opening thread panicked".into())))
+            }),
+        }
     }
 
     /// A store over any backend: prunes by retention, loads the resident kinds and starts

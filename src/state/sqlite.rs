@@ -394,6 +394,11 @@ impl Backend for SqliteBackend {
         Ok(self.conn.pragma_query_value(None, name, |r| r.get(0))?)
     }
 
+    fn list(&mut self) -> Result<Vec<RecordInfo>, StateError> {
+        // The inherent query: no values read.
+        SqliteBackend::list(self)
+    }
+
     fn changed_elsewhere(&mut self) -> Result<bool, StateError> {
         let v: i64 = self
             .conn
@@ -413,6 +418,7 @@ mod tests {
     fn opts(dir: &Path) -> StoreOptions {
         StoreOptions {
             path: dir.join("state.db"),
+            redis: None,
             retention_days: 30,
             max_bytes: 1 << 30,
             cache_bytes: DEFAULT_CACHE_BYTES,

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::*;
 
-/// A backend under test and whatever must outlive it (a temporary folder).
-pub(super) type Fixture = (Box<dyn Backend>, Option<tempfile::TempDir>);
+/// A backend under test and whatever must outlive it (a temporary folder, a Redis server).
+pub(super) type Fixture = (Box<dyn Backend>, Option<Box<dyn std::any::Any>>);
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -275,13 +275,28 @@ fn memory() -> Fixture {
 fn sqlite_file() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let b = SqliteBackend::open(&dir.path().join("state.db"), 1 << 30).unwrap();
-    (Box::new(b), Some(dir))
+    (Box::new(b), Some(Box::new(dir)))
 }
 
 fn sqlite_in_memory() -> Fixture {
     (Box::new(SqliteBackend::open_in_memory().unwrap()), None)
 }
 
+/// A Redis backend on a `redis-server` of its own (killed with the fixture), database 3 (any
+/// database works: the layout is the same).
+fn redis_server() -> Fixture {
+    let server = super::redis::test_server::RedisServer::start();
+    let b = super::redis::RedisBackend::open(&RedisOptions {
+        url: server.url(3),
+        // Generous: the suite checks behaviour, not speed, on a loaded machine.
+        read_timeout: Duration::from_secs(10),
+        retention_days: 0,
+    })
+    .unwrap();
+    (Box::new(b), Some(Box::new(server)))
+}
+
 backend_suite!(memory_backend, memory);
+backend_suite!(redis_backend, redis_server);
 backend_suite!(sqlite_file_backend, sqlite_file);
 backend_suite!(sqlite_in_memory_backend, sqlite_in_memory);
