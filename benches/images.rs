@@ -54,7 +54,7 @@ fn bench(c: &mut Criterion) {
     let ctx = RewriteContext {
         dialect: Dialect::Anthropic,
         images: &cfg,
-        transcodes: Some(&cache),
+        transcodes: Some((&cache).into()),
         credential_scope: "bench",
         image_recovery: None,
         defer_image_work: false,

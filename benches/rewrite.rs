@@ -110,7 +110,7 @@ fn bench(c: &mut Criterion) {
     let ctx = RewriteContext {
         dialect: Dialect::Anthropic,
         images: &images,
-        transcodes: Some(&cache),
+        transcodes: Some((&cache).into()),
         credential_scope: "",
         image_recovery: None,
         defer_image_work: false,

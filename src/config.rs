@@ -139,14 +139,21 @@ pub struct StateConfig {
     /// `backend = "redis"`: the name of an environment variable holding the URL (so the
     /// password stays out of the file). Read at load; its value is never logged.
     pub url_env: Option<String>,
+    /// `backend = "redis"` with a `rediss://` URL: a PEM CA bundle, relative to the config
+    /// file's folder; the Redis server's certificate must verify against it (and only it).
+    /// Unset: the platform's roots. Read and checked at load ([`Config::load`]) and again
+    /// when the store opens ([`crate::state::redis::tls`]).
+    pub ca_file: Option<PathBuf>,
     /// `backend = "redis"`: how long reading one record may wait for Redis, ms. Default 20
     /// ([`crate::state::redis::DEFAULT_READ_TIMEOUT_MS`]). Past it the read counts as a miss.
     pub read_timeout_ms: Option<u64>,
     /// Not built yet (issue 13: the final chunk of a response waiting for its carrier and
     /// session writes); rejected at load.
     pub write_wait_ms: Option<u64>,
-    /// Not built yet (issue 13: the transcode cache in Redis); rejected at load.
-    pub share_transcodes: Option<bool>,
+    /// `backend = "redis"`: share the transcode cache with the other instances on the same
+    /// Redis (each transcode sealed under its credential's key, kept `retention_days`:
+    /// [`crate::images::cache`]). Default false; `true` with SQLite is rejected.
+    pub share_transcodes: bool,
     /// The URL from `url` or `url_env`, set by validation.
     #[serde(skip)]
     resolved_url: Option<crate::state::RedisUrl>,
@@ -172,9 +179,10 @@ impl Default for StateConfig {
             max_bytes: 1024 * 1024 * 1024,
             url: None,
             url_env: None,
+            ca_file: None,
             read_timeout_ms: None,
             write_wait_ms: None,
-            share_transcodes: None,
+            share_transcodes: false,
             resolved_url: None,
         }
     }
@@ -206,13 +214,12 @@ impl StateConfig {
         if self.write_wait_ms.is_some() {
             return Err(format!("[state] write_wait_ms {NOT_BUILT}"));
         }
-        if self.share_transcodes.is_some() {
-            return Err(format!("[state] share_transcodes {NOT_BUILT}"));
-        }
         if self.backend == StateBackend::Sqlite {
             for (set, key) in [
                 (self.url.is_some(), "url"),
                 (self.url_env.is_some(), "url_env"),
+                (self.ca_file.is_some(), "ca_file"),
+                (self.share_transcodes, "share_transcodes"),
                 (self.read_timeout_ms.is_some(), "read_timeout_ms"),
             ] {
                 if set {
@@ -254,8 +261,29 @@ impl StateConfig {
                 )
             }
         };
+        if self.ca_file.is_some() && !url.is_tls() {
+            return Err(format!(
+                "[state] ca_file applies to a rediss:// (TLS) URL only; the url is {} (use \
+                 rediss:// or remove ca_file)",
+                url.redacted()
+            ));
+        }
         self.resolved_url = Some(url);
         Ok(())
+    }
+
+    /// `ca_file` resolved against `base_dir` (the config file's folder), when set.
+    pub fn ca_path(&self, base_dir: &Path) -> Option<PathBuf> {
+        self.ca_file.as_ref().map(|p| base_dir.join(p))
+    }
+
+    /// Check that `ca_file` (when set) is a readable PEM bundle of usable CA certificates;
+    /// the message names the path and the problem.
+    fn check_ca(&self, base_dir: &Path) -> Result<(), String> {
+        match self.ca_path(base_dir) {
+            Some(path) => crate::state::redis::tls::read_ca(&path).map(|_| ()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -596,6 +624,13 @@ impl Config {
                 message,
             },
         })?;
+        config
+            .state
+            .check_ca(&base_dir)
+            .map_err(|message| ConfigError::Invalid {
+                path: path.to_owned(),
+                message,
+            })?;
         Ok(Loaded {
             config,
             base_dir,
@@ -1210,17 +1245,64 @@ upstream = "https://api.anthropic.com"
         assert!(!err.contains("pw-from-env"), "{err}");
     }
 
+    /// `[state] ca_file` is read when the file loads, relative to its folder: a missing or
+    /// unusable bundle is an error naming it; a CA certificate loads.
+    #[test]
+    fn state_ca_file_must_be_a_readable_pem_bundle() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("proxy.toml");
+        let write = |ca: &str| {
+            std::fs::write(
+                &cfg,
+                format!(
+                    "{MINIMAL}[state]\nbackend = \"redis\"\nurl = \"rediss://:pw@127.0.0.1:1/0\"\nca_file = \"{ca}\"\n"
+                ),
+            )
+            .unwrap();
+        };
+        write("missing.pem");
+        let err = Config::load(&cfg).unwrap_err().to_string();
+        assert!(
+            err.contains("[state] ca_file")
+                && err.contains("missing.pem")
+                && err.contains("cannot read"),
+            "{err}"
+        );
+        assert!(!err.contains(":pw@"), "{err}");
+        std::fs::write(dir.path().join("notes.pem"), "hello\n").unwrap();
+        write("notes.pem");
+        let err = Config::load(&cfg).unwrap_err().to_string();
+        assert!(err.contains("no PEM certificate"), "{err}");
+        let ca = crate::state::redis::test_server::TestCa::generate();
+        std::fs::copy(ca.ca(), dir.path().join("redis-ca.pem")).unwrap();
+        write("redis-ca.pem");
+        let loaded = Config::load(&cfg).unwrap();
+        assert_eq!(
+            loaded.config.state.ca_path(&loaded.base_dir),
+            Some(dir.path().join("redis-ca.pem"))
+        );
+        let opts = crate::state::StoreOptions::from_config(&loaded.config.state, &loaded.base_dir);
+        assert_eq!(
+            opts.redis.and_then(|r| r.ca_file),
+            Some(dir.path().join("redis-ca.pem"))
+        );
+    }
+
     #[test]
     fn state_keys_that_do_nothing_are_rejected() {
         for (body, want) in [
             ("write_wait_ms = 50", "write_wait_ms is not built yet"),
             (
                 "share_transcodes = true",
-                "share_transcodes is not built yet",
+                "share_transcodes applies to backend = \"redis\" only",
             ),
             (
-                "share_transcodes = false",
-                "share_transcodes is not built yet",
+                "ca_file = \"ca.pem\"",
+                "ca_file applies to backend = \"redis\" only",
+            ),
+            (
+                "backend = \"redis\"\nurl = \"redis://:pw@h:1/0\"\nca_file = \"ca.pem\"",
+                "ca_file applies to a rediss:// (TLS) URL only",
             ),
             (
                 "url = \"redis://h:1/0\"",

@@ -23,7 +23,7 @@ use crate::config::ImagesConfig;
 use crate::dialect;
 use crate::dialect::doc::Doc;
 use crate::dialect::{Dialect, ParseError};
-use crate::images::cache::TranscodeCache;
+use crate::images::cache::Transcodes;
 use crate::images::passes::{self, Settings};
 use crate::images::profile::ImageProfile;
 use crate::images::recovery::ImageRejectionKind;
@@ -98,8 +98,10 @@ pub struct RewriteContext<'a> {
     pub dialect: Dialect,
     /// The route's `[images]` settings (global values with `[routes.images]` overrides).
     pub images: &'a ImagesConfig,
-    /// The process's transcode cache (`None`: transcode every time; the output is the same).
-    pub transcodes: Option<&'a TranscodeCache>,
+    /// The process's transcode cache, with the request credential's sealing key when it is
+    /// shared (`[state] share_transcodes`); `None`: transcode every time, the output is the
+    /// same. A plain `&TranscodeCache` converts (`.into()`) to one that shares nothing.
+    pub transcodes: Option<Transcodes<'a>>,
     /// The credential scope of the request ([`crate::credential::identify`]): transcode cache
     /// entries are never shared across scopes. `""` when there is no credential.
     pub credential_scope: &'a str,

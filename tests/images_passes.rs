@@ -22,7 +22,7 @@ fn ctx<'a>(
     RewriteContext {
         dialect,
         images,
-        transcodes: cache,
+        transcodes: cache.map(Into::into),
         credential_scope: "test",
         image_recovery: None,
         defer_image_work: false,

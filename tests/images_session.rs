@@ -24,7 +24,7 @@ fn twenty_turns_of_screenshots() {
     let ctx = RewriteContext {
         dialect: Dialect::Anthropic,
         images: &cfg,
-        transcodes: Some(&cache),
+        transcodes: Some((&cache).into()),
         credential_scope: "session",
         image_recovery: None,
         defer_image_work: false,
@@ -94,7 +94,7 @@ fn twenty_turns_of_screenshots() {
     let body = anthropic_body(&[], &shots[..3]);
     let again = rewrite_request(
         &RewriteContext {
-            transcodes: Some(&fresh),
+            transcodes: Some((&fresh).into()),
             ..ctx
         },
         &body,

@@ -177,9 +177,11 @@ fn host_model(kind: Kind, key: &str) -> (String, String) {
         }
         Kind::Verdict => serde_json::from_str::<(String, String)>(key)
             .unwrap_or_else(|_| ("?".to_owned(), "?".to_owned())),
-        Kind::Session | Kind::Usage | Kind::Watermark | Kind::RejectedSignature => {
-            ("-".to_owned(), "-".to_owned())
-        }
+        Kind::Session
+        | Kind::Usage
+        | Kind::Watermark
+        | Kind::RejectedSignature
+        | Kind::Transcode => ("-".to_owned(), "-".to_owned()),
     };
     (clean(&host), clean(&model))
 }

@@ -5,11 +5,30 @@
 //! tenant's images never answer another's requests, and a warm request hashes each base64
 //! string once and never decodes it again. Transcodes are pure, so the output never depends on
 //! whether the cache hit: it only saves time. Failures (corrupt, bomb) are cached too.
+//!
+//! **Shared across instances** (`[state] share_transcodes = true`, with the Redis backend:
+//! [`TranscodeCache::shared`]): a transcode computed here is also written to the state store
+//! as a [`Kind::Transcode`] record (scope: the credential scope; key: the cache key in hex),
+//! its value sealed under the request credential's key like a carrier record
+//! ([`crate::state::seal`]: XChaCha20-Poly1305, the key from HKDF-SHA256 of the credential,
+//! the record's kind, scope and key as associated data), with the store's retention as its
+//! TTL. A miss here reads the store before decoding ([`SHARED_READ_WAIT_MS`]), so another
+//! instance serves the same bytes without decoding. A request without a credential shares
+//! nothing (no key to seal with), and failures (corrupt, bomb) stay in this process.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crate::images::codec::{Mode, Target, TranscodeError, Transcoded};
+use crate::images::format::Format;
+use crate::state::seal::{self, SealKey};
+use crate::state::{Kind, Record, RecordKey, Store};
+
+/// How long a miss waits for the shared store's answer before decoding itself, ms: the
+/// store's bound for reading one carrier turn (`docs/state.md#carrier-records`), and less
+/// than decoding a screenshot takes (tens of ms).
+pub(crate) const SHARED_READ_WAIT_MS: u64 = 50;
 
 /// A cache key: XXH3 digests of scope, target and input (see [`key`]).
 pub(crate) type Key = [u8; 32];
@@ -27,6 +46,8 @@ pub struct CacheStats {
     pub bytes: u64,
     pub hits: u64,
     pub misses: u64,
+    /// Of `misses`: answered by another instance's transcode from the shared store.
+    pub shared_hits: u64,
 }
 
 struct Slot {
@@ -44,12 +65,15 @@ struct Lru {
     tick: u64,
     hits: u64,
     misses: u64,
+    shared_hits: u64,
 }
 
 /// A bounded, thread-safe LRU of transcodes (one per process, shared by all requests).
 pub struct TranscodeCache {
     capacity: u64,
     inner: Mutex<Lru>,
+    /// `[state] share_transcodes`: the store transcodes are shared through.
+    shared: Option<Store>,
 }
 
 impl std::fmt::Debug for TranscodeCache {
@@ -68,6 +92,15 @@ impl TranscodeCache {
         Self {
             capacity: capacity_bytes,
             inner: Mutex::new(Lru::default()),
+            shared: None,
+        }
+    }
+
+    /// [`Self::new`], sharing transcodes with other instances through `store` (module docs).
+    pub(crate) fn shared(capacity_bytes: u64, store: Store) -> Self {
+        Self {
+            shared: Some(store),
+            ..Self::new(capacity_bytes)
         }
     }
 
@@ -156,8 +189,156 @@ impl TranscodeCache {
             bytes: lru.bytes,
             hits: lru.hits,
             misses: lru.misses,
+            shared_hits: lru.shared_hits,
         }
     }
+}
+
+/// The transcode cache as one request uses it: with the request credential's sealing key,
+/// for the shared layer (module docs). Cheap to copy.
+#[derive(Clone, Copy)]
+pub struct Transcodes<'a> {
+    cache: &'a TranscodeCache,
+    sealing: Option<&'a SealKey>,
+}
+
+impl std::fmt::Debug for Transcodes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transcodes")
+            .field("cache", self.cache)
+            .field("sealed", &self.sealing.is_some())
+            .finish()
+    }
+}
+
+impl<'a> From<&'a TranscodeCache> for Transcodes<'a> {
+    /// `cache` without a credential: nothing is shared.
+    fn from(cache: &'a TranscodeCache) -> Self {
+        Self {
+            cache,
+            sealing: None,
+        }
+    }
+}
+
+impl<'a> Transcodes<'a> {
+    /// `cache` for a request whose credential seals with `sealing` (`None`: no credential,
+    /// nothing shared).
+    pub(crate) fn sealed(cache: &'a TranscodeCache, sealing: Option<&'a SealKey>) -> Self {
+        Self { cache, sealing }
+    }
+
+    /// This process's entry only ([`TranscodeCache::peek`]): a run that defers image work
+    /// never waits on the store.
+    pub(crate) fn peek(&self, key: &Key) -> Option<Arc<Entry>> {
+        self.cache.peek(key)
+    }
+
+    /// The entry for `key`: from this process, else (sharing, with a credential) another
+    /// instance's from the store, else `compute()` (stored here, and shared when it
+    /// succeeded). `scope` is the credential scope `key` was made with.
+    pub(crate) fn get_or_compute(
+        &self,
+        key: Key,
+        scope: &str,
+        compute: impl FnOnce() -> Entry,
+    ) -> Arc<Entry> {
+        if let Some(e) = self.cache.get(&key) {
+            return e;
+        }
+        // Only while the store reaches Redis: during an outage (or on the in-memory store a
+        // Redis unreachable at start gives) a transcode is neither looked up nor held for
+        // retry (hundreds of KiB each; the outage's held writes are for what the next turn
+        // needs).
+        let share = self
+            .cache
+            .shared
+            .as_ref()
+            .filter(|s| s.is_durable())
+            .zip(self.sealing);
+        if let Some((store, sealing)) = share {
+            let rk = record_key(scope, &key);
+            let found = store
+                .read(&rk, Duration::from_millis(SHARED_READ_WAIT_MS))
+                .and_then(|rec| seal::open(sealing, &seal::record_aad(&rk), &rec.value))
+                .and_then(|plain| decode_shared(&plain));
+            if let Some(t) = found {
+                let entry = Arc::new(Ok(t));
+                self.cache.insert(key, Arc::clone(&entry));
+                self.cache.lock().shared_hits += 1;
+                return entry;
+            }
+        }
+        let entry = Arc::new(compute());
+        self.cache.insert(key, Arc::clone(&entry));
+        if let (Some((store, sealing)), Ok(t)) = (share, entry.as_ref()) {
+            let rk = record_key(scope, &key);
+            let sealed = encode_shared(t)
+                .and_then(|plain| seal::seal(sealing, &seal::record_aad(&rk), &plain));
+            if let Some(value) = sealed {
+                store.write(Record::new(Kind::Transcode, &rk.scope, &rk.key, value));
+            }
+        }
+        entry
+    }
+}
+
+/// The store record of `key`'s transcode for `scope`: the key in lowercase hex.
+fn record_key(scope: &str, key: &Key) -> RecordKey {
+    use std::fmt::Write;
+    let mut hex = String::with_capacity(64);
+    for b in key {
+        let _ = write!(hex, "{b:02x}");
+    }
+    RecordKey {
+        kind: Kind::Transcode,
+        scope: scope.to_owned(),
+        key: hex,
+    }
+}
+
+/// A shared transcode's plaintext (before sealing): JSON
+/// `{"format":"png"|"jpeg","from":[w,h],"to":[w,h],"b64":"..."}`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Shared<'a> {
+    format: &'a str,
+    from: (u32, u32),
+    to: (u32, u32),
+    #[serde(borrow)]
+    b64: std::borrow::Cow<'a, str>,
+}
+
+/// `None` for an output format the codec does not produce (only PNG and JPEG are shared).
+fn encode_shared(t: &Transcoded) -> Option<Vec<u8>> {
+    let format = match t.format {
+        Format::Png => "png",
+        Format::Jpeg => "jpeg",
+        _ => return None,
+    };
+    serde_json::to_vec(&Shared {
+        format,
+        from: t.from,
+        to: t.to,
+        b64: std::borrow::Cow::Borrowed(&t.b64),
+    })
+    .ok()
+}
+
+/// The transcode in a shared record's plaintext; `None` for anything else (a newer or
+/// foreign payload is a miss, never misread).
+fn decode_shared(plain: &[u8]) -> Option<Transcoded> {
+    let s: Shared<'_> = serde_json::from_slice(plain).ok()?;
+    let format = match s.format {
+        "png" => Format::Png,
+        "jpeg" => Format::Jpeg,
+        _ => return None,
+    };
+    Some(Transcoded {
+        format,
+        b64: s.b64.into_owned(),
+        from: s.from,
+        to: s.to,
+    })
 }
 
 /// The cache key of transcoding `raw_b64` (the base64 text as sent) to `target` for the
@@ -227,6 +408,148 @@ mod tests {
         let none = TranscodeCache::new(0);
         none.insert([1; 32], entry(1));
         assert_eq!(none.stats().entries, 0);
+    }
+
+    /// A real PNG of `w`×`h` noisy pixels, base64.
+    fn noisy_png_b64(w: u32, h: u32) -> String {
+        use base64::Engine;
+        let img = image::RgbImage::from_fn(w, h, |x, y| {
+            let v = (x.wrapping_mul(2_654_435_761) ^ y.wrapping_mul(40_503)) as u8;
+            image::Rgb([v, v.wrapping_add(85), v.wrapping_mul(3)])
+        });
+        let mut png = Vec::new();
+        img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        base64::engine::general_purpose::STANDARD.encode(png)
+    }
+
+    /// Two instances' stores on one Redis (share_transcodes): B serves A's transcode without
+    /// decoding, byte for byte what a decode gives; the stored value is sealed (no base64
+    /// text in Redis) and expires with retention; another credential finds nothing it can
+    /// open; with sharing off, or without a credential, nothing is written.
+    #[test]
+    fn a_shared_transcode_serves_another_instance_for_the_same_credential_only() {
+        use crate::state::redis::test_server::RedisServer;
+        use crate::state::redis::{codec, RedisBackend, RedisOptions};
+        use crate::state::DEFAULT_CACHE_BYTES;
+
+        let server = RedisServer::start();
+        let store = || {
+            let b = RedisBackend::open(&RedisOptions {
+                url: server.url(0),
+                read_timeout: Duration::from_secs(10),
+                retention_days: 30,
+                ca_file: None,
+            })
+            .unwrap();
+            Store::with_backend(Box::new(b), 30, u64::MAX, DEFAULT_CACHE_BYTES)
+        };
+        let (store_a, store_b) = (store(), store());
+        let a = TranscodeCache::shared(64 << 20, store_a.clone());
+        let b = TranscodeCache::shared(64 << 20, store_b.clone());
+        let cred_1 = SealKey::from_bytes([1; seal::KEY_BYTES]);
+        let cred_2 = SealKey::from_bytes([2; seal::KEY_BYTES]);
+        let raw = noisy_png_b64(900, 600);
+        let target = Target {
+            max_side: 300,
+            max_len: 1 << 20,
+            data_url: false,
+            mode: Mode::Downscale,
+        };
+        let fresh = crate::images::codec::transcode(&raw, &target).unwrap();
+        let k = key("scope-1", &target, &raw);
+        let on_a = Transcodes::sealed(&a, Some(&cred_1)).get_or_compute(k, "scope-1", || {
+            crate::images::codec::transcode(&raw, &target)
+        });
+        assert_eq!(on_a.as_ref().as_ref().unwrap(), &fresh);
+        store_a.flush();
+
+        let on_b = Transcodes::sealed(&b, Some(&cred_1)).get_or_compute(k, "scope-1", || {
+            panic!("B decoded an image A had transcoded")
+        });
+        assert_eq!(on_b.as_ref().as_ref().unwrap(), &fresh, "the same bytes");
+        assert_eq!(b.stats().shared_hits, 1);
+        // Now in B's own cache: no second read.
+        Transcodes::sealed(&b, Some(&cred_1)).get_or_compute(k, "scope-1", || panic!("read"));
+        assert_eq!((b.stats().hits, b.stats().shared_hits), (1, 1));
+
+        // Stored sealed, with the retention as TTL.
+        let rk = record_key("scope-1", &k);
+        let mut raw_conn = server.raw();
+        let stored: Vec<u8> = ::redis::cmd("GET")
+            .arg(codec::record_key(&rk))
+            .query(&mut raw_conn)
+            .unwrap();
+        let needle = &fresh.b64.as_bytes()[..64];
+        assert!(!stored.windows(needle.len()).any(|w| w == needle));
+        let ttl: i64 = ::redis::cmd("TTL")
+            .arg(codec::record_key(&rk))
+            .query(&mut raw_conn)
+            .unwrap();
+        assert!(ttl > 29 * 86_400 && ttl <= 30 * 86_400, "{ttl}");
+
+        // Another credential has another scope, so another key: nothing found, it decodes.
+        let c = TranscodeCache::shared(64 << 20, store_b.clone());
+        let k2 = key("scope-2", &target, &raw);
+        let mut decoded = false;
+        Transcodes::sealed(&c, Some(&cred_2)).get_or_compute(k2, "scope-2", || {
+            decoded = true;
+            crate::images::codec::transcode(&raw, &target)
+        });
+        assert!(decoded && c.stats().shared_hits == 0);
+        // Even under the first credential's scope and key, its key does not open A's record.
+        let d = TranscodeCache::shared(64 << 20, store_b.clone());
+        let mut decoded = false;
+        Transcodes::sealed(&d, Some(&cred_2)).get_or_compute(k, "scope-1", || {
+            decoded = true;
+            crate::images::codec::transcode(&raw, &target)
+        });
+        assert!(decoded && d.stats().shared_hits == 0);
+        store_b.flush();
+
+        // Sharing off, or no credential: nothing more is written.
+        let count = |conn: &mut ::redis::Connection| -> usize {
+            let keys: Vec<String> = ::redis::cmd("KEYS")
+                .arg("ck:v1:transcode:*")
+                .query(conn)
+                .unwrap();
+            keys.len()
+        };
+        let before = count(&mut raw_conn);
+        let off = TranscodeCache::new(64 << 20);
+        let raw_3 = noisy_png_b64(700, 500);
+        let k3 = key("scope-1", &target, &raw_3);
+        Transcodes::sealed(&off, Some(&cred_1)).get_or_compute(k3, "scope-1", || {
+            crate::images::codec::transcode(&raw_3, &target)
+        });
+        let anonymous = TranscodeCache::shared(64 << 20, store_a.clone());
+        let k4 = key("", &target, &raw_3);
+        Transcodes::sealed(&anonymous, None)
+            .get_or_compute(k4, "", || crate::images::codec::transcode(&raw_3, &target));
+        store_a.flush();
+        assert_eq!(count(&mut raw_conn), before);
+    }
+
+    #[test]
+    fn a_shared_payload_round_trips_and_anything_else_is_a_miss() {
+        let t = Transcoded {
+            format: Format::Png,
+            b64: "iVBORw0KGgo=".into(),
+            from: (2000, 1000),
+            to: (1000, 500),
+        };
+        let plain = encode_shared(&t).unwrap();
+        assert_eq!(decode_shared(&plain), Some(t.clone()));
+        assert_eq!(
+            decode_shared(b"{\"format\":\"gif\",\"from\":[1,1],\"to\":[1,1],\"b64\":\"\"}"),
+            None
+        );
+        assert_eq!(decode_shared(b"not json"), None);
+        assert!(encode_shared(&Transcoded {
+            format: Format::Gif,
+            ..t
+        })
+        .is_none());
     }
 
     #[test]

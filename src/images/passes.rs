@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::ImagesConfig;
 use crate::dialect::doc::{split_data_url, Payload, Placement, Walk};
-use crate::images::cache::{self, Entry, TranscodeCache};
+use crate::images::cache::{self, Entry, Transcodes};
 use crate::images::codec::{self, Mode, Target, TranscodeError, Transcoded};
 use crate::images::format::{self, Format};
 use crate::images::policy::Limits;
@@ -45,8 +45,9 @@ pub(crate) struct Settings<'a> {
     pub cfg: &'a ImagesConfig,
     /// The provider profile (accepted formats, side caps).
     pub profile: ImageProfile,
-    /// The process's transcode cache; `None` transcodes every time (same output).
-    pub cache: Option<&'a TranscodeCache>,
+    /// The process's transcode cache, with the request credential's key for sharing it;
+    /// `None` transcodes every time (same output).
+    pub cache: Option<Transcodes<'a>>,
     /// The credential scope the cache entries belong to.
     pub scope: &'a str,
     /// A provider rejection being recovered from (reactive recovery,
@@ -361,9 +362,11 @@ fn transcode(
     report: &mut ImageReport,
 ) -> Option<Arc<Entry>> {
     let found = match (s.cache, s.defer_image_work) {
-        (Some(c), false) => Some(c.get_or_compute(cache::key(s.scope, target, raw_b64), || {
-            codec::transcode(raw_b64, target)
-        })),
+        (Some(c), false) => Some(c.get_or_compute(
+            cache::key(s.scope, target, raw_b64),
+            s.scope,
+            || codec::transcode(raw_b64, target),
+        )),
         (Some(c), true) => c.peek(&cache::key(s.scope, target, raw_b64)),
         (None, false) => Some(Arc::new(codec::transcode(raw_b64, target))),
         (None, true) => None,

@@ -202,7 +202,11 @@ impl Server {
         let store = Store::open(&StoreOptions::from_config(&cfg.state, &loaded.base_dir));
         let shared = Shared {
             passes: Arc::new(passes::Pools::new(cpus())),
-            transcodes: Arc::new(TranscodeCache::new(cfg.images.transcode_cache_bytes)),
+            transcodes: Arc::new(if cfg.state.share_transcodes {
+                TranscodeCache::shared(cfg.images.transcode_cache_bytes, store.clone())
+            } else {
+                TranscodeCache::new(cfg.images.transcode_cache_bytes)
+            }),
             metrics: Arc::new(Metrics::new().with_state_write_errors(store.write_errors())),
             sessions: Arc::new(SessionTracker::new(store.clone())),
             record: None,

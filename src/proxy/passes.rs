@@ -570,7 +570,10 @@ fn run_passes(
     let ctx = RewriteContext {
         dialect: plan.dialect,
         images: &route.images,
-        transcodes: Some(&plan.transcodes),
+        transcodes: Some(crate::images::cache::Transcodes::sealed(
+            &plan.transcodes,
+            plan.sealing.as_ref(),
+        )),
         credential_scope: &plan.credential_scope,
         image_recovery: recovery,
         defer_image_work: defer,

@@ -7,8 +7,8 @@
 //! and `ca_file`, `[images]`, `[reasoning]` and `[[pricing]]`. What needs a restart, and is
 //! reported as such (the running value stays): `[server] listen` (unless `--listen` overrides
 //! it), `[server] shutdown_grace_ms` and `max_buffered_bytes` (the shared budget is sized
-//! once), the `[state]` store (`path`, `retention_days`,
-//! `max_bytes`) and `[images] transcode_cache_bytes` (the shared cache is sized once). A file
+//! once), the `[state]` store (`backend`, `path`, `url`, `ca_file`, `read_timeout_ms`,
+//! `retention_days`, `max_bytes`) and `[images] transcode_cache_bytes` (the shared cache is sized once). A file
 //! that does not load, or whose routes or CA bundle are unusable, changes nothing: the error is
 //! returned (and logged by [`Reloader::reload_logged`]) and the old configuration keeps serving.
 
@@ -60,10 +60,14 @@ struct Fixed {
     /// is opened once.
     state_backend: crate::config::StateBackend,
     state_url: Option<crate::state::RedisUrl>,
+    /// `[state] ca_file`, resolved (the client is built with it once).
+    state_ca_file: Option<PathBuf>,
     state_read_timeout_ms: u64,
     retention_days: u32,
     state_max_bytes: u64,
     transcode_cache_bytes: u64,
+    /// `[state] share_transcodes`: the transcode cache is built once.
+    share_transcodes: bool,
 }
 
 impl Fixed {
@@ -76,10 +80,12 @@ impl Fixed {
             state_path: loaded.base_dir.join(&cfg.state.path),
             state_backend: cfg.state.backend,
             state_url: cfg.state.redis_url().cloned(),
+            state_ca_file: cfg.state.ca_path(&loaded.base_dir),
             state_read_timeout_ms: cfg.state.read_timeout_ms(),
             retention_days: cfg.state.retention_days,
             state_max_bytes: cfg.state.max_bytes,
             transcode_cache_bytes: cfg.images.transcode_cache_bytes,
+            share_transcodes: cfg.state.share_transcodes,
         }
     }
 
@@ -130,9 +136,23 @@ impl Fixed {
             new.transcode_cache_bytes.to_string(),
         );
         diff(
+            "[state] share_transcodes",
+            self.share_transcodes.to_string(),
+            new.share_transcodes.to_string(),
+        );
+        diff(
             "[state] read_timeout_ms",
             self.state_read_timeout_ms.to_string(),
             new.state_read_timeout_ms.to_string(),
+        );
+        let ca = |p: &Option<PathBuf>| {
+            p.as_ref()
+                .map_or_else(|| "unset".to_owned(), |p| p.display().to_string())
+        };
+        diff(
+            "[state] ca_file",
+            ca(&self.state_ca_file),
+            ca(&new.state_ca_file),
         );
         if self.state_url != new.state_url {
             // Compared in full (a changed password is a change), shown redacted.
@@ -290,5 +310,15 @@ mod tests {
             ]
         );
         assert!(redis.changes(&redis).is_empty());
+        // The CA bundle a rediss:// client trusts is built into the client once.
+        let tls = fixed("backend = \"redis\"\nurl = \"rediss://10.0.0.1:6379/0\"");
+        let tls_ca = fixed(
+            "backend = \"redis\"\nurl = \"rediss://10.0.0.1:6379/0\"\nca_file = \"redis-ca.pem\"",
+        );
+        assert_eq!(
+            tls.changes(&tls_ca),
+            ["[state] ca_file: unset → /etc/ck/redis-ca.pem"]
+        );
+        assert!(tls_ca.changes(&tls_ca).is_empty());
     }
 }

@@ -95,6 +95,10 @@ pub(crate) enum Kind {
     /// An Anthropic thinking signature the provider rejected, per credential scope:
     /// [`rejected`].
     RejectedSignature,
+    /// A transcoded (downscaled or repaired) image, sealed under the credential's key, for
+    /// other instances on the same Redis (`[state] share_transcodes`,
+    /// [`crate::images::cache`]).
+    Transcode,
 }
 
 /// Size class of a kind, deciding the `max_bytes` eviction order.
@@ -129,7 +133,7 @@ pub(crate) struct Policy {
 
 /// The kind table, one row per [`Kind`] in declaration order. Within a class, the oldest
 /// record goes first whatever its kind.
-pub(crate) const POLICIES: [Policy; 6] = [
+pub(crate) const POLICIES: [Policy; 7] = [
     Policy {
         kind: Kind::Verdict,
         name: "verdict",
@@ -179,17 +183,27 @@ pub(crate) const POLICIES: [Policy; 6] = [
         resident: true,
         retention_days: None,
     },
+    Policy {
+        kind: Kind::Transcode,
+        name: "transcode",
+        version: 1,
+        // Hundreds of KiB each, and recomputable: evicted first.
+        class: Class::Large,
+        resident: false,
+        retention_days: None,
+    },
 ];
 
 impl Kind {
     /// Every kind, in [`POLICIES`] order.
-    pub(crate) const ALL: [Kind; 6] = [
+    pub(crate) const ALL: [Kind; 7] = [
         Kind::Verdict,
         Kind::Carrier,
         Kind::Session,
         Kind::Usage,
         Kind::Watermark,
         Kind::RejectedSignature,
+        Kind::Transcode,
     ];
 
     /// This kind's row of [`POLICIES`].
@@ -201,6 +215,7 @@ impl Kind {
             Kind::Usage => &POLICIES[3],
             Kind::Watermark => &POLICIES[4],
             Kind::RejectedSignature => &POLICIES[5],
+            Kind::Transcode => &POLICIES[6],
         }
     }
 
@@ -380,6 +395,7 @@ impl StoreOptions {
                 url: url.clone(),
                 read_timeout: Duration::from_millis(cfg.read_timeout_ms()),
                 retention_days: cfg.retention_days,
+                ca_file: cfg.ca_path(base_dir),
             }),
             retention_days: cfg.retention_days,
             max_bytes: cfg.max_bytes,
@@ -646,6 +662,17 @@ impl Store {
     /// [`MAX_ABSENT_KEYS`]) until a write of it or a change by another process: the next
     /// `get` of it answers `None` at once. A timeout or a failed read is not remembered.
     pub(crate) fn get(&self, key: &RecordKey, timeout: Duration) -> Option<Record> {
+        self.read_through(key, timeout, true)
+    }
+
+    /// [`Store::get`] without keeping a record read from the backend in the read cache: for
+    /// records that have a cache of their own (shared transcodes, held by the
+    /// [`crate::images::cache::TranscodeCache`]). Absent keys are remembered as by `get`.
+    pub(crate) fn read(&self, key: &RecordKey, timeout: Duration) -> Option<Record> {
+        self.read_through(key, timeout, false)
+    }
+
+    fn read_through(&self, key: &RecordKey, timeout: Duration, keep: bool) -> Option<Record> {
         if let Some(r) = self.get_cached(key) {
             return Some(r);
         }
@@ -670,7 +697,9 @@ impl Store {
         if rec.version > rec.key.kind.version() {
             return None;
         }
-        cache.insert(rec.clone());
+        if keep {
+            cache.insert(rec.clone());
+        }
         Some(rec)
     }
 

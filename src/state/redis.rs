@@ -24,6 +24,7 @@
 pub(crate) mod codec;
 #[cfg(test)]
 pub(crate) mod test_server;
+pub(crate) mod tls;
 pub(crate) mod url;
 
 use std::future::Future;
@@ -80,6 +81,9 @@ pub struct RedisOptions {
     pub read_timeout: Duration,
     /// `[state] retention_days`: the TTL given to records (0 = none).
     pub retention_days: u32,
+    /// `[state] ca_file`, resolved: the only CAs a `rediss://` connection trusts ([`tls`]);
+    /// `None`, the platform's roots.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl From<RedisError> for StateError {
@@ -114,8 +118,14 @@ impl RedisBackend {
             .build()
             .map_err(|e| StateError::Redis(format!("cannot start the Redis client: {e}")))?;
         let where_ = opts.url.redacted().to_owned();
-        let client = ::redis::Client::open(opts.url.expose())
-            .map_err(|e| StateError::Redis(format!("{where_}: {e}")))?;
+        let client = match &opts.ca_file {
+            Some(path) => tls::client_with_ca(
+                opts.url.expose(),
+                tls::read_ca(path).map_err(StateError::Redis)?,
+            ),
+            None => ::redis::Client::open(opts.url.expose()),
+        }
+        .map_err(|e| StateError::Redis(format!("{where_}: {e}")))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_millis(CONNECT_TIMEOUT_MS)))
             .set_response_timeout(Some(Duration::from_millis(WRITE_TIMEOUT_MS)))
@@ -138,7 +148,7 @@ impl RedisBackend {
         let mut c = me.conn.clone();
         let seen: Option<i64> = me
             .block(async move { c.get(codec::GENERATION_KEY).await })
-            .map_err(|e| StateError::Redis(format!("{where_}: {e}")))?;
+            .map_err(|e| StateError::Redis(tls::explain(&where_, opts, &e)))?;
         me.seen_generation = seen.unwrap_or(0);
         Ok(me)
     }
@@ -445,6 +455,7 @@ mod tests {
             url: server.url(0),
             read_timeout: Duration::from_secs(10),
             retention_days,
+            ca_file: None,
         })
         .unwrap()
     }
@@ -611,6 +622,7 @@ mod tests {
             url: server.url(0),
             read_timeout: Duration::from_millis(DEFAULT_READ_TIMEOUT_MS),
             retention_days: 0,
+            ca_file: None,
         })
         .unwrap();
         let r = rec(Kind::Carrier, "s", "k", b"v");
@@ -654,6 +666,7 @@ mod tests {
             url,
             read_timeout: Duration::from_millis(20),
             retention_days: 0,
+            ca_file: None,
         })
         .err()
         .expect("nothing listens");

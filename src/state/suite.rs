@@ -291,12 +291,31 @@ fn redis_server() -> Fixture {
         // Generous: the suite checks behaviour, not speed, on a loaded machine.
         read_timeout: Duration::from_secs(10),
         retention_days: 0,
+        ca_file: None,
     })
     .unwrap();
     (Box::new(b), Some(Box::new(server)))
 }
 
+/// The Redis backend over `rediss://` on a TLS-only `redis-server` whose certificate a CA
+/// made for the test signed, trusted through `ca_file`.
+fn redis_tls_server() -> Fixture {
+    let ca = super::redis::test_server::TestCa::generate();
+    let server = super::redis::test_server::RedisServer::start_tls(&ca);
+    let url = server.url(2);
+    assert!(url.is_tls());
+    let b = super::redis::RedisBackend::open(&RedisOptions {
+        url,
+        read_timeout: Duration::from_secs(10),
+        retention_days: 0,
+        ca_file: Some(ca.ca()),
+    })
+    .unwrap();
+    (Box::new(b), Some(Box::new((server, ca))))
+}
+
 backend_suite!(memory_backend, memory);
+backend_suite!(redis_tls_backend, redis_tls_server);
 backend_suite!(redis_backend, redis_server);
 backend_suite!(sqlite_file_backend, sqlite_file);
 backend_suite!(sqlite_in_memory_backend, sqlite_in_memory);

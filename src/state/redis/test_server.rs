@@ -1,10 +1,14 @@
 //! A throwaway `redis-server` for the tests: Debian's binary on a free loopback port (never
 //! 6379), no persistence (`--save '' --appendonly no`), killed when dropped. A machine without
 //! `redis-server` fails the test that needs it, with the install command; it never skips.
+//!
+//! [`RedisServer::start_tls`] serves TLS only (`--port 0 --tls-port PORT`) with a certificate
+//! of a throwaway CA ([`TestCa`], made with the `openssl` command-line tool).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,10 +17,98 @@ use super::RedisUrl;
 /// How long a started server may take to answer `PING`.
 const START_WAIT: Duration = Duration::from_secs(20);
 
+/// A throwaway certificate authority and a server certificate it signed (for `127.0.0.1` and
+/// `localhost`, valid two days), as PEM files in a temporary folder; made with `openssl`.
+pub(crate) struct TestCa {
+    dir: tempfile::TempDir,
+}
+
+impl TestCa {
+    /// Generate a CA (P-256 keys: fast to make, accepted by rustls and Redis's OpenSSL) and a
+    /// server certificate signed by it.
+    pub(crate) fn generate() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run openssl (apt-get install openssl): {e}"));
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let key = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &key,
+                &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2"],
+                &["-subj", "/CN=cachekeeper test CA"],
+                &["-addext", "basicConstraints=critical,CA:TRUE"],
+                &["-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+            ]
+            .concat(),
+        );
+        openssl(
+            &[
+                &["req"][..],
+                &key,
+                &["-keyout", "server.key", "-out", "server.csr"],
+                &["-subj", "/CN=localhost"],
+            ]
+            .concat(),
+        );
+        std::fs::write(
+            dir.path().join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+             keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ]);
+        Self { dir }
+    }
+
+    /// The CA's certificate (what `[state] ca_file` names).
+    pub(crate) fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
 /// A running `redis-server`, killed on drop.
 pub(crate) struct RedisServer {
     child: Child,
     port: u16,
+    /// Serving TLS only: the CA file that verifies its certificate.
+    tls_ca: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
 
@@ -28,23 +120,46 @@ impl RedisServer {
 
     /// Start one with `extra` arguments (`--enable-debug-command yes`, ...).
     pub(crate) fn start_with(extra: &[&str]) -> Self {
+        Self::start_retrying(extra, None)
+    }
+
+    /// Start one serving TLS only, with `ca`'s server certificate; clients are not asked for
+    /// a certificate (`--tls-auth-clients no`).
+    pub(crate) fn start_tls(ca: &TestCa) -> Self {
+        Self::start_retrying(&[], Some(ca))
+    }
+
+    fn start_retrying(extra: &[&str], tls: Option<&TestCa>) -> Self {
         for _ in 0..5 {
-            if let Some(s) = Self::try_start(extra) {
+            if let Some(s) = Self::try_start(extra, tls) {
                 return s;
             }
         }
         panic!("redis-server did not start on a free loopback port after 5 tries");
     }
 
-    fn try_start(extra: &[&str]) -> Option<Self> {
+    fn try_start(extra: &[&str], tls: Option<&TestCa>) -> Option<Self> {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap();
         assert_ne!(port, 6379);
         let dir = tempfile::tempdir().unwrap();
-        let spawned = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        let mut cmd = Command::new("redis-server");
+        match tls {
+            None => cmd.args(["--port", &port.to_string()]),
+            Some(ca) => cmd
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(ca.file("server.pem"))
+                .arg("--tls-key-file")
+                .arg(ca.file("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(ca.ca())
+                .args(["--tls-auth-clients", "no"]),
+        };
+        let spawned = cmd
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(dir.path())
@@ -64,6 +179,7 @@ impl RedisServer {
         let mut server = Self {
             child,
             port,
+            tls_ca: tls.map(TestCa::ca),
             _dir: dir,
         };
         let deadline = Instant::now() + START_WAIT;
@@ -80,6 +196,12 @@ impl RedisServer {
     }
 
     fn ping(&self) -> bool {
+        if self.tls_ca.is_some() {
+            return self
+                .try_raw()
+                .and_then(|mut c| ::redis::cmd("PING").query::<String>(&mut c))
+                .is_ok_and(|pong| pong == "PONG");
+        }
         let Ok(mut s) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)) else {
             return false;
         };
@@ -91,18 +213,34 @@ impl RedisServer {
         s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
     }
 
-    /// `redis://127.0.0.1:PORT/DB`.
+    /// `redis://127.0.0.1:PORT/DB` (`rediss://` when serving TLS).
     pub(crate) fn url(&self, db: u8) -> RedisUrl {
-        RedisUrl::parse(&format!("redis://127.0.0.1:{}/{db}", self.port)).unwrap()
+        let scheme = if self.tls_ca.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        RedisUrl::parse(&format!("{scheme}://127.0.0.1:{}/{db}", self.port)).unwrap()
+    }
+
+    /// The loopback port it listens on (TLS only, when serving TLS).
+    pub(crate) fn port(&self) -> u16 {
+        self.port
     }
 
     /// A plain (synchronous) client connection, for a test to look at or tamper with the
     /// stored keys.
     pub(crate) fn raw(&self) -> ::redis::Connection {
-        ::redis::Client::open(self.url(0).expose())
-            .unwrap()
-            .get_connection()
-            .unwrap()
+        self.try_raw().unwrap()
+    }
+
+    fn try_raw(&self) -> ::redis::RedisResult<::redis::Connection> {
+        let url = self.url(0);
+        let client = match &self.tls_ca {
+            Some(ca) => super::tls::client_with_ca(url.expose(), std::fs::read(ca)?)?,
+            None => ::redis::Client::open(url.expose())?,
+        };
+        client.get_connection_with_timeout(Duration::from_secs(2))
     }
 }
 

@@ -70,7 +70,6 @@ impl RedisUrl {
     }
 
     /// `rediss://`.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn is_tls(&self) -> bool {
         self.tls
     }
