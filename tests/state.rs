@@ -149,7 +149,9 @@ async fn proxy_stores_sealed_carriers_that_state_lists_and_purges() {
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(
         err.contains("unknown kind \"carriers\"")
-            && err.contains("verdict, carrier, session, usage, watermark, rejected_signature, transcode"),
+            && err.contains(
+                "verdict, carrier, session, usage, watermark, rejected_signature, transcode"
+            ),
         "{err}"
     );
 

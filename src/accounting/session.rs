@@ -55,7 +55,8 @@ pub(crate) const MAX_SESSIONS_IN_MEMORY: usize = 4096;
 pub(crate) const MAX_RESPONSE_IDS: usize = 65_536;
 
 /// How long a turn waits for its session's stored record on a memory miss (after a restart),
-/// ms. Runs on the passes' blocking thread.
+/// and with a shared store on every turn ([`Store::get_latest`]), ms. Runs on the passes'
+/// blocking thread.
 pub(crate) const SESSION_READ_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Payload of a [`Kind::Session`] record (and the in-memory state): the previous turn.
@@ -242,7 +243,14 @@ impl SessionTracker {
             .lock()
             .ok()
             .and_then(|g| g.sessions.get(&map_key).cloned());
-        let prev = cached.or_else(|| self.load(t.scope, &session));
+        // With a shared store (several instances on one Redis) the conversation's previous
+        // turn may have been answered by another instance: its stored state, not this
+        // process's copy, is the previous turn (else two instances number the same turn).
+        let prev = if self.store.is_shared() {
+            self.load(t.scope, &session).or(cached)
+        } else {
+            cached.or_else(|| self.load(t.scope, &session))
+        };
         let idle_ms = prev
             .as_ref()
             .map(|p| u64::try_from(t.now_ms.saturating_sub(p.last_ms)).unwrap_or(0));
@@ -424,7 +432,7 @@ impl SessionTracker {
             scope: scope.to_owned(),
             key: session.to_owned(),
         };
-        let rec = self.store.get(&key, SESSION_READ_TIMEOUT)?;
+        let rec = self.store.get_latest(&key, SESSION_READ_TIMEOUT)?;
         serde_json::from_slice(&rec.value).ok()
     }
 
@@ -691,6 +699,49 @@ mod tests {
             provider,
             key: DigestKey::for_credential(None),
         }
+    }
+
+    /// Two instances on one Redis, a conversation alternating between them on every turn:
+    /// each numbers its turn after the other's, so the turns are 1, 2, 3, 4 in one session
+    /// (each instance's own copy of the session is stale after the other's turn).
+    #[test]
+    fn turns_alternating_between_two_instances_on_one_redis_number_in_order() {
+        use crate::state::redis::test_server::RedisServer;
+        use crate::state::redis::{RedisBackend, RedisOptions};
+        let server = RedisServer::start();
+        let store = || {
+            let b = RedisBackend::open(&RedisOptions {
+                url: server.url(0),
+                read_timeout: Duration::from_secs(10),
+                retention_days: 0,
+                ca_file: None,
+            })
+            .unwrap();
+            Store::with_backend(Box::new(b), 0, u64::MAX, 1 << 20)
+        };
+        let (sa, sb) = (store(), store());
+        assert!(sa.is_shared());
+        let (a, b) = (
+            SessionTracker::new(sa.clone()),
+            SessionTracker::new(sb.clone()),
+        );
+        let (ra, rb) = (run(&a, anthropic()), run(&b, anthropic()));
+        let none = RewriteReport::default();
+        let mut turns = Vec::new();
+        for (i, n) in [1usize, 3, 5, 7].into_iter().enumerate() {
+            let body = body(r#""S""#, n, None);
+            let r = if i % 2 == 0 { &ra } else { &rb };
+            turns.push(r.turn(&body, &body, &none, i as i64 * MIN));
+            // The turn's records reach Redis before the next turn (what write_wait_ms is for).
+            sa.flush();
+            sb.flush();
+        }
+        assert_eq!(
+            turns.iter().map(|t| t.turn).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
+        assert!(turns.iter().all(|t| t.session == turns[0].session));
+        assert!(turns.iter().all(|t| t.collapse.is_none()), "{turns:?}");
     }
 
     #[test]

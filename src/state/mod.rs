@@ -315,6 +315,13 @@ pub enum StateError {
 pub(crate) trait Backend: Send {
     /// Records survive a restart.
     fn is_durable(&self) -> bool;
+    /// Other processes write the same records while this one runs (one Redis shared by
+    /// several instances): a record this process cached may have been replaced since, so what
+    /// the next turn builds on is read from the backend ([`Store::get_latest`]). Default
+    /// false (a SQLite file is one instance's; the CLI's changes are caught by the reload).
+    fn is_shared(&self) -> bool {
+        false
+    }
     /// Insert or replace the record at `rec.key`.
     fn put(&mut self, rec: &Record) -> Result<(), StateError>;
     /// [`Self::put`] each of `recs`, in order. The SQLite backend writes them in one
@@ -455,6 +462,8 @@ struct Inner {
     /// request. Locked after `cache` when both are held.
     absent: Mutex<Absent>,
     durable: AtomicBool,
+    /// [`Backend::is_shared`] of the backend the store opened with.
+    shared: bool,
     /// `cachekeeper_state_write_errors_total`: backend writes that failed ([`outage`]).
     write_errors: prometheus_client::metrics::counter::Counter,
 }
@@ -581,6 +590,7 @@ impl Store {
         prune_all(backend.as_mut(), retention_days);
         let mut cache = Cache::new(cache_bytes);
         let mut durable = backend.is_durable();
+        let shared = backend.is_shared();
         for kind in Kind::ALL.into_iter().filter(|k| k.is_resident()) {
             match backend.scan(kind) {
                 Ok(records) => cache.replace_kind(kind, records),
@@ -594,6 +604,7 @@ impl Store {
             cache: Mutex::new(cache),
             absent: Mutex::new(Absent::default()),
             durable: AtomicBool::new(durable),
+            shared,
             write_errors: prometheus_client::metrics::counter::Counter::default(),
         });
         let (tx, rx) = mpsc::channel::<Op>();
@@ -701,6 +712,38 @@ impl Store {
             cache.insert(rec.clone());
         }
         Some(rec)
+    }
+
+    /// The record at `key` as the backend holds it now, for a record other instances may
+    /// have replaced since this process cached it (a session's last turn, when the turns of
+    /// one conversation alternate between instances). With a shared backend
+    /// ([`Backend::is_shared`]) the backend is asked first, waiting at most `timeout`, behind
+    /// this process's own queued writes; its answer replaces the cached copy. No answer in
+    /// time (or a failed read) gives the cached copy. With any other backend: [`Store::get`].
+    pub(crate) fn get_latest(&self, key: &RecordKey, timeout: Duration) -> Option<Record> {
+        if !self.inner.shared {
+            return self.get(key, timeout);
+        }
+        let asked = self.tx.as_ref().and_then(|tx| {
+            let (reply_tx, reply_rx) = mpsc::channel();
+            tx.send(Op::Get(key.clone(), reply_tx)).ok()?;
+            reply_rx.recv_timeout(timeout).ok()?
+        });
+        match asked {
+            Some(Some(rec)) if rec.version <= rec.key.kind.version() => {
+                self.cache_insert(rec.clone());
+                Some(rec)
+            }
+            Some(Some(_)) => None,
+            // Not in the backend (or no answer): what this process holds, if anything (a write
+            // queued after the read, a memory-only record).
+            Some(None) | None => self.get_cached(key),
+        }
+    }
+
+    /// True when other processes write the same records ([`Backend::is_shared`]).
+    pub(crate) fn is_shared(&self) -> bool {
+        self.inner.shared
     }
 
     /// Put `rec` in the read cache, and forget that its key was absent.

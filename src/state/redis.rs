@@ -244,6 +244,10 @@ impl Backend for RedisBackend {
         true
     }
 
+    fn is_shared(&self) -> bool {
+        true
+    }
+
     fn location(&self) -> String {
         self.opts.url.redacted().to_owned()
     }

@@ -208,9 +208,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def launch_proxy(tmp: Path, routes_toml: str, server_toml: str = "") -> Iterator[Proxy]:
+def launch_proxy(tmp: Path, routes_toml: str, server_toml: str = "", state_toml: str | None = None) -> Iterator[Proxy]:
     """Run another cachekeeper with the given ``[[routes]]`` TOML (for route options the
-    session proxy does not set) and extra ``[server]`` keys; its logs stay in ``tmp``."""
+    session proxy does not set) and extra ``[server]`` keys; its logs stay in ``tmp``.
+    ``state_toml``: the ``[state]`` keys (default: a SQLite file in ``tmp``)."""
     binary = _binary()
     listen = f"127.0.0.1:{_free_port()}"
     config = tmp / "proxy.toml"
@@ -221,7 +222,7 @@ listen = "{listen}"
 {server_toml}
 
 [state]
-path = "{tmp / 'cachekeeper.db'}"
+{state_toml if state_toml is not None else f'path = "{tmp / "cachekeeper.db"}"'}
 
 {routes_toml}
 """,

@@ -1,0 +1,188 @@
+"""End to end (issue 13, shared state): two cachekeeper instances on one Redis, a client that
+alternates between them on every turn, as behind a round-robin load balancer.
+
+- A verdict learned through instance A (the mock refuses ``reasoning_content`` in input with a
+  400 naming it) is honoured by instance B: B's request goes once, without the field, no
+  second 400.
+- An agent that drops its reasoning carriers (the tool loops of test_restore.py) gets them
+  restored on every turn, by the instance that did not capture them: each instance restores
+  from what the other wrote to Redis.
+- ``cachekeeper report`` run against either instance's config shows the one session with all
+  its turns, numbered in order.
+
+The Redis is Debian's ``redis-server`` on a free loopback port (never 6379), without
+persistence, killed at the end; scripts/test.sh installs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import strict_mock as sm
+import test_restore as tr
+from conftest import Capture, Proxy, _binary, _free_port, launch_proxy
+from mock_upstream import MockUpstream
+
+REDIS_START_S = 20.0
+# How long a record read waits for Redis (a cache miss). The default (20 ms) is for a real
+# deployment; the test machine runs the suite under load.
+READ_TIMEOUT_MS = 500
+# The pause between a verdict learned on A and B's request. pub/sub invalidation (< 1 s) is
+# not on main yet: an instance notices another's writes with its generation check, every 2 s,
+# so within 4 s. Lower to 1.2 when the invalidation lands (README "Running N instances").
+VERDICT_PAUSE_S = 4.5
+# The pause between two turns of the carrier loop. `[state] write_wait_ms` (the response's
+# last chunk waiting for its carrier and session writes) is not on main yet, so a turn sent
+# the instant the previous one ended could reach the other instance before the write reached
+# Redis; this pause stands in for it (README "Running N instances" says what remains).
+TURN_PAUSE_S = 0.5
+
+
+def _ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(7) == b"+PONG\r\n"
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def redis_server(tmp: Path) -> Iterator[int]:
+    """A throwaway redis-server on a free loopback port; yields the port."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.fail("redis-server is not installed (apt-get install redis-server; scripts/test.sh installs it)", pytrace=False)
+    tmp.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    assert port != 6379
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp)],
+        stdin=subprocess.DEVNULL,
+        stdout=open(tmp / "redis.log", "wb"),  # noqa: SIM115 - closed with the process
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + REDIS_START_S
+        while not _ping(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"redis-server did not start on port {port}: {(tmp / 'redis.log').read_text()}", pytrace=False)
+            time.sleep(0.05)
+        yield port
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def two_instances(tmp: Path, mock: MockUpstream) -> Iterator[tuple[Proxy, Proxy]]:
+    """Instances A and B, each with its own config file and logs, on one Redis."""
+    with redis_server(tmp / "redis") as port, contextlib.ExitStack() as stack:
+        state = f'backend = "redis"\nurl = "redis://127.0.0.1:{port}/0"\nread_timeout_ms = {READ_TIMEOUT_MS}'
+        pair = []
+        for name in ("a", "b"):
+            (tmp / name).mkdir()
+            pair.append(stack.enter_context(launch_proxy(tmp / name, tr.routes_toml(mock), state_toml=state)))
+        yield pair[0], pair[1]
+
+
+@pytest.fixture
+def mock(mock_upstream: MockUpstream) -> Iterator[MockUpstream]:
+    mock_upstream.clear()
+    yield mock_upstream
+
+
+def test_a_verdict_learned_through_one_instance_is_honoured_by_the_other(mock: MockUpstream, tmp_path: Path, sent: Capture) -> None:
+    """Every turn echoes the assistant's tool rounds with ``reasoning_content``, which the model
+    refuses in input. Turn 0 (A): the 400, A learns the field and retries without it. After
+    the pause, turns 1-3 alternate B, A, B: each goes upstream once, without the field."""
+    model, mode = "mock-model-no-reasoning-input", "no-reasoning-input"
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": tr.WEATHER_SCHEMA}}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": tr.QUESTION}]
+    with two_instances(tmp_path, mock) as (a, b):
+        clients = [tr.openai_client(f"{p.base_url}/openai/v1", sent) for p in (a, b)]
+        for k in range(4):
+            if k == 1:
+                time.sleep(VERDICT_PAUSE_S)
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "reasoning_content": f"Turn {k}: I should look the weather up.",
+                    "tool_calls": [
+                        {"id": f"call_v{k}", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+                    ],
+                }
+            )
+            messages.append({"role": "tool", "tool_call_id": f"call_v{k}", "content": "Sunny in Paris, 21 °C."})
+            r = clients[k % 2].chat.completions.with_raw_response.create(
+                model=model, messages=messages, tools=tools, extra_headers=tr.knobs(mode)  # type: ignore[arg-type]
+            )
+            assert r.http_response.status_code == 200
+            assert all(b'"reasoning_content"' in s.body for s in sent.requests[-1:]), "the client sends the field"
+    ups = mock.matching("POST", "/chat/completions")
+    assert [u.response_status for u in ups] == [400, 200, 200, 200, 200], [(u.response_status, u.strict_error) for u in ups]
+    assert ups[0].strict_error == sm.REASONING_UNSUPPORTED.format(index=1)
+    for u in ups[1:]:
+        assert b'"reasoning_content"' not in u.body
+
+
+@pytest.mark.parametrize(("mode", "stream"), [("deepseek", True), ("anthropic", False)], ids=["deepseek-sse", "anthropic-json"])
+def test_carriers_captured_by_one_instance_are_restored_by_the_other_and_report_shows_one_session(
+    mock: MockUpstream, tmp_path: Path, sent: Capture, mode: str, stream: bool
+) -> None:
+    d = tr.DIALECTS[mode]
+    session = f"two-instances-{mode}"
+    headers = {**tr.knobs(mode), "x-cachekeeper-session": session}
+    with two_instances(tmp_path, mock) as (a, b):
+        clients = [d.client(p.base_url + tr.ROUTE[mode], sent) for p in (a, b)]
+        logs = [p.request_log() for p in (a, b)]
+
+        def at(k: int) -> Any:
+            if k:
+                time.sleep(TURN_PAUSE_S)
+            return clients[k % 2]
+
+        if mode == "deepseek":
+            loop = tr.chat_loop(at, tr.DEEPSEEK_MODEL, stream, headers, tr.Loop(), "reasoning_content")
+        else:
+            loop = tr.anthropic_loop(at, stream, headers, tr.Loop())
+        assert loop.text, "the loop did not finish"
+        turns = len(loop.turns)
+        assert turns == tr.ROUNDS + 1
+        tr.assert_sent_without_carriers(sent, loop)
+        tr.assert_mock_got_carriers(mock, d, loop)
+        ups = mock.matching("POST", d.path)
+        assert [u.response_status for u in ups] == [200] * turns, [u.strict_error for u in ups]
+        # Request k (on instance k % 2) restored the k rounds before it, the last of them
+        # captured by the other instance.
+        lines = {0: logs[0].wait(None, (turns + 1) // 2), 1: logs[1].wait(None, turns // 2)}
+        for k in range(turns):
+            line = lines[k % 2][k // 2]
+            assert line.get(tr.RESTORED_TURNS, 0) == k, f"request {k}: {line}"
+        # Either instance's report shows the one session, every turn, in order.
+        for p in (a, b):
+            report: dict[str, Any] = {}
+            for _ in range(50):
+                out = subprocess.run(
+                    [str(_binary()), "report", "--config", str(p.config_path), "--session", session, "--json"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                assert out.returncode == 0, out.stderr
+                report = json.loads(out.stdout)
+                if len(report.get("turns", [])) >= turns:
+                    break
+                time.sleep(0.1)
+            assert [t["turn"] for t in report["turns"]] == list(range(1, turns + 1)), report
+            assert report["summary"]["turns"] == turns, report["summary"]
