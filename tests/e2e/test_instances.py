@@ -9,6 +9,9 @@ alternates between them on every turn, as behind a round-robin load balancer.
   from what the other wrote to Redis.
 - ``cachekeeper report`` run against either instance's config shows the one session with all
   its turns, numbered in order.
+- Over ``rediss://`` with ``[state] ca_file`` (a CA and server certificate made here with
+  ``openssl``, Redis serving TLS only) the same holds; with another CA's file an instance
+  cannot open the store, says why, and serves on memory.
 
 The Redis is Debian's ``redis-server`` on a free loopback port (never 6379), without
 persistence, killed at the end; scripts/test.sh installs it.
@@ -20,6 +23,7 @@ import contextlib
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -47,33 +51,65 @@ VERDICT_PAUSE_S = 4.5
 TURN_PAUSE_S = 0.5
 
 
-def _ping(port: int) -> bool:
+def _ping(port: int, ca: Path | None = None) -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as raw:
+            s = raw
+            if ca is not None:
+                s = ssl.create_default_context(cafile=str(ca)).wrap_socket(raw, server_hostname="127.0.0.1")
             s.sendall(b"PING\r\n")
             return s.recv(7) == b"+PONG\r\n"
     except OSError:
         return False
 
 
+def make_ca(tmp: Path) -> Path:
+    """A throwaway CA (``ca.pem``) and a server certificate it signed for 127.0.0.1
+    (``server.pem``, ``server.key``) in ``tmp``, made with the openssl command; returns ``tmp``."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def openssl(*args: str) -> None:
+        out = subprocess.run(["openssl", *args], cwd=tmp, capture_output=True, text=True)
+        assert out.returncode == 0, f"openssl {args}: {out.stderr}"
+
+    openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=cachekeeper e2e CA",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    openssl("req", *key, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
+    (tmp / "server.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+    )
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "server.pem", "-days", "2", "-extfile", "server.ext")
+    return tmp
+
+
 @contextlib.contextmanager
-def redis_server(tmp: Path) -> Iterator[int]:
-    """A throwaway redis-server on a free loopback port; yields the port."""
+def redis_server(tmp: Path, tls: Path | None = None) -> Iterator[int]:
+    """A throwaway redis-server on a free loopback port; yields the port. ``tls``: a folder from
+    :func:`make_ca`, served TLS only (``--port 0 --tls-port``, clients not asked for a
+    certificate)."""
     exe = shutil.which("redis-server")
     if exe is None:
         pytest.fail("redis-server is not installed (apt-get install redis-server; scripts/test.sh installs it)", pytrace=False)
     tmp.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     assert port != 6379
+    listen = ["--port", str(port)]
+    if tls is not None:
+        listen = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(tls / "server.pem"),
+                  "--tls-key-file", str(tls / "server.key"), "--tls-ca-cert-file", str(tls / "ca.pem"),
+                  "--tls-auth-clients", "no"]
     proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp)],
+        [exe, *listen, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp)],
         stdin=subprocess.DEVNULL,
         stdout=open(tmp / "redis.log", "wb"),  # noqa: SIM115 - closed with the process
         stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + REDIS_START_S
-        while not _ping(port):
+        while not _ping(port, tls / "ca.pem" if tls else None):
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"redis-server did not start on port {port}: {(tmp / 'redis.log').read_text()}", pytrace=False)
             time.sleep(0.05)
@@ -84,10 +120,14 @@ def redis_server(tmp: Path) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def two_instances(tmp: Path, mock: MockUpstream) -> Iterator[tuple[Proxy, Proxy]]:
-    """Instances A and B, each with its own config file and logs, on one Redis."""
-    with redis_server(tmp / "redis") as port, contextlib.ExitStack() as stack:
+def two_instances(tmp: Path, mock: MockUpstream, tls: bool = False) -> Iterator[tuple[Proxy, Proxy]]:
+    """Instances A and B, each with its own config file and logs, on one Redis (``tls``: over
+    rediss:// with ``ca_file``)."""
+    certs = make_ca(tmp / "certs") if tls else None
+    with redis_server(tmp / "redis", certs) as port, contextlib.ExitStack() as stack:
         state = f'backend = "redis"\nurl = "redis://127.0.0.1:{port}/0"\nread_timeout_ms = {READ_TIMEOUT_MS}'
+        if certs is not None:
+            state = state.replace("redis://", "rediss://") + f'\nca_file = "{certs / "ca.pem"}"'
         pair = []
         for name in ("a", "b"):
             (tmp / name).mkdir()
@@ -136,14 +176,16 @@ def test_a_verdict_learned_through_one_instance_is_honoured_by_the_other(mock: M
         assert b'"reasoning_content"' not in u.body
 
 
-@pytest.mark.parametrize(("mode", "stream"), [("deepseek", True), ("anthropic", False)], ids=["deepseek-sse", "anthropic-json"])
+@pytest.mark.parametrize(
+    ("mode", "stream", "tls"), [("deepseek", True, False), ("anthropic", False, True)], ids=["deepseek-sse", "anthropic-json-rediss"]
+)
 def test_carriers_captured_by_one_instance_are_restored_by_the_other_and_report_shows_one_session(
-    mock: MockUpstream, tmp_path: Path, sent: Capture, mode: str, stream: bool
+    mock: MockUpstream, tmp_path: Path, sent: Capture, mode: str, stream: bool, tls: bool
 ) -> None:
     d = tr.DIALECTS[mode]
     session = f"two-instances-{mode}"
     headers = {**tr.knobs(mode), "x-cachekeeper-session": session}
-    with two_instances(tmp_path, mock) as (a, b):
+    with two_instances(tmp_path, mock, tls) as (a, b):
         clients = [d.client(p.base_url + tr.ROUTE[mode], sent) for p in (a, b)]
         logs = [p.request_log() for p in (a, b)]
 
@@ -186,3 +228,24 @@ def test_carriers_captured_by_one_instance_are_restored_by_the_other_and_report_
                 time.sleep(0.1)
             assert [t["turn"] for t in report["turns"]] == list(range(1, turns + 1)), report
             assert report["summary"]["turns"] == turns, report["summary"]
+
+
+def test_a_redis_certificate_of_another_ca_leaves_the_instance_serving_on_memory(mock: MockUpstream, tmp_path: Path, sent: Capture) -> None:
+    """``ca_file`` names a CA that did not sign the Redis server's certificate: the instance
+    starts, logs why it runs on memory (the URL, the CA file), and serves every request."""
+    right, wrong = make_ca(tmp_path / "right"), make_ca(tmp_path / "wrong")
+    with redis_server(tmp_path / "redis", right) as port:
+        state = f'backend = "redis"\nurl = "rediss://:s3cret-pw@127.0.0.1:{port}/0"\nca_file = "{wrong / "ca.pem"}"'
+        (tmp_path / "p").mkdir()
+        with launch_proxy(tmp_path / "p", tr.routes_toml(mock), state_toml=state) as p:
+            client = tr.openai_client(f"{p.base_url}/openai/v1", sent)
+            for _ in range(2):
+                r = client.chat.completions.with_raw_response.create(
+                    model="gpt-test", messages=[{"role": "user", "content": "Hello."}]
+                )
+                assert r.http_response.status_code == 200
+            log = p.stderr_path.read_text()
+    assert "running in memory" in log, log
+    assert "does not verify against [state] ca_file" in log and str(wrong / "ca.pem") in log, log
+    assert f"rediss://:***@127.0.0.1:{port}/0" in log, log
+    assert "s3cret-pw" not in log
