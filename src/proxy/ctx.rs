@@ -2,6 +2,7 @@
 //! ([`super::phases`]), and turned into the request's log line and `x-cachekeeper-rewrites`
 //! value at the end. Nothing else carries per-request state.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -280,10 +281,8 @@ impl RequestCtx {
         }
         let mut s = String::with_capacity(320);
         for (name, value) in self.report.counters() {
-            s.push_str(name);
-            s.push('=');
-            s.push_str(&value.to_string());
-            s.push_str("; ");
+            // Into the one buffer: no `String` per counter (12 k instructions a request).
+            let _ = write!(s, "{name}={value}; ");
         }
         s.push_str("body=");
         s.push_str(self.body.as_str());

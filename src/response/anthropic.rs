@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::fingerprint::canonical;
+use super::lenient::{self, str_of};
 use super::turn::{Call, CapturedTurn, Carrier};
 use super::usage::AnthropicUsage;
 use super::{note_error, note_model, parse_json, str_field, Observed};
@@ -51,6 +52,15 @@ pub(crate) struct Stream {
 
 impl Stream {
     pub(super) fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
+        if ev.event == Some("content_block_delta") && self.delta_event(ev.data) {
+            out.usage = self.usage.usage();
+            return Ok(());
+        }
+        self.value_event(ev, out)
+    }
+
+    /// An event read through a `serde_json::Value` (every event the typed view does not take).
+    fn value_event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
         let v = parse_json(ev.data, "anthropic event")?;
         let kind = str_field(&v, "type").or(ev.event).unwrap_or("");
         match kind {
@@ -100,6 +110,39 @@ impl Stream {
             self.body_turn = Some(message_turn(&v));
         }
         Ok(())
+    }
+
+    /// A `content_block_delta` read through the typed view ([`lenient::AnthropicDelta`]):
+    /// `true` when it was one and is applied, `false` when the `Value` path must read the
+    /// event (the view could not take it, or its `type` names another event).
+    fn delta_event(&mut self, data: &[u8]) -> bool {
+        let Ok(lenient::MapOnly(ev)) =
+            serde_json::from_slice::<lenient::MapOnly<lenient::AnthropicDelta<'_>>>(data)
+        else {
+            return false;
+        };
+        if str_of(&ev.kind).unwrap_or("content_block_delta") != "content_block_delta" {
+            return false;
+        }
+        let index = ev
+            .index
+            .as_ref()
+            .and_then(lenient::Scalar::as_u64)
+            .and_then(|i| usize::try_from(i).ok());
+        if let (Some(index), Some(lenient::MapOnly(delta))) = (index, ev.delta) {
+            if let Some(block) = self.blocks.get_mut(&index) {
+                apply_parts(block, str_of(&delta.kind), |key| {
+                    match key {
+                        "text" => str_of(&delta.text),
+                        "thinking" => str_of(&delta.thinking),
+                        "signature" => str_of(&delta.signature),
+                        _ => str_of(&delta.partial_json),
+                    }
+                    .unwrap_or("")
+                });
+            }
+        }
+        true
     }
 
     /// Drop what the turn holds (past the size cap); usage is kept.
@@ -183,8 +226,15 @@ fn start(block: &Value) -> Block {
 
 /// One `content_block_delta` on its block (a delta of another block's type is ignored).
 fn apply(block: &mut Block, delta: &Value) {
-    let piece = |key| str_field(delta, key).unwrap_or("");
-    match (block, str_field(delta, "type")) {
+    apply_parts(block, str_field(delta, "type"), |key| {
+        str_field(delta, key).unwrap_or("")
+    });
+}
+
+/// [`apply`] over a delta's `type` and its payload fields by name (`text`, `thinking`,
+/// `signature`, `partial_json`), however the delta was read.
+fn apply_parts<'d>(block: &mut Block, kind: Option<&str>, piece: impl Fn(&str) -> &'d str) {
+    match (block, kind) {
         (Block::Text(t), Some("text_delta")) => t.push_str(piece("text")),
         (Block::Thinking { thinking, .. }, Some("thinking_delta")) => {
             thinking.push_str(piece("thinking"))
@@ -241,4 +291,116 @@ pub(crate) fn message_turn(message: &Value) -> CapturedTurn {
         _ => {}
     }
     turn
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One stream fed `deltas` as `event: content_block_delta` events (as Anthropic sends
+    /// them): through [`Stream::event`] (the typed view first) or the `Value` path alone.
+    fn fed(deltas: &[&str], typed: bool) -> (CapturedTurn, Observed) {
+        let mut s = Stream::default();
+        let mut out = Observed::default();
+        let starts = [
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t","name":"n","input":{}}}"#,
+        ];
+        for start in starts {
+            let ev = SseEvent {
+                event: Some("content_block_start"),
+                data: start.as_bytes(),
+            };
+            assert!(s.event(&ev, &mut out).is_ok());
+        }
+        for d in deltas {
+            let ev = SseEvent {
+                event: Some("content_block_delta"),
+                data: d.as_bytes(),
+            };
+            // Both paths fail on the same events (not JSON): the sink then stops reading.
+            let _ = if typed {
+                s.event(&ev, &mut out)
+            } else {
+                s.value_event(&ev, &mut out)
+            };
+        }
+        (s.turn(), out)
+    }
+
+    /// The typed view reads every delta exactly as the `Value` path does, odd shapes included.
+    #[test]
+    fn the_typed_delta_reads_what_the_value_path_reads() {
+        let deltas = [
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" w\u00f6rld\n\"q\""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"c2ln"}}"#,
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#,
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"1}"}}"#,
+            // Wrong types and odd shapes: each read the same way by both paths.
+            r#"{"type":"content_block_delta","index":"0","delta":{"type":"text_delta","text":"X"}}"#,
+            r#"{"type":"content_block_delta","index":-1,"delta":{"type":"text_delta","text":"X"}}"#,
+            r#"{"type":"content_block_delta","index":0.0,"delta":{"type":"text_delta","text":"X"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":null}"#,
+            r#"{"type":"content_block_delta","index":0}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":7}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"not text"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{"type":"x","cited_text":"y"}},"extra":[1,{"a":null}]}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a","text":"b"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":"text"}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":["text_delta","arr"]}"#,
+            r#"["content_block_delta",0,{"type":"text_delta","text":"arr"}]"#,
+            r#"{"type":"content_block_delta","index":9,"delta":{"type":"text_delta","text":"no block"}}"#,
+            r#"{"type":7,"index":0,"delta":{"type":"text_delta","text":"typeless"}}"#,
+            r#"{"index":0,"delta":{"type":"text_delta","text":"!"}}"#,
+        ];
+        let (typed_turn, typed_out) = fed(&deltas, true);
+        let (value_turn, value_out) = fed(&deltas, false);
+        assert_eq!(typed_turn, value_turn);
+        assert_eq!(typed_out, value_out);
+        assert_eq!(typed_turn.text, "Hello wörld\n\"q\"btypeless!");
+        assert_eq!(typed_turn.carriers.len(), 1);
+        assert_eq!(typed_turn.calls[0].arguments, r#"{"a":1}"#);
+    }
+
+    /// Every one-byte change of a delta event (to each JSON-significant byte) is read the
+    /// same way by both paths: whatever the view takes, it takes as the `Value` path does.
+    #[test]
+    fn every_one_byte_mutation_of_a_delta_reads_the_same_both_ways() {
+        let base = r#"{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"a\"b"}}"#;
+        let mut checked = 0;
+        for at in 0..base.len() {
+            for b in *br#"{}[]",:01-.\ ntx"# {
+                let mut bytes = base.as_bytes().to_vec();
+                bytes[at] = b;
+                let Ok(text) = String::from_utf8(bytes) else {
+                    continue;
+                };
+                let (typed, typed_out) = fed(&[text.as_str()], true);
+                let (value, value_out) = fed(&[text.as_str()], false);
+                assert_eq!(typed, value, "{text}");
+                assert_eq!(typed_out, value_out, "{text}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 1000, "{checked}");
+    }
+
+    /// A `type` naming another event (here `message_delta`) is left to the `Value` path.
+    #[test]
+    fn a_delta_event_line_over_another_type_is_read_by_the_value_path() {
+        let mut s = Stream::default();
+        let data = br#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":12}}"#;
+        assert!(!s.delta_event(data));
+        let mut out = Observed::default();
+        let ev = SseEvent {
+            event: Some("content_block_delta"),
+            data,
+        };
+        assert!(s.event(&ev, &mut out).is_ok());
+        assert_eq!(out.usage.output_tokens, Some(12));
+    }
 }

@@ -26,6 +26,7 @@ pub(crate) mod anthropic;
 pub(crate) mod chat;
 pub(crate) mod fingerprint;
 pub(crate) mod gemini;
+pub(crate) mod lenient;
 pub(crate) mod responses;
 pub(crate) mod turn;
 pub(crate) mod usage;
