@@ -860,16 +860,23 @@ async fn refused_soon(port: u16) -> bool {
     false
 }
 
-/// SIGTERM with 50 streams open, each with ~1.5 s to go, under a grace longer than that:
-/// new connections are refused at once, every stream finishes whole (up to `message_stop`,
-/// a clean end of the body), and the process exits 0.
+/// The proxy (`shutdown_grace_ms = grace_ms`) in front of a mock answering with `stream`,
+/// 50 streams open through it, then SIGTERM, checked to close the listener at once. The mock
+/// and the directory are returned to live as long as the test.
 #[cfg(unix)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_with_50_open_streams_lets_them_finish_within_the_grace() {
-    let mock = start_mock(slow_stream(20, Duration::from_millis(75), false)).await;
+async fn streams_then_sigterm(
+    stream: Handler,
+    grace_ms: u64,
+) -> (
+    Mock,
+    tempfile::TempDir,
+    Served,
+    Vec<tokio::task::JoinHandle<Seen>>,
+) {
+    let mock = start_mock(stream).await;
     let dir = tempfile::tempdir().unwrap();
-    let file = grace_config(dir.path(), &mock.url(), 20_000);
-    let mut served = Served::start(&file, &dir.path().join("serve.log"));
+    let file = grace_config(dir.path(), &mock.url(), grace_ms);
+    let served = Served::start(&file, &dir.path().join("serve.log"));
     assert!(served.ready().await, "{}", served.log_text());
     let streams = open_streams(&served, 50).await;
     served.signal("TERM");
@@ -877,6 +884,17 @@ async fn sigterm_with_50_open_streams_lets_them_finish_within_the_grace() {
         refused_soon(served.port).await,
         "still accepting after SIGTERM"
     );
+    (mock, dir, served, streams)
+}
+
+/// SIGTERM with 50 streams open, each with ~1.5 s to go, under a grace longer than that:
+/// new connections are refused at once, every stream finishes whole (up to `message_stop`,
+/// a clean end of the body), and the process exits 0.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_50_open_streams_lets_them_finish_within_the_grace() {
+    let (_mock, _dir, mut served, streams) =
+        streams_then_sigterm(slow_stream(20, Duration::from_millis(75), false), 20_000).await;
     for s in streams {
         let seen = s.await.unwrap();
         assert!(seen.clean_end, "{:?}", seen.text);
@@ -900,17 +918,8 @@ async fn sigterm_with_50_open_streams_lets_them_finish_within_the_grace() {
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_past_the_grace_ends_open_streams_after_a_complete_event() {
-    let mock = start_mock(slow_stream(40, Duration::from_millis(80), true)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = grace_config(dir.path(), &mock.url(), 600);
-    let mut served = Served::start(&file, &dir.path().join("serve.log"));
-    assert!(served.ready().await, "{}", served.log_text());
-    let streams = open_streams(&served, 50).await;
-    served.signal("TERM");
-    assert!(
-        refused_soon(served.port).await,
-        "still accepting after SIGTERM"
-    );
+    let (_mock, _dir, mut served, streams) =
+        streams_then_sigterm(slow_stream(40, Duration::from_millis(80), true), 600).await;
     for s in streams {
         let seen = s.await.unwrap();
         assert!(seen.clean_end, "{:?}", seen.text);
@@ -939,4 +948,68 @@ async fn sigterm_past_the_grace_ends_open_streams_after_a_complete_event() {
     );
     let log = served.log_text();
     assert!(log.contains("shutdown grace over"), "{log}");
+}
+
+/// SIGTERM while a request still waits for its upstream's response headers (an upstream
+/// that accepted the request and never answers): when the grace is nearly over, the client
+/// gets a 503 in its dialect's shape saying the proxy is shutting down (retryable), instead
+/// of a connection closed without a response, and the process exits 0.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_a_request_still_waiting_for_headers_with_a_503() {
+    use tokio::io::AsyncReadExt;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", silent.local_addr().unwrap());
+    let (got_tx, got_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut conn, _) = silent.accept().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let _ = conn.read(&mut buf).await;
+        let _ = got_tx.send(());
+        // Holds the connection open and never answers.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(conn);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = grace_config(dir.path(), &upstream, 600);
+    let mut served = Served::start(&file, &dir.path().join("serve.log"));
+    assert!(served.ready().await, "{}", served.log_text());
+    let url = served.url("/anthropic/v1/messages");
+    let waiting = tokio::spawn(async move {
+        let req = http::Request::post(url)
+            .header("content-type", "application/json")
+            .header("x-api-key", "sk-ant-waiting")
+            .body(Full::new(Bytes::from_static(
+                br#"{"model":"claude-x","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#,
+            )))
+            .unwrap();
+        let resp = client().request(req).await.unwrap();
+        let status = resp.status();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, body)
+    });
+    tokio::time::timeout(Duration::from_secs(10), got_rx)
+        .await
+        .expect("the request reached the upstream")
+        .unwrap();
+    served.signal("TERM");
+    let (status, body) = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("answered within the grace")
+        .unwrap();
+    assert_eq!(status, 503);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "api_error");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("cachekeeper: the proxy is shutting down; no response from upstream"),
+        "{msg}"
+    );
+    let status = served.exit_within(Duration::from_secs(30)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}: {}",
+        served.log_text()
+    );
 }

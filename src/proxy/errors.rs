@@ -21,6 +21,8 @@ pub(crate) enum ErrorSource {
     Downstream,
     /// The upstream (refused, timed out, reset).
     Upstream,
+    /// The proxy itself (shutting down).
+    Internal,
 }
 
 impl ErrorSource {
@@ -29,6 +31,7 @@ impl ErrorSource {
         match self {
             ErrorSource::Downstream => "downstream",
             ErrorSource::Upstream => "upstream",
+            ErrorSource::Internal => "internal",
         }
     }
 }
@@ -73,6 +76,12 @@ pub(crate) enum ProxyError {
         crate::wire::limits::MAX_HEADER_BYTES
     )]
     HeadersTooLarge { fields: usize, bytes: usize },
+    /// The shutdown grace was nearly over ([`crate::wire::listener::CUT_LEAD`] before its
+    /// end) while the request still waited for the upstream's response headers. 503,
+    /// retryable (the official SDKs retry a 503), so the client is answered before the
+    /// connection closes instead of seeing it drop.
+    #[error("cachekeeper: the proxy is shutting down; no response from upstream {upstream} before the shutdown grace ended; retry")]
+    ShuttingDown { upstream: String },
 }
 
 impl ProxyError {
@@ -90,6 +99,7 @@ impl ProxyError {
             ProxyError::ClientBody(_) | ProxyError::DotSegment => StatusCode::BAD_REQUEST,
             ProxyError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ProxyError::ShuttingDown { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -102,6 +112,7 @@ impl ProxyError {
             | ProxyError::DotSegment
             | ProxyError::HeadersTooLarge { .. }
             | ProxyError::MethodNotAllowed(_) => ErrorSource::Downstream,
+            ProxyError::ShuttingDown { .. } => ErrorSource::Internal,
             _ => ErrorSource::Upstream,
         }
     }
@@ -114,6 +125,7 @@ impl ProxyError {
                 | ProxyError::ConnectTimeout { .. }
                 | ProxyError::FirstByteTimeout { .. }
                 | ProxyError::UpstreamBroken { .. }
+                | ProxyError::ShuttingDown { .. }
         )
     }
 
@@ -130,6 +142,7 @@ impl ProxyError {
             ProxyError::DotSegment => "dot_segment",
             ProxyError::MethodNotAllowed(_) => "method_not_allowed",
             ProxyError::HeadersTooLarge { .. } => "headers_too_large",
+            ProxyError::ShuttingDown { .. } => "shutdown",
         }
     }
 

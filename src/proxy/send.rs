@@ -16,7 +16,9 @@ use crate::wire::upstream::{BoxError, UpstreamBody};
 ///
 /// Errors: connect failures and timeouts ([`ProxyError::UpstreamConnect`],
 /// [`ProxyError::ConnectTimeout`]), no headers in time ([`ProxyError::FirstByteTimeout`]), a
-/// connection broken before the response ([`ProxyError::UpstreamBroken`]).
+/// connection broken before the response ([`ProxyError::UpstreamBroken`]), the shutdown
+/// grace nearly over before the headers came ([`ProxyError::ShuttingDown`]: the upstream
+/// request is dropped, which closes its connection).
 pub(crate) async fn send(
     state: &AppState,
     uri: &Uri,
@@ -40,12 +42,16 @@ pub(crate) async fn send(
     };
     let outcome = tokio::select! {
         r = state.client.request(up) => Ok(r),
-        () = deadline => Err(()),
+        () = deadline => Err(Stopped::FirstByte),
+        () = state.cutoff.waiter() => Err(Stopped::Shutdown),
     };
     match outcome {
-        Err(()) => Err(ProxyError::FirstByteTimeout {
+        Err(Stopped::FirstByte) => Err(ProxyError::FirstByteTimeout {
             upstream: upstream_label(uri),
             ms: state.server.first_byte_timeout_ms,
+        }),
+        Err(Stopped::Shutdown) => Err(ProxyError::ShuttingDown {
+            upstream: upstream_label(uri),
         }),
         Ok(Err(e)) => Err(classify_client_error(
             &e,
@@ -54,6 +60,14 @@ pub(crate) async fn send(
         )),
         Ok(Ok(resp)) => Ok(resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync())),
     }
+}
+
+/// Why [`send`] stopped waiting for the response headers.
+enum Stopped {
+    /// `first_byte_timeout_ms` passed.
+    FirstByte,
+    /// The shutdown grace is nearly over ([`crate::wire::stream::Cutoff`]).
+    Shutdown,
 }
 
 /// `scheme://authority` of an upstream URI, for error messages.
