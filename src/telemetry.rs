@@ -271,21 +271,7 @@ impl Outcome {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use std::sync::{Arc, Mutex};
-
-    /// A writer into a shared buffer.
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::testing::LogBuf as Buf;
 
     /// Events with every kind of field value a line can hold.
     fn events() {
@@ -316,7 +302,7 @@ mod tests {
 
     /// Each line with its `timestamp` value blanked.
     fn lines(buf: &Buf) -> Vec<String> {
-        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let text = buf.text();
         text.split_inclusive('\n')
             .map(|l| {
                 let start = l.find("\"timestamp\":\"").unwrap() + 13;

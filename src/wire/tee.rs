@@ -754,27 +754,13 @@ mod tests {
 
     /// Run `f` with a subscriber writing formatted events into a string.
     fn capture_logs(f: impl FnOnce()) -> String {
-        use std::sync::{Arc, Mutex};
-        #[derive(Clone, Default)]
-        struct Buf(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Buf {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let buf = Buf::default();
-        let writer = buf.clone();
+        let buf = crate::testing::LogBuf::default();
         let subscriber = tracing_subscriber::fmt()
             .json()
             .with_target(true)
-            .with_writer(move || writer.clone())
+            .with_writer(buf.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, f);
-        let bytes = buf.0.lock().unwrap().clone();
-        String::from_utf8(bytes).unwrap()
+        buf.text()
     }
 }
