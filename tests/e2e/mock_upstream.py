@@ -234,6 +234,11 @@ class RecordedRequest:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # The listen backlog. socketserver's default is 5: with hundreds of connections opened at
+    # once (benches/soak.py's 1,000 streams), the kernel's accept queue overflows, the final
+    # ACK of a handshake is dropped, and the proxy's request on that connection (established
+    # on its side) is answered with a reset. Providers' front ends accept thousands at once.
+    request_queue_size = 4096
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
