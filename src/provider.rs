@@ -299,6 +299,11 @@ pub struct Provider {
     /// Wire dialects the provider serves; a request path of another dialect is tunnelled
     /// untouched ([`crate::route::Route::classify`]). [`ALL_DIALECTS`] where unknown.
     pub dialects: &'static [Dialect],
+    /// The dialect of the provider's own API: the shape of the proxy's own errors on a path
+    /// that names no dialect (`/v1/files`, `/v1/models`) on a route to it
+    /// ([`crate::route::Route::error_dialect`]). `None` for gateways, hosts serving several
+    /// wires, and unknown hosts.
+    pub native_dialect: Option<Dialect>,
     /// Image rules; `None` = from the model name, else the body's dialect.
     pub images: Option<&'static ImageLimits>,
     /// Carriers read on the OpenAI Chat wire (the Gemini signature is added by model name).
@@ -357,6 +362,7 @@ const fn row(
         name,
         hosts,
         dialects: ALL_DIALECTS,
+        native_dialect: None,
         images: None,
         carriers,
         echo: None,
@@ -395,6 +401,7 @@ const fn openai_cache(models: &'static str, read_milli: Option<u32>) -> CacheRul
 /// are matched by address / as the fallback, never by host.
 pub(crate) const PROVIDERS: &[Provider] = &[
     Provider {
+        native_dialect: Some(Dialect::Anthropic),
         images: Some(&ANTHROPIC_IMAGES),
         binding_controls: true,
         third_party_anthropic_wire: false,
@@ -413,6 +420,7 @@ pub(crate) const PROVIDERS: &[Provider] = &[
     },
     Provider {
         dialects: &[Dialect::Openai, Dialect::OpenaiResponses],
+        native_dialect: Some(Dialect::Openai),
         images: Some(&OPENAI_IMAGES),
         cache: &[
             // GPT-5.6 and later: a 30-minute minimum life, writes 1.25×, reads 0.1×.
@@ -463,6 +471,7 @@ pub(crate) const PROVIDERS: &[Provider] = &[
             source: GEMINI_PRICING,
         }],
         validates_thought_signatures: true,
+        native_dialect: Some(Dialect::Gemini),
         ..row(
             "gemini",
             &[

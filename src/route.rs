@@ -287,18 +287,44 @@ pub(crate) fn model_from_path(path: &str) -> Option<&str> {
     (!model.is_empty()).then_some(model)
 }
 
-/// The dialect to shape the proxy's own errors in, from the path alone (`None`: unknown, use
-/// OpenAI's shape).
-pub(crate) fn error_dialect_for_path(path: &str, pinned: Option<Dialect>) -> Option<Dialect> {
-    pinned
-        .or_else(|| classify_path(path).map(|(d, _)| d))
-        .or_else(|| {
-            if path.contains("/v1beta/") || path.contains("/v1alpha/") {
-                Some(Dialect::Gemini)
-            } else {
-                None
-            }
-        })
+/// The dialect the proxy's own errors take (`None`: OpenAI's shape): the one place that
+/// decides it (`docs/architecture.md#errors-the-proxy-produces`).
+///
+/// - On a matched route (`route`: the route and the path after its prefix), the route's
+///   dialect decides ([`Route::error_dialect`]).
+/// - Without one, the path's dialect ([`classify_path`]), else a Gemini API version segment
+///   (`/v1beta/`, `/v1alpha/`); OpenAI's shape only when the path says nothing.
+pub(crate) fn error_dialect(route: Option<(&Route, &str)>, path: &str) -> Option<Dialect> {
+    match route {
+        Some((route, rest)) => route.error_dialect(rest),
+        None => path_dialect_hint(path),
+    }
+}
+
+/// What a path alone says about its dialect: [`classify_path`], else a Gemini API version
+/// segment.
+fn path_dialect_hint(path: &str) -> Option<Dialect> {
+    classify_path(path).map(|(d, _)| d).or_else(|| {
+        if path.contains("/v1beta/") || path.contains("/v1alpha/") {
+            Some(Dialect::Gemini)
+        } else {
+            None
+        }
+    })
+}
+
+impl Route {
+    /// The dialect of the proxy's own errors for `rest` (the path after the prefix) on this
+    /// route: the pinned `dialect`, else the path's dialect on the route ([`Route::classify`]),
+    /// else the provider's own API's ([`crate::provider::Provider::native_dialect`]: a 401 or
+    /// a broken upload on `/anthropic/v1/files` is Anthropic-shaped), else what the path
+    /// alone says ([`error_dialect`] without a route). Use [`error_dialect`].
+    fn error_dialect(&self, rest: &str) -> Option<Dialect> {
+        self.dialect
+            .or_else(|| self.classify(rest).map(|(d, _)| d))
+            .or(self.provider.row.native_dialect)
+            .or_else(|| path_dialect_hint(rest))
+    }
 }
 
 #[cfg(test)]

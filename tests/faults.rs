@@ -199,11 +199,11 @@ async fn a_slow_upload_under_the_body_gap_is_never_cut() {
 #[tokio::test]
 async fn a_client_stalling_past_the_body_gap_gets_the_dialects_error() {
     let mock = start_mock(echo_ok()).await;
-    let proxy = start_proxy(&config_for(
-        &mock.url(),
-        "[server]\nbody_idle_timeout_ms = 300\n",
-    ))
-    .await;
+    let extra = format!(
+        "[server]\nbody_idle_timeout_ms = 300\n\n[[routes]]\nname = \"claude\"\nprefix = \"/claude\"\nupstream = \"{}\"\nprovider = \"anthropic\"\n",
+        mock.url()
+    );
+    let proxy = start_proxy(&config_for(&mock.url(), &extra)).await;
     let head = |path: &str| {
         format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n")
     };
@@ -232,6 +232,19 @@ async fn a_client_stalling_past_the_body_gap_gets_the_dialects_error() {
     let body = text.split_once("\r\n\r\n").unwrap().1;
     let v: serde_json::Value = serde_json::from_str(body).unwrap();
     assert_eq!(v["error"]["code"], "client_body");
+    assert_eq!(
+        v["error"]["message"],
+        "cachekeeper: could not read the request body: no request body data for 300 ms"
+    );
+    // Streamed on a route to Anthropic (the failing input, a fresh-user test's B4: it was
+    // OpenAI-shaped): the provider's own dialect.
+    let mut s = raw(proxy.addr, &head("/claude/v1/files"), b"--boundary\r\n").await;
+    let text = read_response(&mut s).await;
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    let body = text.split_once("\r\n\r\n").unwrap().1;
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["type"], "error", "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
     assert_eq!(
         v["error"]["message"],
         "cachekeeper: could not read the request body: no request body data for 300 ms"

@@ -336,3 +336,105 @@ async fn api_keys_and_the_client_token_are_neither_logged_nor_stored() {
         }
     }
 }
+
+/// The proxy's own errors take the matched route's dialect (`crate::route::error_dialect`),
+/// found by a fresh-user test (B3/B4): the 401 for a missing or wrong client token was
+/// OpenAI-shaped on Anthropic and Gemini paths, and so was a dot-segment 400 with an encoded
+/// `..%2f` on a route pinned `dialect = "anthropic"`. OpenAI's shape only when no route
+/// matches and the path says nothing.
+#[tokio::test]
+async fn the_proxys_own_errors_take_the_routes_dialect() {
+    logs();
+    let good = start_mock(ok()).await;
+    let extra = format!(
+        "[server]\nclient_token = \"tok-shape-0001\"\n\n\
+         [[routes]]\nname = \"based\"\nprefix = \"/based\"\nupstream = \"{0}/base\"\ndialect = \"anthropic\"\n\n\
+         [[routes]]\nname = \"anthropic-own\"\nprefix = \"/claude\"\nupstream = \"{0}\"\nprovider = \"anthropic\"\n\n\
+         [[routes]]\nname = \"gemini-own\"\nprefix = \"/google\"\nupstream = \"{0}\"\nprovider = \"gemini\"\n",
+        good.url()
+    );
+    let proxy = start_proxy(&config_for(&good.url(), &extra)).await;
+    #[derive(Debug, Clone, Copy)]
+    enum Shape {
+        Anthropic,
+        Gemini,
+        Openai,
+    }
+    let check = |path: &str, text: &str, status: u16, shape: Shape, code: &str| {
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let v: serde_json::Value =
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: {e}: {text}"));
+        match shape {
+            Shape::Anthropic => {
+                assert_eq!(v["type"], "error", "{path}: {v}");
+                assert!(v["error"]["type"].is_string(), "{path}: {v}");
+                assert!(v["error"].get("code").is_none(), "{path}: {v}");
+            }
+            Shape::Gemini => {
+                assert_eq!(v["error"]["code"], status, "{path}: {v}");
+                assert!(v["error"]["status"].is_string(), "{path}: {v}");
+            }
+            Shape::Openai => {
+                assert!(v.get("type").is_none(), "{path}: {v}");
+                assert_eq!(v["error"]["code"], code, "{path}: {v}");
+            }
+        }
+        let msg = v["error"]["message"].as_str().unwrap_or("");
+        assert!(msg.starts_with("cachekeeper:"), "{path}: {v}");
+    };
+    // No token (then a wrong one): 401 in the route's dialect.
+    for (path, shape) in [
+        ("/anthropic/v1/messages", Shape::Anthropic),
+        ("/anthropic/v1/messages/count_tokens", Shape::Anthropic),
+        ("/gemini/v1beta/models/g:generateContent", Shape::Gemini),
+        ("/gemini/v1beta/models", Shape::Gemini),
+        ("/openai/v1/chat/completions", Shape::Openai),
+        ("/based/v1/files", Shape::Anthropic),
+        // Non-generation paths: the provider's own API decides.
+        ("/claude/v1/files", Shape::Anthropic),
+        ("/claude/v1/models", Shape::Anthropic),
+        ("/google/v1/files", Shape::Gemini),
+        // No route: the path decides, else OpenAI's shape.
+        ("/nowhere/v1/messages", Shape::Anthropic),
+        ("/nowhere/v1/files", Shape::Openai),
+    ] {
+        for token in ["", "\r\nx-cachekeeper-token: tok-wrong"] {
+            let (status, text) = raw(
+                proxy.addr,
+                &format!("POST {path} HTTP/1.1\r\nhost: localhost{token}"),
+                BODY,
+            )
+            .await;
+            assert_eq!(status, 401, "{path}: {text}");
+            check(path, &text, 401, shape, "bad_client_token");
+        }
+    }
+    // Dot segments on the pinned route: every encoding answers in Anthropic's shape.
+    for path in [
+        "/based/v1/..%2f..%2fx",
+        "/based/../v1/messages",
+        "/based/%2e%2e/x",
+    ] {
+        let before = good.count();
+        let (status, text) = raw(
+            proxy.addr,
+            &format!(
+                "GET {path} HTTP/1.1\r\nhost: localhost\r\nx-cachekeeper-token: tok-shape-0001"
+            ),
+            "",
+        )
+        .await;
+        assert_eq!(status, 400, "{path}: {text}");
+        assert_eq!(good.count(), before, "{path} went upstream");
+        check(path, &text, 400, Shape::Anthropic, "dot_segment");
+    }
+    // The right token still goes through.
+    let (status, text) = raw(
+        proxy.addr,
+        "POST /claude/v1/messages HTTP/1.1\r\nhost: localhost\r\nx-cachekeeper-token: tok-shape-0001",
+        BODY,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    proxy.stop().await;
+}

@@ -256,6 +256,15 @@ impl RequestCtx {
         self.route.as_deref().map_or("-", |r| r.name.as_str())
     }
 
+    /// The dialect of the proxy's own error response to this request ([`crate::route::error_dialect`]):
+    /// the matched route's (with [`RequestCtx::rest`]), else the path's.
+    pub(crate) fn error_dialect(&self) -> Option<Dialect> {
+        crate::route::error_dialect(
+            self.route.as_deref().map(|r| (r, self.rest.as_str())),
+            &self.path,
+        )
+    }
+
     /// Whether the route runs in dry-run mode.
     pub(crate) fn dry_run(&self) -> bool {
         self.route.as_deref().is_some_and(|r| r.dry_run)

@@ -43,7 +43,7 @@ use crate::proxy::reserved;
 use crate::proxy::retry::{self, Replay};
 use crate::proxy::send::{classify_client_error, send, upstream_label};
 use crate::proxy::{AppState, OVERHEAD_HEADER, REWRITES_HEADER};
-use crate::route::{error_dialect_for_path, model_from_path, Endpoint, Route};
+use crate::route::{model_from_path, Endpoint, Route};
 use crate::telemetry::Outcome;
 use crate::wire::body::{self, BudgetPermit, ReadBody};
 use crate::wire::stream::ObservedBody;
@@ -175,11 +175,11 @@ fn route(
 ) -> Result<(Arc<Route>, http::Uri), ProxyError> {
     if !token_ok {
         // The log line names the route the request would have taken (the client is told
-        // nothing about the routes).
-        ctx.route = state
-            .routes
-            .find(&ctx.path, req.uri().query())
-            .map(|m| m.route);
+        // nothing about the routes beyond the error's shape, its dialect's).
+        if let Some(m) = state.routes.find(&ctx.path, req.uri().query()) {
+            ctx.route = Some(m.route);
+            ctx.rest = m.rest;
+        }
         return Err(ProxyError::BadClientToken);
     }
     if req.method() == Method::CONNECT {
@@ -194,6 +194,9 @@ fn route(
     // A path that would climb out of the route's base path is refused (with no base path
     // there is nothing to leave: the path is forwarded as sent).
     if !matched.route.base_path.is_empty() && crate::route::climbs_out(&matched.rest) {
+        // Answered in the route's dialect, named in the log line.
+        ctx.route = Some(Arc::clone(&matched.route));
+        ctx.rest = matched.rest;
         return Err(ProxyError::DotSegment);
     }
     let class = matched.route.classify(&matched.rest);
@@ -201,6 +204,7 @@ fn route(
     if let Some(x) = crate::wire::limits::head_excess(req.headers()) {
         // Answered in the route's dialect, named in the log line.
         ctx.route = Some(Arc::clone(&matched.route));
+        ctx.rest = matched.rest;
         return Err(ProxyError::HeadersTooLarge {
             fields: x.fields,
             bytes: x.bytes,
@@ -401,13 +405,7 @@ fn fail(mut ctx: RequestCtx, err: ProxyError) -> Response<ResponseBody> {
         "request failed in the proxy"
     );
     ctx.emit(Outcome::ProxyError);
-    // Before a route is matched, the error takes the dialect the path suggests.
-    let dialect = if ctx.route.is_none() {
-        error_dialect_for_path(&ctx.path, None)
-    } else {
-        ctx.dialect
-    };
-    let mut resp = err.response::<Bytes>(dialect).map(full_body);
+    let mut resp = err.response::<Bytes>(ctx.error_dialect()).map(full_body);
     if let Ok(v) = HeaderValue::from_str(&format!("proxy_error={}", err.label())) {
         resp.headers_mut().insert(REWRITES_HEADER, v);
     }

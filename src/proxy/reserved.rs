@@ -146,7 +146,7 @@ async fn answer(
             "reserved path refused: missing or wrong client token"
         );
         let mut r = ProxyError::BadClientToken
-            .response::<Bytes>(None)
+            .response::<Bytes>(crate::route::error_dialect(None, req.uri().path()))
             .map(super::phases::full_body);
         r.headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
