@@ -352,6 +352,17 @@ impl Metrics {
         self
     }
 
+    /// Also serve the state store's counter of writes held during an outage and dropped for
+    /// the bound as `cachekeeper_state_writes_dropped_total` (`src/state/outage.rs`).
+    pub(crate) fn with_state_writes_dropped(mut self, dropped: Counter) -> Self {
+        self.registry.register(
+            "cachekeeper_state_writes_dropped",
+            "State store writes held during an outage and dropped for the bound (4,096 keys held, the oldest dropped first)",
+            dropped,
+        );
+        self
+    }
+
     /// Count one request body forwarded untouched because the buffer budget had no room for
     /// it within `buffer_wait_ms` (`route`: the route's name).
     pub(crate) fn buffer_budget_exceeded(&self, route: &str) {

@@ -207,7 +207,11 @@ impl Server {
             } else {
                 TranscodeCache::new(cfg.images.transcode_cache_bytes)
             }),
-            metrics: Arc::new(Metrics::new().with_state_write_errors(store.write_errors())),
+            metrics: Arc::new(
+                Metrics::new()
+                    .with_state_write_errors(store.write_errors())
+                    .with_state_writes_dropped(store.writes_dropped()),
+            ),
             sessions: Arc::new(SessionTracker::new(store.clone())),
             record: None,
             buffers: Arc::new(BufferBudget::new(cfg.server.max_buffered_bytes)),

@@ -5,7 +5,7 @@
 //! bound, and the other records are dropped least recently used first until the total is
 //! within it. A record larger than the bound on its own is not kept.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::{Kind, Record, RecordKey};
 
@@ -22,6 +22,13 @@ pub(crate) struct Cache {
     entries: BTreeMap<RecordKey, Entry>,
     /// Non-resident keys by last use, oldest first.
     lru: BTreeMap<u64, RecordKey>,
+    /// Resident keys with a local write (put or delete) sent to the writer and not yet taken
+    /// from its queue, with how many: what the cache holds for them is newer than anything
+    /// the backend can say until then, so another instance's change does not replace it
+    /// ([`Self::replace_kind`], the writer's change handling). Only resident kinds are
+    /// counted: their writes are rare, and a change elsewhere replaces rather than forgets
+    /// them.
+    queued: HashMap<RecordKey, u32>,
 }
 
 impl Cache {
@@ -33,7 +40,30 @@ impl Cache {
             tick: 0,
             entries: BTreeMap::new(),
             lru: BTreeMap::new(),
+            queued: HashMap::new(),
         }
+    }
+
+    /// A local write of `key` was sent to the writer (counted for resident kinds only).
+    pub(crate) fn note_queued(&mut self, key: &RecordKey) {
+        if key.kind.is_resident() {
+            *self.queued.entry(key.clone()).or_insert(0) += 1;
+        }
+    }
+
+    /// The writer took a local write of `key` from its queue.
+    pub(crate) fn note_dequeued(&mut self, key: &RecordKey) {
+        if let Some(n) = self.queued.get_mut(key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.queued.remove(key);
+            }
+        }
+    }
+
+    /// A local write of `key` is still queued for the writer.
+    pub(crate) fn is_queued(&self, key: &RecordKey) -> bool {
+        self.queued.contains_key(key)
     }
 
     fn next_tick(&mut self) -> u64 {
@@ -90,19 +120,23 @@ impl Cache {
             .collect()
     }
 
-    /// Replace every cached record of `kind` with `records`.
+    /// Replace every cached record of `kind` with `records`, except the keys with a local
+    /// write still queued ([`Self::note_queued`]): they keep what they have (a record, or
+    /// none), which the write will make true in the backend.
     pub(crate) fn replace_kind(&mut self, kind: Kind, records: Vec<Record>) {
         let old: Vec<RecordKey> = self
             .entries
             .keys()
-            .filter(|k| k.kind == kind)
+            .filter(|k| k.kind == kind && !self.queued.contains_key(k))
             .cloned()
             .collect();
         for k in &old {
             self.remove(k);
         }
         for r in records {
-            self.insert(r);
+            if !self.queued.contains_key(&r.key) {
+                self.insert(r);
+            }
         }
     }
 

@@ -11,8 +11,13 @@
 //! - Writes update the cache at once and are queued to one writer thread that owns the
 //!   backend, so no request ever waits on disk.
 //! - A change made by another process (`cachekeeper verdicts --clear`, `cachekeeper state
-//!   --purge`) is noticed within [`RELOAD_INTERVAL`] ([`Backend::changed_elsewhere`]): the
-//!   resident kinds are reloaded and every other cached record is forgotten.
+//!   --purge`, another instance on the same Redis) is noticed within [`RELOAD_INTERVAL`]
+//!   ([`Backend::changed_elsewhere`]): the resident kinds are reloaded and every other cached
+//!   record is forgotten. A backend that announces changes as they happen ([`Backend::watch`]:
+//!   Redis pub/sub) has them applied at once, one record at a time ([`Change`]): a resident
+//!   record is read again and replaced, any other forgotten; a local write of a resident
+//!   record still queued is kept (it reaches the backend after the change, so it is the one
+//!   the backend ends with: last writer wins).
 //! - Retention per kind ([`Kind::retention_days`]): older records are deleted at start-up and
 //!   daily.
 //! - `[state] max_bytes`: when the records' total size ([`Record::size`]) passes it, the writer
@@ -38,7 +43,7 @@ pub(crate) mod verdicts;
 mod suite;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -310,6 +315,20 @@ pub enum StateError {
     Redis(String),
 }
 
+/// A change another process made, as a watching backend hears of it ([`Backend::watch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// The record at this key was written or deleted.
+    Key(RecordKey),
+    /// Anything may have changed: a prune, or announcements may have been missed (the
+    /// backend's subscription was just (re)established).
+    All,
+}
+
+/// Where a watching backend hands the changes it hears of ([`Backend::watch`]); called on a
+/// thread of the backend's, never while the backend is inside a call.
+pub(crate) type ChangeSink = Arc<dyn Fn(Change) + Send + Sync>;
+
 /// Durable storage of records. Only the store's writer thread (and the CLI) calls it, so it
 /// may block; it never runs on the request path.
 pub(crate) trait Backend: Send {
@@ -343,8 +362,21 @@ pub(crate) trait Backend: Send {
         -> Result<Vec<(RecordKey, u64)>, StateError>;
     /// Delete the records of `kind` written before `cutoff` (Unix seconds); the count.
     fn prune(&mut self, kind: Kind, cutoff: i64) -> Result<usize, StateError>;
-    /// True when another process changed the stored records since the last call.
+    /// True when another process changed the stored records since the last call (and was not
+    /// announced to a [`Self::watch`] sink that is still listening).
     fn changed_elsewhere(&mut self) -> Result<bool, StateError>;
+    /// Hand every change another process makes to `sink` as it is made, from now until the
+    /// backend is dropped; false when the backend cannot (the store then relies on
+    /// [`Self::changed_elsewhere`] alone). Called once, before the writer thread starts.
+    fn watch(&mut self, _sink: ChangeSink) -> bool {
+        false
+    }
+    /// Whether the backend answers now, without writing anything: `None` when it cannot tell
+    /// without a write (SQLite: a read-only file still reads), so an outage with no held
+    /// write waits for the next write.
+    fn probe(&mut self) -> Option<Result<(), StateError>> {
+        None
+    }
     /// Where the records are written, for log lines (the SQLite file's path).
     fn location(&self) -> String {
         "memory".to_owned()
@@ -453,6 +485,9 @@ enum Op {
     Sync(mpsc::Sender<()>),
     /// [`Store::inject_fault`]: the value read back goes to the sender (`None`: refused).
     Fault(Fault, mpsc::Sender<Option<i64>>),
+    /// Another process changed a resident record, or anything ([`Backend::watch`]): read it
+    /// again (after every earlier op).
+    Changed(Change),
 }
 
 struct Inner {
@@ -466,6 +501,27 @@ struct Inner {
     shared: bool,
     /// `cachekeeper_state_write_errors_total`: backend writes that failed ([`outage`]).
     write_errors: prometheus_client::metrics::counter::Counter,
+    /// `cachekeeper_state_writes_dropped_total`: writes held in an outage and dropped for
+    /// [`outage::MAX_PENDING_RECORDS`].
+    writes_dropped: prometheus_client::metrics::counter::Counter,
+    /// Bumped (under the cache lock) whenever records are forgotten or replaced because
+    /// another process changed them: a read through the writer that started before does not
+    /// put what it read into the cache (it may be older than the change).
+    epoch: AtomicU64,
+}
+
+impl Inner {
+    /// Another process changed the non-resident record at `key`: forget it (the next read goes
+    /// to the backend, behind any local write of it).
+    fn forget(&self, key: &RecordKey) {
+        if let Ok(mut c) = self.cache.lock() {
+            c.remove(key);
+            if let Ok(mut a) = self.absent.lock() {
+                a.remove(key);
+            }
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Most keys [`Inner::absent`] remembers; the oldest is forgotten first. At ~200 bytes a key,
@@ -509,7 +565,9 @@ impl Absent {
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Inner>,
-    tx: Option<mpsc::Sender<Op>>,
+    /// The writer's queue. Shared so that a backend's change sink can hold it weakly: the
+    /// writer stops when the last store handle is dropped.
+    tx: Option<Arc<mpsc::Sender<Op>>>,
 }
 
 /// Now, Unix seconds.
@@ -525,35 +583,78 @@ pub(crate) fn now_secs() -> i64 {
 struct WriterLimits {
     retention_days: u32,
     max_bytes: u64,
+    /// The backend could not be reached when the store opened (the warning is logged): the
+    /// writer starts in an outage, holding writes until the backend answers.
+    unreached: bool,
 }
 
 impl Store {
     /// Open the configured store (SQLite at `opts.path`, or Redis). Never fails: an unusable
-    /// file or an unreachable Redis gives an in-memory store and a warning.
+    /// file gives an in-memory store and a warning; a Redis that cannot be reached gives a
+    /// store serving from memory that connects in the background (one warning now, one info
+    /// line when Redis answers: [`outage`]).
     pub(crate) fn open(opts: &StoreOptions) -> Self {
-        match Self::open_strict(opts) {
-            Ok(s) => s,
-            Err(e) => {
+        let memory = |e: &StateError| {
+            tracing::warn!(
+                target: "cachekeeper::state",
+                path = %opts.location(),
+                error = %e,
+                "cannot open the state store; running in memory (verdicts will not survive a restart)"
+            );
+            Self::with_backend(
+                Box::new(MemoryBackend::new()),
+                opts.retention_days,
+                opts.max_bytes,
+                opts.cache_bytes,
+            )
+        };
+        let Some(r) = &opts.redis else {
+            return match Self::open_strict(opts) {
+                Ok(s) => s,
+                Err(e) => memory(&e),
+            };
+        };
+        let opened = Self::on_plain_thread(|| {
+            let (backend, unreached) = self::redis::RedisBackend::open_lazy(r)?;
+            if let Some(e) = &unreached {
                 tracing::warn!(
                     target: "cachekeeper::state",
                     path = %opts.location(),
                     error = %e,
-                    "cannot open the state store; running in memory (verdicts will not survive a restart)"
+                    retry_ms = u64::try_from(outage::RETRY_INTERVAL.as_millis()).unwrap_or(u64::MAX),
+                    "cannot reach Redis; serving from memory and connecting in the background"
                 );
-                Self::with_backend(
-                    Box::new(MemoryBackend::new()),
-                    opts.retention_days,
-                    opts.max_bytes,
-                    opts.cache_bytes,
-                )
             }
-        }
+            Ok(Self::start(
+                Box::new(backend),
+                WriterLimits {
+                    retention_days: opts.retention_days,
+                    max_bytes: opts.max_bytes,
+                    unreached: unreached.is_some(),
+                },
+                opts.cache_bytes,
+            ))
+        });
+        opened.unwrap_or_else(|e| memory(&e))
     }
 
-    /// Open the configured store, or say why not (the CLI).
+    /// Run `f` on a plain thread and wait for it: the Redis backend blocks on a runtime of its
+    /// own, which cannot be done from an async task.
+    fn on_plain_thread(
+        f: impl FnOnce() -> Result<Self, StateError> + Send,
+    ) -> Result<Self, StateError> {
+        std::thread::scope(|s| {
+            s.spawn(f)
+                .join()
+                .unwrap_or_else(|_| Err(StateError::Redis("the opening thread panicked".into())))
+        })
+    }
+
+    /// Open the configured store, or say why not (the CLI): a Redis that cannot be reached is
+    /// an error here.
     ///
-    /// The Redis backend blocks on a runtime of its own, which cannot be done from an async
-    /// task: it is opened, and the store's start-up reads made, on a plain thread.
+    /// The Redis backend is opened, and the store's start-up reads made, on a plain thread
+    /// ([`Self::on_plain_thread`]).
     pub fn open_strict(opts: &StoreOptions) -> Result<Self, StateError> {
         let start = |backend: Box<dyn Backend>| {
             Self::with_backend(
@@ -568,13 +669,9 @@ impl Store {
                 &opts.path,
                 opts.max_bytes,
             )?))),
-            Some(r) => std::thread::scope(|s| {
-                s.spawn(|| -> Result<Self, StateError> {
-                    Ok(start(Box::new(self::redis::RedisBackend::open(r)?)))
-                })
-                .join()
-                .unwrap_or_else(|_| Err(StateError::Redis("the opening thread panicked".into())))
-            }),
+            Some(r) => {
+                Self::on_plain_thread(|| Ok(start(Box::new(self::redis::RedisBackend::open(r)?))))
+            }
         }
     }
 
@@ -582,36 +679,55 @@ impl Store {
     /// the writer thread. A backend that cannot be read at start gives an empty cache and a
     /// warning (fail open).
     pub(crate) fn with_backend(
-        mut backend: Box<dyn Backend>,
+        backend: Box<dyn Backend>,
         retention_days: u32,
         max_bytes: u64,
         cache_bytes: u64,
     ) -> Self {
-        prune_all(backend.as_mut(), retention_days);
-        let mut cache = Cache::new(cache_bytes);
-        let mut durable = backend.is_durable();
-        let shared = backend.is_shared();
-        for kind in Kind::ALL.into_iter().filter(|k| k.is_resident()) {
-            match backend.scan(kind) {
-                Ok(records) => cache.replace_kind(kind, records),
-                Err(e) => {
-                    durable = false;
-                    tracing::warn!(target: "cachekeeper::state", kind = kind.name(), error = %e, "cannot read stored records; starting without them");
+        Self::start(
+            backend,
+            WriterLimits {
+                retention_days,
+                max_bytes,
+                unreached: false,
+            },
+            cache_bytes,
+        )
+    }
+
+    /// [`Self::with_backend`] with the writer's settings. A backend `limits.unreached` is
+    /// neither pruned nor read now: the writer starts in an outage and reloads once the
+    /// backend answers.
+    fn start(mut backend: Box<dyn Backend>, limits: WriterLimits, cache_bytes: u64) -> Self {
+        let inner = Arc::new(Inner {
+            cache: Mutex::new(Cache::new(cache_bytes)),
+            absent: Mutex::new(Absent::default()),
+            durable: AtomicBool::new(backend.is_durable() && !limits.unreached),
+            shared: backend.is_shared(),
+            write_errors: prometheus_client::metrics::counter::Counter::default(),
+            writes_dropped: prometheus_client::metrics::counter::Counter::default(),
+            epoch: AtomicU64::new(0),
+        });
+        let (tx, rx) = mpsc::channel::<Op>();
+        let tx = Arc::new(tx);
+        // Before the first read, so no change made after it goes unheard.
+        backend.watch(change_sink(&inner, &tx));
+        if !limits.unreached {
+            prune_all(backend.as_mut(), limits.retention_days);
+            for kind in Kind::ALL.into_iter().filter(|k| k.is_resident()) {
+                match backend.scan(kind) {
+                    Ok(records) => {
+                        if let Ok(mut c) = inner.cache.lock() {
+                            c.replace_kind(kind, records);
+                        }
+                    }
+                    Err(e) => {
+                        inner.durable.store(false, Ordering::Relaxed);
+                        tracing::warn!(target: "cachekeeper::state", kind = kind.name(), error = %e, "cannot read stored records; starting without them");
+                    }
                 }
             }
         }
-        let inner = Arc::new(Inner {
-            cache: Mutex::new(cache),
-            absent: Mutex::new(Absent::default()),
-            durable: AtomicBool::new(durable),
-            shared,
-            write_errors: prometheus_client::metrics::counter::Counter::default(),
-        });
-        let (tx, rx) = mpsc::channel::<Op>();
-        let limits = WriterLimits {
-            retention_days,
-            max_bytes,
-        };
         let thread_inner = Arc::clone(&inner);
         let spawned = std::thread::Builder::new()
             .name("cachekeeper-state".into())
@@ -635,6 +751,12 @@ impl Store {
     /// The counter of failed backend writes (`cachekeeper_state_write_errors_total`).
     pub(crate) fn write_errors(&self) -> prometheus_client::metrics::counter::Counter {
         self.inner.write_errors.clone()
+    }
+
+    /// The counter of writes held in an outage and dropped for the bound
+    /// (`cachekeeper_state_writes_dropped_total`, [`outage::MAX_PENDING_RECORDS`]).
+    pub(crate) fn writes_dropped(&self) -> prometheus_client::metrics::counter::Counter {
+        self.inner.writes_dropped.clone()
     }
 
     /// Test hook (the fault tests): apply `fault` to the writer's own backend connection,
@@ -691,24 +813,30 @@ impl Store {
             return None;
         }
         let tx = self.tx.as_ref()?;
+        let epoch = self.inner.epoch.load(Ordering::SeqCst);
         let (reply_tx, reply_rx) = mpsc::channel();
         tx.send(Op::Get(key.clone(), reply_tx)).ok()?;
         let answer = reply_rx.recv_timeout(timeout).ok()??;
         let mut cache = self.cache()?;
+        // Another process changed records since the read began: what it read may be older
+        // than that change, so it is not kept.
+        let fresh = self.inner.epoch.load(Ordering::SeqCst) == epoch;
         let Some(rec) = answer else {
             // Written meanwhile (the write is queued after this read): the memory has it.
             if let Some(r) = cache.get(key) {
                 return Some(r);
             }
-            if let Ok(mut a) = self.inner.absent.lock() {
-                a.insert(key.clone());
+            if fresh {
+                if let Ok(mut a) = self.inner.absent.lock() {
+                    a.insert(key.clone());
+                }
             }
             return None;
         };
         if rec.version > rec.key.kind.version() {
             return None;
         }
-        if keep {
+        if keep && fresh {
             cache.insert(rec.clone());
         }
         Some(rec)
@@ -724,6 +852,7 @@ impl Store {
         if !self.inner.shared {
             return self.get(key, timeout);
         }
+        let epoch = self.inner.epoch.load(Ordering::SeqCst);
         let asked = self.tx.as_ref().and_then(|tx| {
             let (reply_tx, reply_rx) = mpsc::channel();
             tx.send(Op::Get(key.clone(), reply_tx)).ok()?;
@@ -731,7 +860,16 @@ impl Store {
         });
         match asked {
             Some(Some(rec)) if rec.version <= rec.key.kind.version() => {
-                self.cache_insert(rec.clone());
+                // Not kept when another process changed records since the read began (what
+                // it read may be older than that change; see `Store::get`).
+                if let Some(mut c) = self.cache() {
+                    if self.inner.epoch.load(Ordering::SeqCst) == epoch {
+                        if let Ok(mut a) = self.inner.absent.lock() {
+                            a.remove(&rec.key);
+                        }
+                        c.insert(rec.clone());
+                    }
+                }
                 Some(rec)
             }
             Some(Some(_)) => None,
@@ -758,7 +896,15 @@ impl Store {
 
     /// Store `rec`: in memory at once, in the backend by the writer thread.
     pub(crate) fn put(&self, rec: Record) {
-        self.cache_insert(rec.clone());
+        if let Some(mut c) = self.cache() {
+            if let Ok(mut a) = self.inner.absent.lock() {
+                a.remove(&rec.key);
+            }
+            c.insert(rec.clone());
+            if self.tx.is_some() {
+                c.note_queued(&rec.key);
+            }
+        }
         self.send(Op::Put(rec));
     }
 
@@ -778,6 +924,7 @@ impl Store {
                 a.remove(&rec.key);
             }
             c.remove(&rec.key);
+            c.note_queued(&rec.key);
         }
         self.send(Op::Put(rec));
     }
@@ -805,6 +952,9 @@ impl Store {
             a.remove(&next.key);
         }
         cache.insert(next.clone());
+        if self.tx.is_some() {
+            cache.note_queued(&next.key);
+        }
         drop(cache);
         self.send(Op::Put(next.clone()));
         Some(next)
@@ -814,6 +964,9 @@ impl Store {
     pub(crate) fn delete(&self, key: &RecordKey) {
         if let Some(mut c) = self.cache() {
             c.remove(key);
+            if self.tx.is_some() {
+                c.note_queued(key);
+            }
         }
         self.send(Op::Delete(key.clone()));
     }
@@ -863,6 +1016,27 @@ impl Store {
             }
         }
     }
+}
+
+/// The sink a store gives its backend ([`Backend::watch`]): a non-resident record another
+/// process changed is forgotten at once; a resident one, or "anything", goes to the writer,
+/// which reads it again in order with the local writes. Holds the store weakly: it does not
+/// keep the writer running once the store is dropped.
+fn change_sink(inner: &Arc<Inner>, tx: &Arc<mpsc::Sender<Op>>) -> ChangeSink {
+    let inner = Arc::downgrade(inner);
+    let tx = Arc::downgrade(tx);
+    Arc::new(move |change: Change| match change {
+        Change::Key(key) if !key.kind.is_resident() => {
+            if let Some(inner) = inner.upgrade() {
+                inner.forget(&key);
+            }
+        }
+        change => {
+            if let Some(tx) = tx.upgrade() {
+                let _ = tx.send(Op::Changed(change));
+            }
+        }
+    })
 }
 
 /// Delete records past their kind's retention. Failures are logged (fail open).
@@ -922,7 +1096,24 @@ fn writer_loop(
     inner: Arc<Inner>,
     limits: WriterLimits,
 ) {
-    let mut writes = outage::Writes::new(backend.location(), inner.write_errors.clone());
+    let mut writes = outage::Writes::new(
+        backend.location(),
+        inner.write_errors.clone(),
+        inner.writes_dropped.clone(),
+    );
+    if limits.unreached {
+        writes.start_unreached();
+    }
+    // A change another process announced could not be read: reload at the next check.
+    let mut reload_due = false;
+    // Count a local write of a resident record as taken from the queue.
+    let dequeued = |key: &RecordKey| {
+        if key.kind.is_resident() {
+            if let Ok(mut c) = inner.cache.lock() {
+                c.note_dequeued(key);
+            }
+        }
+    };
     // Total size since the last exact count; an exact count is taken only when it passes
     // `max_bytes`.
     let mut approx_bytes = backend.total_bytes().unwrap_or(0);
@@ -939,7 +1130,13 @@ fn writer_loop(
         };
         match op {
             Ok(Op::Put(rec)) => {
-                let batch = put_batch(rec, &rx, &mut next, Duration::from_millis(GATHER_MS));
+                let batch = put_batch(
+                    rec,
+                    &rx,
+                    &mut next,
+                    Duration::from_millis(GATHER_MS),
+                    &dequeued,
+                );
                 if writes.failing() {
                     writes.hold_puts(batch);
                 } else {
@@ -976,6 +1173,7 @@ fn writer_loop(
                 }
             }
             Ok(Op::Delete(key)) => {
+                dequeued(&key);
                 if writes.failing() {
                     writes.hold_delete(key);
                 } else if let Err(e) = backend.delete(&key) {
@@ -1005,6 +1203,14 @@ fn writer_loop(
             Ok(Op::Fault(fault, reply)) => {
                 let _ = reply.send(backend.inject_fault(fault).ok());
             }
+            Ok(Op::Changed(Change::All)) => {
+                reload(backend.as_mut(), &inner, &writes);
+                approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
+            }
+            Ok(Op::Changed(Change::Key(key))) => match backend.get(&key) {
+                Ok(found) => apply_change(&inner, &writes, &key, found),
+                Err(_) => reload_due = true,
+            },
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 // The store is gone (shutdown flushed first): a last try for held writes.
@@ -1012,19 +1218,23 @@ fn writer_loop(
                 return;
             }
         }
+        let was_failing = writes.failing();
         if writes.retry(backend.as_mut(), &inner.durable, false) {
             approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
         }
-        if last_check.elapsed() >= RELOAD_INTERVAL {
+        // An outage just ended: what others changed meanwhile is checked now, not at the next
+        // interval (a backend that was unreachable at start loads its records here).
+        let resumed = was_failing && !writes.failing();
+        if resumed || last_check.elapsed() >= RELOAD_INTERVAL {
             last_check = Instant::now();
-            if backend.changed_elsewhere().unwrap_or(false) {
-                reload(backend.as_mut(), &inner);
+            if backend.changed_elsewhere().unwrap_or(false) || std::mem::take(&mut reload_due) {
+                reload(backend.as_mut(), &inner, &writes);
                 approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
             }
             if last_prune.elapsed() >= Duration::from_secs(86_400) {
                 last_prune = Instant::now();
                 prune_all(backend.as_mut(), limits.retention_days);
-                reload(backend.as_mut(), &inner);
+                reload(backend.as_mut(), &inner, &writes);
             }
         }
     }
@@ -1054,17 +1264,23 @@ const GATHER_STEP_MS: u64 = 1;
 /// session's record: only the last state matters). The first op that is not a put goes to
 /// `next`, to be handled after the batch, and ends the gathering. Which puts share a batch
 /// depends on timing; what the backend holds after it does not.
+/// `taken` sees the key of every put taken from the queue, `first` included.
 fn put_batch(
     first: Record,
     rx: &mpsc::Receiver<Op>,
     next: &mut Option<Op>,
     gather: Duration,
+    taken: &dyn Fn(&RecordKey),
 ) -> Vec<Record> {
     let start = Instant::now();
+    taken(&first.key);
     let mut batch = vec![first];
     'gather: while batch.len() < MAX_PUT_BATCH {
         match rx.try_recv() {
-            Ok(Op::Put(rec)) => batch.push(rec),
+            Ok(Op::Put(rec)) => {
+                taken(&rec.key);
+                batch.push(rec);
+            }
             Ok(op) => {
                 *next = Some(op);
                 break;
@@ -1094,13 +1310,14 @@ fn put_batch(
     batch
 }
 
-/// Another process changed the records: reload the resident kinds, forget the rest (read
-/// again on demand).
-fn reload(backend: &mut dyn Backend, inner: &Inner) {
+/// Another process changed the records: reload the resident kinds (with the writes held in
+/// an outage applied; a key with a local write still queued keeps what memory has), forget
+/// the rest (read again on demand).
+fn reload(backend: &mut dyn Backend, inner: &Inner, writes: &outage::Writes) {
     let mut fresh = Vec::new();
     for kind in Kind::ALL.into_iter().filter(|k| k.is_resident()) {
         match backend.scan(kind) {
-            Ok(r) => fresh.push((kind, r)),
+            Ok(r) => fresh.push((kind, writes.overlay(kind, r))),
             Err(_) => return,
         }
     }
@@ -1112,6 +1329,30 @@ fn reload(backend: &mut dyn Backend, inner: &Inner) {
         if let Ok(mut a) = inner.absent.lock() {
             *a = Absent::default();
         }
+        inner.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Another process changed the resident record at `key`, and the backend now holds `found`:
+/// memory takes it, unless a local write of the key is queued or held in an outage (that
+/// write reaches the backend later, so it is the one the backend ends with).
+fn apply_change(inner: &Inner, writes: &outage::Writes, key: &RecordKey, found: Option<Record>) {
+    if writes.held(key).is_some() {
+        return;
+    }
+    if let Ok(mut c) = inner.cache.lock() {
+        if c.is_queued(key) {
+            return;
+        }
+        match found {
+            // A newer build's record: this build cannot read it; keep what memory has.
+            Some(rec) if rec.version > rec.key.kind.version() => return,
+            Some(rec) => c.insert(rec),
+            None => {
+                c.remove(key);
+            }
+        }
+        inner.epoch.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -1129,7 +1370,7 @@ mod tests {
         tx.send(Op::Delete(rec("a", b"").key)).unwrap();
         tx.send(Op::Put(rec("c", b"3"))).unwrap();
         let mut next = None;
-        let batch = put_batch(rec("a", b"0"), &rx, &mut next, Duration::ZERO);
+        let batch = put_batch(rec("a", b"0"), &rx, &mut next, Duration::ZERO, &|_| {});
         let got: Vec<(&str, &[u8])> = batch
             .iter()
             .map(|r| (r.key.key.as_str(), r.value.as_slice()))
@@ -1157,7 +1398,7 @@ mod tests {
         });
         let mut next = None;
         // An hour's window: only the flush marker can end it.
-        let batch = put_batch(rec("a"), &rx, &mut next, Duration::from_secs(3600));
+        let batch = put_batch(rec("a"), &rx, &mut next, Duration::from_secs(3600), &|_| {});
         sender.join().unwrap();
         let keys: Vec<&str> = batch.iter().map(|r| r.key.key.as_str()).collect();
         assert_eq!(keys, vec!["a", "b"]);
@@ -1262,7 +1503,11 @@ mod tests {
         store.put(Record::new(Kind::Carrier, "s", "k", b"v".to_vec()));
         assert_eq!(store.get(&key, wait).map(|r| r.value), Some(b"v".to_vec()));
         // Forgotten from memory (another process changed the store): read again, found.
-        reload(&mut MemoryBackend::new(), &store.inner);
+        reload(
+            &mut MemoryBackend::new(),
+            &store.inner,
+            &outage::Writes::new(String::new(), Default::default(), Default::default()),
+        );
         store.flush();
         assert_eq!(store.get(&key, wait).map(|r| r.value), Some(b"v".to_vec()));
         assert_eq!(reads.load(Ordering::SeqCst), 2);

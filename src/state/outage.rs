@@ -2,9 +2,16 @@
 //! disk or the file's page cap is full, ...): the proxy goes on serving, the first failure of
 //! an outage logs one warning (the backend's location and the error, never a record), every
 //! failed write is counted (`cachekeeper_state_write_errors_total`), the records that did not
-//! reach the backend are held for retry ([`MAX_PENDING_RECORDS`] at most) and retried every
+//! reach the backend are held for retry ([`MAX_PENDING_RECORDS`] at most, the oldest dropped
+//! past it and counted in `cachekeeper_state_writes_dropped_total`) and retried every
 //! [`RETRY_INTERVAL`]; the first retry that succeeds ends the outage with one info line,
-//! `state writes resumed`.
+//! `state writes resumed`. With no held write to retry, a backend that can say whether it
+//! answers without writing ([`Backend::probe`]: Redis) is asked instead.
+//!
+//! A backend that could not be reached when the store opened (Redis down at start) starts
+//! in an outage ([`Writes::start_unreached`]; the store logged its one warning): the same
+//! holding and retrying, and the first success logs `state store reachable; using it from
+//! now on` instead.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,7 +58,10 @@ struct Pending {
 }
 
 impl Pending {
-    fn hold(&mut self, key: RecordKey, op: Option<Record>) {
+    /// Hold `op` as the last write of `key`; returns how many held writes were dropped for
+    /// the bound (0 or 1).
+    fn hold(&mut self, key: RecordKey, op: Option<Record>) -> u64 {
+        let before = self.dropped;
         self.seq += 1;
         self.ops.insert(key.clone(), (self.seq, op));
         self.order.push_back((self.seq, key));
@@ -69,6 +79,7 @@ impl Pending {
             self.order
                 .retain(|(seq, key)| ops.get(key).is_some_and(|(s, _)| s == seq));
         }
+        u64::try_from(self.dropped - before).unwrap_or(u64::MAX)
     }
 
     fn len(&self) -> usize {
@@ -81,6 +92,8 @@ struct Outage {
     since: Instant,
     last_try: Instant,
     pending: Pending,
+    /// Began when the store opened (the backend was never reached).
+    at_start: bool,
 }
 
 /// Whether the backend takes writes, and what it refused meanwhile.
@@ -89,14 +102,17 @@ pub(crate) struct Writes {
     location: String,
     /// `cachekeeper_state_write_errors_total`.
     errors: Counter,
+    /// `cachekeeper_state_writes_dropped_total`: held writes dropped for the bound.
+    dropped: Counter,
     outage: Option<Outage>,
 }
 
 impl Writes {
-    pub(crate) fn new(location: String, errors: Counter) -> Self {
+    pub(crate) fn new(location: String, errors: Counter, dropped: Counter) -> Self {
         Self {
             location,
             errors,
+            dropped,
             outage: None,
         }
     }
@@ -123,15 +139,29 @@ impl Writes {
                 since: now,
                 last_try: now,
                 pending: Pending::default(),
+                at_start: false,
             });
         }
+    }
+
+    /// The backend could not be reached when the store opened (already logged): start in an
+    /// outage, so writes are held and retried from the first one, with no second warning.
+    pub(crate) fn start_unreached(&mut self) {
+        let now = Instant::now();
+        self.outage = Some(Outage {
+            since: now,
+            last_try: now,
+            pending: Pending::default(),
+            at_start: true,
+        });
     }
 
     /// Hold these puts for the retry (call after [`Self::failed`] or while [`Self::failing`]).
     pub(crate) fn hold_puts(&mut self, recs: Vec<Record>) {
         if let Some(o) = &mut self.outage {
             for rec in recs {
-                o.pending.hold(rec.key.clone(), Some(rec));
+                self.dropped
+                    .inc_by(o.pending.hold(rec.key.clone(), Some(rec)));
             }
         }
     }
@@ -139,7 +169,7 @@ impl Writes {
     /// Hold this delete for the retry.
     pub(crate) fn hold_delete(&mut self, key: RecordKey) {
         if let Some(o) = &mut self.outage {
-            o.pending.hold(key, None);
+            self.dropped.inc_by(o.pending.hold(key, None));
         }
     }
 
@@ -179,8 +209,8 @@ impl Writes {
 
     /// Retry the held writes when [`RETRY_INTERVAL`] has passed since the last try (`now`:
     /// at once, as for a flush). The puts go as one transaction, then the deletes; the first
-    /// success ends the outage (`state writes resumed`, durable again). Returns true when it
-    /// wrote something.
+    /// success ends the outage (`state writes resumed`, durable again). With nothing held, a
+    /// successful [`Backend::probe`] ends it. Returns true when it wrote something.
     pub(crate) fn retry(
         &mut self,
         backend: &mut dyn Backend,
@@ -190,8 +220,20 @@ impl Writes {
         let Some(o) = &mut self.outage else {
             return false;
         };
-        if o.pending.len() == 0 || (!now && o.last_try.elapsed() < RETRY_INTERVAL) {
-            // Nothing to prove the backend works again with: the next write will.
+        if !now && o.last_try.elapsed() < RETRY_INTERVAL {
+            return false;
+        }
+        if o.pending.len() == 0 {
+            // Nothing to prove the backend works again with: ask it, if it can say without a
+            // write; otherwise the next write will.
+            let Some(answer) = backend.probe() else {
+                return false;
+            };
+            o.last_try = Instant::now();
+            if answer.is_ok() {
+                let is_durable = backend.is_durable();
+                self.end(0, durable, is_durable);
+            }
             return false;
         }
         o.last_try = Instant::now();
@@ -214,17 +256,7 @@ impl Writes {
         });
         match done {
             Ok(()) => {
-                if let Some(o) = self.outage.take() {
-                    tracing::info!(
-                        target: "cachekeeper::state",
-                        path = %self.location,
-                        records = written,
-                        dropped = o.pending.dropped,
-                        outage_ms = u64::try_from(o.since.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        "state writes resumed"
-                    );
-                }
-                durable.store(backend.is_durable(), Ordering::Relaxed);
+                self.end(written, durable, backend.is_durable());
                 true
             }
             Err(_) => {
@@ -233,6 +265,36 @@ impl Writes {
                 false
             }
         }
+    }
+}
+
+impl Writes {
+    /// The outage is over (`written` held puts reached the backend): one info line, and the
+    /// store is `is_durable` again as the backend is.
+    fn end(&mut self, written: usize, durable: &AtomicBool, is_durable: bool) {
+        if let Some(o) = self.outage.take() {
+            let outage_ms = u64::try_from(o.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+            if o.at_start {
+                tracing::info!(
+                    target: "cachekeeper::state",
+                    path = %self.location,
+                    records = written,
+                    dropped = o.pending.dropped,
+                    outage_ms,
+                    "state store reachable; using it from now on"
+                );
+            } else {
+                tracing::info!(
+                    target: "cachekeeper::state",
+                    path = %self.location,
+                    records = written,
+                    dropped = o.pending.dropped,
+                    outage_ms,
+                    "state writes resumed"
+                );
+            }
+        }
+        durable.store(is_durable, Ordering::Relaxed);
     }
 }
 
@@ -301,7 +363,8 @@ mod tests {
         b.inner.put(&rec("gone", b"old")).unwrap();
         let durable = AtomicBool::new(true);
         let errors = Counter::default();
-        let mut w = Writes::new("test".into(), errors.clone());
+        let dropped = Counter::default();
+        let mut w = Writes::new("test".into(), errors.clone(), dropped.clone());
         let e = b.put(&rec("a", b"1")).unwrap_err();
         w.failed(&e, &durable);
         assert!(w.failing() && !durable.load(Ordering::Relaxed));
@@ -330,6 +393,7 @@ mod tests {
             stored,
             [("a".into(), b"2".to_vec()), ("b".into(), b"1".to_vec())]
         );
+        assert_eq!(dropped.get(), 0);
         // The bound: the oldest held keys go first.
         let mut p = Pending::default();
         for i in 0..MAX_PENDING_RECORDS + 3 {
@@ -341,5 +405,17 @@ mod tests {
         assert!(p.ops.contains_key(&rec("hot", b"").key));
         assert!(!p.ops.contains_key(&rec("0", b"").key));
         assert_eq!(p.dropped, 4);
+        // Every drop is counted in cachekeeper_state_writes_dropped_total.
+        w.failed(&e, &durable);
+        let keys = MAX_PENDING_RECORDS + 10;
+        w.hold_puts((0..keys).map(|i| rec(&i.to_string(), b"v")).collect());
+        assert_eq!(dropped.get(), 10);
+        w.hold_delete(rec("one more", b"").key);
+        assert_eq!(dropped.get(), 11);
+        // The newest are kept and written on recovery.
+        assert!(w.retry(&mut b, &durable, true));
+        let stored = b.scan(Kind::Session).unwrap();
+        assert!(stored.iter().any(|r| r.key.key == (keys - 1).to_string()));
+        assert!(!stored.iter().any(|r| r.key.key == "0"));
     }
 }

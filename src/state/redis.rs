@@ -16,11 +16,19 @@
 //!   by itself, and a `volatile-*` eviction policy may drop it under memory pressure);
 //!   verdicts get no TTL (never evicted by a full Redis). The store's daily prune still
 //!   removes what is past retention, bookkeeping included.
-//! - Changes by other instances: every write increments [`codec::GENERATION_KEY`];
+//! - Changes by other instances: every write publishes what it changed on
+//!   [`changes::CHANNEL`] in its own transaction, and a store's backend subscribes
+//!   ([`Backend::watch`], [`changes::listen`]): another instance's verdict is read again and
+//!   replaced in memory, another record forgotten, as soon as the message arrives. Every
+//!   write also increments [`codec::GENERATION_KEY`]; while the subscription is down,
 //!   [`Backend::changed_elsewhere`] reports an increment this backend did not make (the
 //!   store then reloads its resident kinds and forgets the rest, within
 //!   [`super::RELOAD_INTERVAL`]).
+//! - Redis down when the store opens: [`RedisBackend::open_lazy`] gives a backend anyway;
+//!   its commands fail until Redis answers, which the store treats as an outage from the
+//!   start ([`Backend::probe`] tells it when Redis is back).
 
+pub(crate) mod changes;
 pub(crate) mod codec;
 #[cfg(test)]
 pub(crate) mod test_server;
@@ -28,12 +36,14 @@ pub(crate) mod tls;
 pub(crate) mod url;
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{AsyncCommands, RedisError};
 
-use super::{Backend, Kind, Record, RecordKey, StateError};
+use super::{Backend, ChangeSink, Kind, Record, RecordKey, StateError};
 pub use url::{RedisUrl, UrlText};
 
 /// How long opening a connection may take, ms. Loopback or a LAN answers in well under
@@ -57,8 +67,9 @@ const PRUNE_CHUNK: usize = 500;
 const DAY_SECS: u64 = 86_400;
 
 /// Deletes up to `ARGV[3]` records of a kind older than `ARGV[2]` (exclusive), with their
-/// index entries and sizes, atomically; increments the generation when it removed any.
-/// KEYS: index, sizes, generation. ARGV: record key prefix, cutoff, limit.
+/// index entries and sizes, atomically; when it removed any, increments the generation and
+/// publishes `ARGV[5]` on channel `ARGV[4]` ([`changes::message_all`]).
+/// KEYS: index, sizes, generation. ARGV: record key prefix, cutoff, limit, channel, message.
 /// Returns {index entries removed, records deleted, generation}.
 const PRUNE_SCRIPT: &str = r"
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
@@ -69,7 +80,10 @@ for _, m in ipairs(members) do
   redis.call('HDEL', KEYS[2], m)
 end
 local generation = 0
-if #members > 0 then generation = redis.call('INCR', KEYS[3]) end
+if #members > 0 then
+  generation = redis.call('INCR', KEYS[3])
+  redis.call('PUBLISH', ARGV[4], ARGV[5])
+end
 return {#members, deleted, generation}
 ";
 
@@ -97,7 +111,13 @@ pub(crate) struct RedisBackend {
     /// `Some` until drop (shut down without waiting for the connection task).
     rt: Option<tokio::runtime::Runtime>,
     conn: ConnectionManager,
+    /// The client `conn` was made from: the change subscription opens its own connection.
+    client: ::redis::Client,
     opts: RedisOptions,
+    /// This backend's id in the change messages ([`changes::instance_id`]).
+    id: u64,
+    /// The change subscription's state, once [`Backend::watch`] started it.
+    health: Option<Arc<changes::Health>>,
     /// The generation counter as last seen: after our own write, or a check.
     seen_generation: i64,
     /// Another writer's increment was seen while writing (not reported yet).
@@ -107,10 +127,21 @@ pub(crate) struct RedisBackend {
 }
 
 impl RedisBackend {
-    /// Connect to `opts.url` and check that the server answers (`PING`). Errors: the URL is
-    /// not usable by the client, or the server cannot be reached (the message names the URL
-    /// redacted).
+    /// Connect to `opts.url` and check that the server answers. Errors: the URL is not usable
+    /// by the client, or the server cannot be reached (the message names the URL redacted).
     pub(crate) fn open(opts: &RedisOptions) -> Result<Self, StateError> {
+        match Self::open_lazy(opts)? {
+            (me, None) => Ok(me),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// [`Self::open`], but a server that cannot be reached still gives the backend, with the
+    /// reason: its commands fail until the server answers (the client connects again on each
+    /// command), and it reports a change elsewhere on its first successful check (nothing
+    /// read before that is known). Errors: only what no later connection can fix (the URL,
+    /// the client's runtime).
+    pub(crate) fn open_lazy(opts: &RedisOptions) -> Result<(Self, Option<StateError>), StateError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("cachekeeper-redis")
@@ -134,23 +165,30 @@ impl RedisBackend {
             .set_number_of_retries(0);
         let conn = {
             let _ctx = rt.enter();
-            ConnectionManager::new_lazy_with_config(client, config)
+            ConnectionManager::new_lazy_with_config(client.clone(), config)
                 .map_err(|e| StateError::Redis(format!("{where_}: {e}")))?
         };
         let mut me = Self {
             rt: Some(rt),
             conn,
+            client,
             opts: opts.clone(),
+            id: changes::instance_id(),
+            health: None,
             seen_generation: 0,
             changed: false,
             unsure: false,
         };
         let mut c = me.conn.clone();
-        let seen: Option<i64> = me
-            .block(async move { c.get(codec::GENERATION_KEY).await })
-            .map_err(|e| StateError::Redis(tls::explain(&where_, opts, &e)))?;
-        me.seen_generation = seen.unwrap_or(0);
-        Ok(me)
+        let seen: Result<Option<i64>, StateError> =
+            me.block(async move { c.get(codec::GENERATION_KEY).await });
+        match seen {
+            Ok(seen) => {
+                me.seen_generation = seen.unwrap_or(0);
+                Ok((me, None))
+            }
+            Err(e) => Ok((me, Some(StateError::Redis(tls::explain(&where_, opts, &e))))),
+        }
     }
 
     /// Run `fut` on the backend's runtime, waiting for it. A failure marks the cache unsure
@@ -265,6 +303,10 @@ impl Backend for RedisBackend {
         for rec in recs {
             self.add_put(&mut pipe, rec);
         }
+        pipe.cmd("PUBLISH")
+            .arg(changes::CHANNEL)
+            .arg(changes::message(self.id, recs.iter().map(|r| &r.key)))
+            .ignore();
         pipe.cmd("INCR").arg(codec::GENERATION_KEY);
         let mut c = self.conn.clone();
         let (generation,): (i64,) = self.block(async move { pipe.query_async(&mut c).await })?;
@@ -301,6 +343,10 @@ impl Backend for RedisBackend {
             .cmd("HDEL")
             .arg(codec::sizes_key(key.kind))
             .arg(&member)
+            .ignore()
+            .cmd("PUBLISH")
+            .arg(changes::CHANNEL)
+            .arg(changes::message(self.id, [key]))
             .ignore()
             .cmd("INCR")
             .arg(codec::GENERATION_KEY);
@@ -422,7 +468,9 @@ impl Backend for RedisBackend {
                 .key(codec::GENERATION_KEY)
                 .arg(&prefix)
                 .arg(cutoff)
-                .arg(PRUNE_CHUNK);
+                .arg(PRUNE_CHUNK)
+                .arg(changes::CHANNEL)
+                .arg(changes::message_all(self.id));
             let (removed, gone, generation): (usize, usize, i64) =
                 self.block(async move { call.invoke_async(&mut c).await })?;
             deleted += gone;
@@ -439,11 +487,54 @@ impl Backend for RedisBackend {
         let mut c = self.conn.clone();
         let now: Option<i64> = self.block(async move { c.get(codec::GENERATION_KEY).await })?;
         let now = now.unwrap_or(0);
-        let changed = self.changed || self.unsure || now != self.seen_generation;
+        // A subscription that is up has delivered (or is delivering) every other instance's
+        // change since it last said "everything": the counter is the fallback for when it
+        // is down.
+        let subscribed = self
+            .health
+            .as_ref()
+            .is_some_and(|h| h.up.load(Ordering::SeqCst));
+        let changed = if subscribed {
+            self.unsure
+        } else {
+            self.changed || self.unsure || now != self.seen_generation
+        };
         self.seen_generation = now;
         self.changed = false;
         self.unsure = false;
         Ok(changed)
+    }
+
+    fn watch(&mut self, sink: ChangeSink) -> bool {
+        let Some(rt) = &self.rt else {
+            return false;
+        };
+        let health = Arc::new(changes::Health::default());
+        self.health = Some(Arc::clone(&health));
+        let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+        rt.spawn(changes::listen(
+            self.client.clone(),
+            self.id,
+            sink,
+            health,
+            Some(first_tx),
+        ));
+        // Wait for the first attempt (bounded by the connect timeout inside it), so a store
+        // that opens with Redis up is subscribed before it loads its records.
+        let _ = rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(2 * CONNECT_TIMEOUT_MS), first_rx).await
+        });
+        true
+    }
+
+    fn probe(&mut self) -> Option<Result<(), StateError>> {
+        let mut c = self.conn.clone();
+        Some(self.block(async move {
+            ::redis::cmd("PING")
+                .query_async::<::redis::Value>(&mut c)
+                .await
+                .map(|_| ())
+        }))
     }
 }
 
@@ -452,7 +543,7 @@ impl Backend for RedisBackend {
 mod tests {
     use super::test_server::RedisServer;
     use super::*;
-    use crate::state::{Store, VerdictLookup, DEFAULT_CACHE_BYTES};
+    use crate::state::{Change, Store, VerdictLookup, DEFAULT_CACHE_BYTES};
 
     fn open(server: &RedisServer, retention_days: u32) -> RedisBackend {
         RedisBackend::open(&RedisOptions {
@@ -617,6 +708,233 @@ mod tests {
         a.put(c.clone());
         a.flush();
         assert_eq!(b.get(&c.key, Duration::from_secs(10)), Some(c));
+    }
+
+    fn store(server: &RedisServer) -> Store {
+        Store::with_backend(
+            Box::new(open(server, 30)),
+            30,
+            u64::MAX,
+            DEFAULT_CACHE_BYTES,
+        )
+    }
+
+    /// Wait up to `limit` for `done`, polling every 10 ms; true if it came.
+    fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if done() {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The one-second contract: a verdict A learned (and wrote) is in B's memory within a
+    /// second, through the change messages (B is never flushed, and the polled counter is
+    /// checked only every two seconds: five verdicts in a row all within a second are not
+    /// the poll's luck). A carrier B had cached is forgotten when A rewrites it.
+    #[test]
+    fn a_verdict_learned_on_one_store_is_used_by_another_within_one_second() {
+        use crate::state::verdicts::{Field, FieldSet};
+        let server = RedisServer::start();
+        let a = store(&server);
+        let b = store(&server);
+        let rc = FieldSet::from([Field::message("reasoning_content")]);
+        for i in 0..5 {
+            let model = format!("Mistral-Large-{i}");
+            a.verdicts().learn(
+                "api.mistral.ai",
+                &model,
+                &rc,
+                "Extra inputs are not permitted",
+            );
+            a.flush();
+            assert!(
+                within(Duration::from_secs(1), || !b
+                    .omit("api.mistral.ai", &model)
+                    .is_empty()),
+                "B did not see A's verdict {i} within 1 s"
+            );
+            assert_eq!(b.omit("api.mistral.ai", &model), rc);
+        }
+        // Cleared on A: gone from B's memory too.
+        assert_eq!(
+            a.verdicts()
+                .clear("api.mistral.ai", Some("Mistral-Large-0")),
+            1
+        );
+        a.flush();
+        assert!(within(Duration::from_secs(1), || b
+            .omit("api.mistral.ai", "Mistral-Large-0")
+            .is_empty()));
+        // A non-resident record: B's cached copy is forgotten, the next read gets A's.
+        let c1 = rec(Kind::Carrier, "cred", "turn-1", b"one");
+        a.put(c1.clone());
+        a.flush();
+        assert_eq!(b.get(&c1.key, Duration::from_secs(10)), Some(c1.clone()));
+        let c2 = rec(Kind::Carrier, "cred", "turn-1", b"two");
+        a.put(c2.clone());
+        a.flush();
+        assert!(within(Duration::from_secs(1), || b
+            .get_cached(&c1.key)
+            .is_none()));
+        assert_eq!(b.get(&c1.key, Duration::from_secs(10)), Some(c2));
+    }
+
+    /// Last writer wins: two stores learning the same verdict key at the same moment (each a
+    /// field of its own) end with the same verdict in memory as in Redis: the one written
+    /// last (which may hold both fields, when the other's arrived before its learning).
+    #[test]
+    fn two_stores_learning_one_verdict_at_once_end_with_the_same_one() {
+        use crate::state::verdicts::{Field, FieldSet, VerdictKey};
+        let server = RedisServer::start();
+        let a = store(&server);
+        let b = store(&server);
+        let mut reader = open(&server, 30);
+        for round in 0..20 {
+            let model = format!("m{round}");
+            let barrier = std::sync::Barrier::new(2);
+            std::thread::scope(|s| {
+                for (st, field) in [(&a, "reasoning_content"), (&b, "reasoning_details")] {
+                    let (barrier, model) = (&barrier, &model);
+                    s.spawn(move || {
+                        let fields = FieldSet::from([Field::message(field)]);
+                        barrier.wait();
+                        st.verdicts().learn("h", model, &fields, "Extra inputs");
+                        st.flush();
+                    });
+                }
+            });
+            let key = VerdictKey::new("h", &model).record_key();
+            let consistent = within(Duration::from_secs(1), || {
+                let stored = reader.get(&key).unwrap().map(|r| r.value);
+                stored.is_some()
+                    && a.get_cached(&key).map(|r| r.value) == stored
+                    && b.get_cached(&key).map(|r| r.value) == stored
+            });
+            assert!(consistent, "round {round}: A, B and Redis differ after 1 s");
+            let fields = a.omit("h", &model);
+            assert!(!fields.is_empty());
+            assert!(fields.iter().all(|f| {
+                *f == Field::message("reasoning_content")
+                    || *f == Field::message("reasoning_details")
+            }));
+        }
+    }
+
+    /// The subscription after Redis restarts: it subscribes again, says "everything
+    /// changed" (messages were missed meanwhile), and hears the next change.
+    #[test]
+    fn the_change_subscription_comes_back_after_redis_restarts_saying_everything_changed() {
+        use std::sync::Mutex;
+        let mut server = RedisServer::start();
+        let mut a = open(&server, 0);
+        let mut b = open(&server, 0);
+        let heard: Arc<Mutex<Vec<Change>>> = Arc::default();
+        let sink_heard = Arc::clone(&heard);
+        assert!(b.watch(Arc::new(move |c| sink_heard.lock().unwrap().push(c))));
+        let heard_now = || std::mem::take(&mut *heard.lock().unwrap());
+        assert_eq!(heard_now(), vec![Change::All], "the first subscription");
+        let v = rec(Kind::Verdict, "", "v", b"{}");
+        a.put(&v).unwrap();
+        assert!(within(Duration::from_secs(1), || !heard
+            .lock()
+            .unwrap()
+            .is_empty()));
+        assert_eq!(heard_now(), vec![Change::Key(v.key.clone())]);
+        // Its own writes are not announced to itself.
+        b.put(&rec(Kind::Carrier, "s", "mine", b"x")).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(heard_now(), vec![]);
+        // A prune announces "anything".
+        assert_eq!(a.prune(Kind::Carrier, i64::MAX).unwrap(), 1);
+        assert!(within(Duration::from_secs(1), || !heard
+            .lock()
+            .unwrap()
+            .is_empty()));
+        assert_eq!(heard_now(), vec![Change::All]);
+
+        server.kill();
+        assert!(b.changed_elsewhere().is_err(), "Redis is down");
+        server.restart();
+        assert!(
+            within(Duration::from_secs(10), || heard
+                .lock()
+                .unwrap()
+                .contains(&Change::All)),
+            "subscribed again"
+        );
+        heard_now();
+        // The first command on a connection Redis dropped may fail; the next reconnects.
+        let w = rec(Kind::Session, "s", "after", b"1");
+        assert!(within(Duration::from_secs(10), || a.put(&w).is_ok()));
+        assert!(within(Duration::from_secs(1), || !heard
+            .lock()
+            .unwrap()
+            .is_empty()));
+        assert_eq!(heard_now(), vec![Change::Key(w.key)]);
+    }
+
+    /// Redis down when the store opens: it serves from memory, holds its writes, and once
+    /// Redis answers it writes them, loads what Redis holds, and is durable; one warning and
+    /// one info line.
+    #[test]
+    fn a_store_opened_before_redis_is_up_switches_to_it_when_it_answers() {
+        use crate::state::verdicts::{Field, FieldSet};
+        let mut server = RedisServer::start();
+        let url = server.url(0);
+        server.kill();
+        let opts = crate::state::StoreOptions {
+            path: std::path::PathBuf::from("unused.db"),
+            redis: Some(RedisOptions {
+                url,
+                read_timeout: Duration::from_secs(10),
+                retention_days: 30,
+                ca_file: None,
+            }),
+            retention_days: 30,
+            max_bytes: u64::MAX,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        };
+        let s = Store::open(&opts);
+        assert!(!s.is_durable());
+        let rc = FieldSet::from([Field::message("reasoning_content")]);
+        s.verdicts().learn("h", "m-early", &rc, "Extra inputs");
+        let early = rec(Kind::Session, "s", "early", b"1");
+        s.put(early.clone());
+        s.flush();
+        assert_eq!(s.omit("h", "m-early"), rc, "served from memory meanwhile");
+        assert!(!s.is_durable());
+
+        server.restart();
+        // Another instance wrote a verdict while this one could not reach Redis.
+        let mut other = open(&server, 30);
+        let theirs = FieldSet::from([Field::param("store")]);
+        {
+            let o = Store::with_backend(Box::new(open(&server, 30)), 30, u64::MAX, 1 << 20);
+            o.verdicts()
+                .learn("h", "m-theirs", &theirs, "Unknown parameter");
+            o.flush();
+        }
+        assert!(
+            within(Duration::from_secs(10), || s.is_durable()),
+            "switched to Redis"
+        );
+        assert!(within(Duration::from_secs(5), || s.omit("h", "m-theirs") == theirs));
+        assert_eq!(
+            other.get(&early.key).unwrap(),
+            Some(early),
+            "held writes written"
+        );
+        let later = rec(Kind::Session, "s", "later", b"2");
+        s.put(later.clone());
+        s.flush();
+        assert_eq!(other.get(&later.key).unwrap(), Some(later));
+        assert_eq!(s.omit("h", "m-early"), rc);
     }
 
     #[test]

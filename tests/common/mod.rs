@@ -17,6 +17,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
+pub mod redis;
+
 pub type MockBody = BoxBody<Bytes, std::io::Error>;
 
 /// A request as the mock upstream received it.

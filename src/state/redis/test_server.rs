@@ -109,6 +109,8 @@ pub(crate) struct RedisServer {
     port: u16,
     /// Serving TLS only: the CA file that verifies its certificate.
     tls_ca: Option<PathBuf>,
+    /// The `redis-server` arguments it was started with ([`Self::restart`]).
+    args: Vec<std::ffi::OsString>,
     _dir: tempfile::TempDir,
 }
 
@@ -145,54 +147,98 @@ impl RedisServer {
             .unwrap();
         assert_ne!(port, 6379);
         let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new("redis-server");
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        let mut push = |a: &dyn AsRef<std::ffi::OsStr>| args.push(a.as_ref().to_owned());
         match tls {
-            None => cmd.args(["--port", &port.to_string()]),
-            Some(ca) => cmd
-                .args(["--port", "0", "--tls-port", &port.to_string()])
-                .arg("--tls-cert-file")
-                .arg(ca.file("server.pem"))
-                .arg("--tls-key-file")
-                .arg(ca.file("server.key"))
-                .arg("--tls-ca-cert-file")
-                .arg(ca.ca())
-                .args(["--tls-auth-clients", "no"]),
+            None => {
+                push(&"--port");
+                push(&port.to_string());
+            }
+            Some(ca) => {
+                for a in ["--port", "0", "--tls-port"] {
+                    push(&a);
+                }
+                push(&port.to_string());
+                push(&"--tls-cert-file");
+                push(&ca.file("server.pem"));
+                push(&"--tls-key-file");
+                push(&ca.file("server.key"));
+                push(&"--tls-ca-cert-file");
+                push(&ca.ca());
+                push(&"--tls-auth-clients");
+                push(&"no");
+            }
+        }
+        for a in ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] {
+            push(&a);
+        }
+        for a in ["--daemonize", "no", "--dir"] {
+            push(&a);
+        }
+        push(&dir.path());
+        for a in extra {
+            push(a);
+        }
+        let mut server = Self {
+            child: Self::spawn(&args),
+            port,
+            tls_ca: tls.map(TestCa::ca),
+            args,
+            _dir: dir,
         };
-        let spawned = cmd
-            .args(["--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .args(extra)
+        server.wait_ready().then_some(server)
+    }
+
+    fn spawn(args: &[std::ffi::OsString]) -> Child {
+        let spawned = Command::new("redis-server")
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
-        let child = match spawned {
+        match spawned {
             Ok(c) => c,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
                 "redis-server is not installed: the Redis backend's tests need Debian's \
                  redis-server (apt-get install redis-server; scripts/test.sh installs it)"
             ),
             Err(e) => panic!("cannot start redis-server: {e}"),
-        };
-        let mut server = Self {
-            child,
-            port,
-            tls_ca: tls.map(TestCa::ca),
-            _dir: dir,
-        };
+        }
+    }
+
+    /// Wait for the spawned server to answer `PING`; false if it exited (the port was taken
+    /// meanwhile) or never answered within [`START_WAIT`].
+    fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + START_WAIT;
         while Instant::now() < deadline {
-            if server.child.try_wait().ok().flatten().is_some() {
-                return None; // exited: the port was taken meanwhile
+            if self.child.try_wait().ok().flatten().is_some() {
+                return false;
             }
-            if server.ping() {
-                return Some(server);
+            if self.ping() {
+                return true;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        None
+        false
+    }
+
+    /// Kill the server (SIGKILL: nothing flushed, connections reset), as a crash would.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Start it again on the same port with the same arguments (empty: no persistence).
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        for _ in 0..50 {
+            self.child = Self::spawn(&self.args);
+            if self.wait_ready() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server did not start again on port {}", self.port);
     }
 
     fn ping(&self) -> bool {

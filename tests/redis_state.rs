@@ -1,0 +1,297 @@
+//! The Redis state backend under faults, through the proxy: Redis killed mid-session and
+//! restarted (every request served, one warning, writes resume), Redis not up when the proxy
+//! starts, and a record cut short in Redis (ignored by `cachekeeper report`). The proxy runs
+//! in-process against the mock upstream; Redis is Debian's `redis-server` on a free loopback
+//! port (`tests/common/redis.rs`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::redis::RedisServer;
+use common::*;
+use http_body_util::{BodyExt, Full};
+
+const ANTHROPIC_REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":12,"output_tokens":3}}"#;
+
+/// The request's credential (its hash scopes the records; it must never be logged).
+const KEY: &str = "sk-ant-REDISKEY-1";
+/// User text of every turn (never logged).
+const TEXT: &str = "private words of the user";
+
+/// One turn of `session` (each writes the session's record and a usage record): its status,
+/// the reply checked whole.
+async fn turn(proxy: &Proxy, session: &str, i: usize) -> u16 {
+    let body = format!(
+        r#"{{"model":"claude-x","max_tokens":8,"messages":[{{"role":"user","content":"{TEXT} {i}"}}]}}"#
+    );
+    let (status, _, resp) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages"),
+        &[("x-api-key", KEY), ("x-cachekeeper-session", session)],
+        body,
+    )
+    .await;
+    assert_eq!(&resp[..], ANTHROPIC_REPLY.as_bytes(), "served whole");
+    status
+}
+
+/// The value of the unlabelled metric `series`.
+async fn metric(proxy: &Proxy, series: &str) -> Option<f64> {
+    let resp = client()
+        .request(
+            http::Request::get(proxy.url("/metrics"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let text = resp.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8(text.to_vec()).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// Usage records Redis holds (the members of their index whose record is there).
+fn stored_usage(server: &RedisServer) -> usize {
+    let mut raw = server.raw();
+    let members: Vec<String> = ::redis::cmd("ZRANGE")
+        .arg("ck:v1:meta:index:usage")
+        .arg(0)
+        .arg(-1)
+        .query(&mut raw)
+        .unwrap();
+    members
+        .iter()
+        .filter(|m| {
+            ::redis::cmd("EXISTS")
+                .arg(format!("ck:v1:usage:{m}"))
+                .query::<i64>(&mut raw)
+                .unwrap()
+                == 1
+        })
+        .count()
+}
+
+/// The `cachekeeper::state` log lines about `url` (the store names its Redis by URL).
+fn state_lines(url: &str) -> Vec<serde_json::Value> {
+    log_text()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"] == "cachekeeper::state" && v["path"] == url)
+        .collect()
+}
+
+fn redis_config(mock: &Mock, server: &RedisServer) -> String {
+    config_for(
+        &mock.url(),
+        &format!("[state]\nbackend = \"redis\"\nurl = {:?}\n", server.url()),
+    )
+}
+
+async fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    done()
+}
+
+/// Redis killed (SIGKILL) in the middle of a session and started again on the same port
+/// (empty: no persistence): every request is served whole throughout, the outage logs one
+/// warning (naming the URL, never the key or the user's text) and counts its failed writes,
+/// and once Redis is back the writes held meanwhile and every later one are in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_session_and_restarted() {
+    logs();
+    let mock = start_mock(Arc::new(|_r: &Recorded| {
+        json_response(200, ANTHROPIC_REPLY)
+    }))
+    .await;
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let proxy = start_proxy(&redis_config(&mock, &server)).await;
+    assert!(proxy.store.is_durable());
+    let errors = "cachekeeper_state_write_errors_total";
+    let mut sent = 0;
+    for _ in 0..3 {
+        assert_eq!(turn(&proxy, "s", sent).await, 200);
+        sent += 1;
+    }
+    proxy.store.flush();
+    assert_eq!(stored_usage(&server), 3);
+    assert_eq!(metric(&proxy, errors).await, Some(0.0));
+
+    server.kill();
+    let killed_at = sent;
+    let mut during = 0;
+    while metric(&proxy, errors).await == Some(0.0) {
+        assert!(during < 200, "no write failed");
+        assert_eq!(turn(&proxy, "s", sent).await, 200);
+        sent += 1;
+        during += 1;
+        proxy.store.flush();
+    }
+    for _ in 0..10 {
+        assert_eq!(turn(&proxy, "s", sent).await, 200);
+        sent += 1;
+    }
+    proxy.store.flush();
+    assert!(!proxy.store.is_durable());
+    // Far fewer than the 4,096 held writes: none dropped (the counter is served).
+    assert_eq!(
+        metric(&proxy, "cachekeeper_state_writes_dropped_total").await,
+        Some(0.0)
+    );
+    let warnings: Vec<_> = state_lines(&url)
+        .into_iter()
+        .filter(|v| v["level"] == "WARN")
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning per outage: {warnings:?}");
+    assert_eq!(
+        warnings[0]["message"],
+        "state writes failing; serving on, keeping records in memory and retrying"
+    );
+
+    server.restart();
+    // Served while the writer finds Redis again (a retry every second).
+    let mut after = 0;
+    while !proxy.store.is_durable() {
+        assert!(after < 100, "writes never resumed");
+        assert_eq!(turn(&proxy, "s", sent).await, 200);
+        sent += 1;
+        after += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(turn(&proxy, "s", sent).await, 200);
+    sent += 1;
+    proxy.store.flush();
+    let lines = state_lines(&url);
+    let resumed: Vec<_> = lines
+        .iter()
+        .filter(|v| v["message"] == "state writes resumed")
+        .collect();
+    assert_eq!(resumed.len(), 1, "{lines:?}");
+    assert_eq!(resumed[0]["dropped"], 0);
+    assert_eq!(
+        lines.iter().filter(|v| v["level"] == "WARN").count(),
+        1,
+        "still one warning: {lines:?}"
+    );
+    // Redis came back empty: the turns from the kill on are there, the held ones included,
+    // and the one written after the restart.
+    assert_eq!(stored_usage(&server), sent - killed_at);
+    for line in &lines {
+        let text = line.to_string();
+        assert!(!text.contains(KEY) && !text.contains(TEXT), "{text}");
+    }
+    proxy.stop().await;
+}
+
+/// Redis not up when the proxy starts: it serves from memory with one warning, connects in
+/// the background, and once Redis answers writes there (one info line), with no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_started_before_redis_uses_it_once_it_answers() {
+    logs();
+    let mock = start_mock(Arc::new(|_r: &Recorded| {
+        json_response(200, ANTHROPIC_REPLY)
+    }))
+    .await;
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+    let proxy = start_proxy(&redis_config(&mock, &server)).await;
+    assert!(!proxy.store.is_durable());
+    let mut sent = 0;
+    for _ in 0..3 {
+        assert_eq!(turn(&proxy, "early", sent).await, 200);
+        sent += 1;
+    }
+    proxy.store.flush();
+    let lines = state_lines(&url);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["level"], "WARN");
+    assert_eq!(
+        lines[0]["message"],
+        "cannot reach Redis; serving from memory and connecting in the background"
+    );
+
+    server.restart();
+    assert!(
+        wait_for(Duration::from_secs(10), || proxy.store.is_durable()).await,
+        "never switched to Redis"
+    );
+    assert_eq!(turn(&proxy, "early", sent).await, 200);
+    sent += 1;
+    proxy.store.flush();
+    assert_eq!(stored_usage(&server), sent, "held and later turns in Redis");
+    let lines = state_lines(&url);
+    let reachable: Vec<_> = lines
+        .iter()
+        .filter(|v| v["message"] == "state store reachable; using it from now on")
+        .collect();
+    assert_eq!(reachable.len(), 1, "{lines:?}");
+    assert_eq!(reachable[0]["level"], "INFO");
+    assert_eq!(lines.iter().filter(|v| v["level"] == "WARN").count(), 1);
+    proxy.stop().await;
+}
+
+/// A usage record cut short in Redis (as a write torn by a crash would leave it, under its
+/// real key and index entry) is not misread: `cachekeeper report` shows the session's other
+/// turns and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_cut_short_in_redis_is_skipped_by_report() {
+    let mock = start_mock(Arc::new(|_r: &Recorded| {
+        json_response(200, ANTHROPIC_REPLY)
+    }))
+    .await;
+    let server = RedisServer::start();
+    let config = redis_config(&mock, &server);
+    let proxy = start_proxy(&config).await;
+    for i in 0..3 {
+        assert_eq!(turn(&proxy, "torn", i).await, 200);
+    }
+    proxy.store.flush();
+    proxy.stop().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("proxy.toml");
+    std::fs::write(&cfg, &config).unwrap();
+    let report = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cachekeeper"))
+            .args(["report", "--json", "--config"])
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        json
+    };
+    let before = report();
+    assert_eq!(before.as_array().unwrap().len(), 1, "{before}");
+    assert_eq!(before[0]["turns"], 3);
+
+    let mut raw = server.raw();
+    let members: Vec<String> = ::redis::cmd("ZRANGE")
+        .arg("ck:v1:meta:index:usage")
+        .arg(0)
+        .arg(-1)
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(members.len(), 3);
+    let name = format!("ck:v1:usage:{}", members[1]);
+    let whole: Vec<u8> = ::redis::cmd("GET").arg(&name).query(&mut raw).unwrap();
+    let _: () = ::redis::cmd("SET")
+        .arg(&name)
+        .arg(&whole[..whole.len() / 2])
+        .query(&mut raw)
+        .unwrap();
+    let after = report();
+    assert_eq!(after.as_array().unwrap().len(), 1, "{after}");
+    assert_eq!(after[0]["turns"], 2, "the torn record is skipped: {after}");
+}
