@@ -294,6 +294,19 @@ async fn api_keys_and_the_client_token_are_neither_logged_nor_stored() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
+    // The token anywhere but the one leading segment `admit` strips (a doubled slash in a
+    // base URL, an empty segment, a dot segment, a segment further in, the query): refused,
+    // and never logged (the failing inputs of a fresh-user run).
+    for path in [
+        format!("//t/{TOKEN}/anthropic/v1/messages"),
+        format!("/t//{TOKEN}/anthropic/v1/messages"),
+        format!("/anthropic/t/{TOKEN}/v1/messages"),
+        format!("/anthropic/v1/messages?ck={TOKEN}"),
+    ] {
+        let (status, _, _) =
+            send(&c, &proxy.url(&path), &[("x-api-key", ANTHROPIC_KEY)], BODY).await;
+        assert_eq!(status, 401, "{path}");
+    }
     // The upstream got the keys (the proxy forwards them) but never the client token.
     let recs: Vec<Recorded> = (0..mock.count()).map(|_| mock.last()).collect();
     for r in &recs {

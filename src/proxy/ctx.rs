@@ -22,6 +22,9 @@ use crate::route::{Endpoint, Route};
 use crate::state::seal::SealKey;
 use crate::telemetry::{redact_query, Outcome};
 
+/// What a masked secret shows as in the log line ([`RequestCtx::mask_secret`]).
+const SECRET_MASK: &str = "***";
+
 /// What happened to the request body; the `body` field of the log line and header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum BodyFate {
@@ -133,6 +136,9 @@ pub(crate) struct RequestCtx {
     pub path: String,
     /// The query with credential parameters redacted ([`redact_query`]); for logs only.
     pub query_redacted: Option<String>,
+    /// The path as the log line shows it when it differs from `path`: with the client token
+    /// masked ([`RequestCtx::mask_secret`]).
+    log_path: Option<String>,
     /// The matched route (phase "route").
     pub route: Option<Arc<Route>>,
     /// Upstream URI: route base URL + rest of the path + the original query.
@@ -210,6 +216,7 @@ impl RequestCtx {
             method: method.clone(),
             path: uri.path().to_owned(),
             query_redacted: uri.query().map(redact_query),
+            log_path: None,
             route: None,
             upstream_uri: None,
             rest: String::new(),
@@ -340,6 +347,22 @@ impl RequestCtx {
         }
     }
 
+    /// Mask every copy of `secret` (the configured client token) in the path and query the
+    /// log line shows, as `***`. `admit` strips the token only from its one place, a leading
+    /// `/t/<token>` segment; a copy anywhere else (`//t/<token>/…`, `/anthropic/t/<token>/…`,
+    /// a query parameter) would otherwise be logged. The request itself is not changed.
+    pub(crate) fn mask_secret(&mut self, secret: &str) {
+        if secret.is_empty() {
+            return;
+        }
+        if self.path.contains(secret) {
+            self.log_path = Some(self.path.replace(secret, SECRET_MASK));
+        }
+        if let Some(q) = self.query_redacted.as_mut().filter(|q| q.contains(secret)) {
+            *q = q.replace(secret, SECRET_MASK);
+        }
+    }
+
     /// Write the request's one JSON log line (target `cachekeeper::request`), and count the
     /// request in the metrics.
     pub(crate) fn emit(&mut self, outcome: Outcome) {
@@ -360,7 +383,7 @@ impl RequestCtx {
             dialect = self.dialect.map_or("-", Dialect::as_str),
             model = self.model.as_deref().unwrap_or("-"),
             method = %self.method,
-            path = %self.path,
+            path = self.log_path.as_deref().unwrap_or(&self.path),
             query = self.query_redacted.as_deref().unwrap_or(""),
             status = self.status,
             bytes_in = self.bytes_in,

@@ -63,6 +63,9 @@ pub(crate) async fn handle(
         return Ok(reserved::serve(&state, which, &req, admission, started).await);
     }
     let mut ctx = RequestCtx::new(req.method(), req.uri());
+    if let Some(token) = state.server.client_token.as_deref() {
+        ctx.mask_secret(token);
+    }
     ctx.started = started;
     ctx.metrics = Some(Arc::clone(&state.metrics));
     Ok(
