@@ -62,9 +62,24 @@ pub(crate) const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 /// ([`crate::reasoning::detect`]) truncates to the same limit.
 pub(crate) const MAX_WORDING_CHARS: usize = 500;
 
-/// `wording` cut to [`MAX_WORDING_CHARS`] chars (what is kept and logged of a provider's text).
+/// Where a provider's wording starts to echo the rejected value back: pydantic's error list
+/// as Python prints it (`'input': '…'`, what vLLM- and SGLang-style servers put in
+/// `message`), its `ValidationError` text (`input_value='…'`), and the same as JSON. What
+/// follows is the request's own content (a reasoning carrier, a message), never kept.
+const ECHO_MARKERS: [&str; 4] = ["'input':", "\"input\":", "input_value=", "\"input_value\":"];
+
+/// What stands in the excerpt where an echoed value was cut ([`wording_excerpt`]).
+const ECHO_CUT: &str = "[rejected value not kept]";
+
+/// `wording` as it is kept and logged of a provider's text: cut before the first echo of
+/// the request's content ([`ECHO_MARKERS`]), then to [`MAX_WORDING_CHARS`] chars.
 pub(crate) fn wording_excerpt(wording: &str) -> String {
-    wording.chars().take(MAX_WORDING_CHARS).collect()
+    let echo = ECHO_MARKERS.iter().filter_map(|m| wording.find(m)).min();
+    let kept = match echo {
+        Some(at) => format!("{}{ECHO_CUT}", &wording[..at]),
+        None => wording.to_owned(),
+    };
+    kept.chars().take(MAX_WORDING_CHARS).collect()
 }
 
 /// Default bound of the in-memory read cache, bytes (sizes as [`Record::size`]).
@@ -1379,6 +1394,36 @@ mod tests {
         // The delete waits for the batch, and the put after it for the delete.
         assert!(matches!(next, Some(Op::Delete(ref k)) if k.key == "a"));
         assert!(matches!(rx.try_recv(), Ok(Op::Put(ref r)) if r.key.key == "c"));
+    }
+
+    /// A provider wording that echoes the rejected value (the failing inputs: a vLLM-style
+    /// 400 carrying pydantic's error list, and pydantic's ValidationError text) keeps the
+    /// complaint and drops the value; one without an echo is kept as it is.
+    #[test]
+    fn a_wording_keeps_the_complaint_and_never_the_echoed_value() {
+        let repr = "[{'type': 'extra_forbidden', 'loc': ('body', 'messages', 1, 'reasoning_content'), 'msg': 'Extra inputs are not permitted', 'input': 'MY PRIVATE CHAIN OF THOUGHT 43'}]";
+        let got = wording_excerpt(repr);
+        assert!(!got.contains("PRIVATE"), "{got}");
+        assert!(
+            got.contains("'msg': 'Extra inputs are not permitted'"),
+            "{got}"
+        );
+        let text = "1 validation error for ChatCompletionRequest\nmessages.1.reasoning_content\n  Extra inputs are not permitted [type=extra_forbidden, input_value='MY PRIVATE CHAIN OF THOUGHT 45', input_type=str]";
+        let got = wording_excerpt(text);
+        assert!(!got.contains("PRIVATE"), "{got}");
+        assert!(
+            got.contains("reasoning_content\n  Extra inputs are not permitted"),
+            "{got}"
+        );
+        assert!(got.ends_with(ECHO_CUT), "{got}");
+        let json = r#"{"detail":[{"loc":["body","store"],"msg":"Extra inputs are not permitted","input":"secret"}]}"#;
+        assert!(!wording_excerpt(json).contains("secret"));
+        let plain = "Unrecognized request argument supplied: reasoning_content";
+        assert_eq!(wording_excerpt(plain), plain);
+        assert_eq!(
+            wording_excerpt(&"w".repeat(600)).chars().count(),
+            MAX_WORDING_CHARS
+        );
     }
 
     /// Group commit: a put that arrives while the writer gathers joins the batch, and the
