@@ -301,12 +301,15 @@ async fn sse_is_streamed_event_by_event() {
 }
 
 async fn midstream_reset(path: &str) -> Result<String, String> {
-    let handler: Handler = Arc::new(|_r: &Recorded| {
+    midstream_reset_after(path, b"data: {\"id\":\"1\"}\n\n").await
+}
+
+/// A stream that sends `sent`, then breaks; what the client read (`Err`: the body broke).
+async fn midstream_reset_after(path: &str, sent: &'static [u8]) -> Result<String, String> {
+    let handler: Handler = Arc::new(move |_r: &Recorded| {
         let (tx, body) = channel_body();
         tokio::spawn(async move {
-            tx.send(Ok(Bytes::from_static(b"data: {\"id\":\"1\"}\n\n")))
-                .await
-                .unwrap();
+            tx.send(Ok(Bytes::from_static(sent))).await.unwrap();
             tokio::time::sleep(Duration::from_millis(50)).await;
             tx.send(Err(std::io::Error::other("boom"))).await.unwrap();
         });
@@ -345,6 +348,28 @@ async fn upstream_reset_mid_stream_ends_with_the_dialects_error_event() {
         midstream_reset("/gemini/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse").await;
     // Gemini has no error event: the stream is aborted, never ended cleanly.
     assert!(g.is_err(), "{g:?}");
+}
+
+/// An upstream that breaks inside an event's line (the failing input of a fresh-user run:
+/// half a chunk, then a reset): no ending would make the cut line a valid event, so the
+/// stream is aborted and the client sees the break, never a cut event followed by the error
+/// event. Broken after a whole line whose blank line is missing, the event is completed as
+/// sent and the error event follows.
+#[tokio::test]
+async fn upstream_reset_inside_an_event_line_aborts_the_stream() {
+    let cut = b"data: {\"id\":\"1\"}\n\ndata: {\"id\":\"chatcmpl-2\",\"object\":\"chat.completion.chunk\",\"system_fin";
+    for path in ["/openai/v1/chat/completions", "/anthropic/v1/messages"] {
+        let got = midstream_reset_after(path, cut).await;
+        assert!(got.is_err(), "{path}: {got:?}");
+    }
+    let whole_line = b"data: {\"id\":\"1\"}\n\ndata: {\"id\":\"2\"}\n";
+    let o = midstream_reset_after("/openai/v1/chat/completions", whole_line)
+        .await
+        .unwrap();
+    assert!(
+        o.starts_with("data: {\"id\":\"1\"}\n\ndata: {\"id\":\"2\"}\n\ndata: {\"error\":{"),
+        "{o}"
+    );
 }
 
 #[tokio::test]

@@ -187,9 +187,11 @@ impl BodyObserver for ResponseObserver {
             .observing
             .as_ref()
             .and_then(|o| o.tee.sink().observed().sequence_number);
-        let event = midstream_error_event(self.ctx.dialect, why, detail, last_sequence)?;
-        // The upstream may have broken inside an event: end that event first (a blank line
-        // ends an event), so the error event is read as an event of its own.
+        // The upstream may have broken inside an event. After a whole line (the event's
+        // blank line missing) a line end completes the event as sent, and the error event
+        // follows as an event of its own. Inside a line, any ending would hand the client
+        // the cut line as an event (`data: {"id":…,"system_fin`: a JSON error in the SDK
+        // instead of the break): the stream is aborted instead, and the client sees the break.
         let t = self.tail.as_slice();
         let ending: &[u8] = if t.is_empty()
             || t.ends_with(b"\n\n")
@@ -203,8 +205,9 @@ impl BodyObserver for ResponseObserver {
             // A `\n` here would pair with the `\r` into one line end: two make the blank line.
             b"\n\n"
         } else {
-            b"\n\n"
+            return None;
         };
+        let event = midstream_error_event(self.ctx.dialect, why, detail, last_sequence)?;
         if ending.is_empty() {
             return Some(event);
         }
@@ -311,35 +314,43 @@ mod tests {
         );
     }
 
-    /// The failing input: the upstream reset inside `data: {...` of a delta event; the error
-    /// event was glued onto the partial line (`…"indevent: error`), so the Anthropic SDK
-    /// ended the stream without an error.
+    /// The upstream reset after a whole line of an event (its blank line missing, or cut
+    /// between CR and LF): the event is ended as sent, then the error event. Reset inside a
+    /// line (`data: {"type":"content_block_delta","ind`): no ending makes the cut line a
+    /// valid event (it would be handed to the SDK as one: a JSON error instead of the break),
+    /// so nothing is appended and the stream is aborted.
     #[test]
-    fn an_event_cut_mid_way_is_ended_before_the_error_event() {
+    fn an_event_cut_after_a_line_is_ended_before_the_error_event_and_inside_one_aborted() {
         for (sent, sep) in [
             (
                 &b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"ind"[..],
-                "\n\n",
+                None,
             ),
-            (b"event: ping\ndata: {}\n", "\n"),
-            (b"event: ping\r\ndata: {}\r\n", "\n"),
-            // The failing input: cut between CR and LF; one `\n` joined the two events.
-            (b"event: ping\r\ndata: {}\r", "\n\n"),
-            (b"event: ping\ndata: {}\n\n", ""),
-            (b"event: ping\r\ndata: {}\r\n\r\n", ""),
-            (b"", ""),
+            (b"event: ping\ndata: {}\n", Some("\n")),
+            (b"event: ping\r\ndata: {}\r\n", Some("\n")),
+            // An earlier failing input: cut between CR and LF; one `\n` joined the two events.
+            (b"event: ping\r\ndata: {}\r", Some("\n\n")),
+            (b"event: ping\ndata: {}\n\n", Some("")),
+            (b"event: ping\r\ndata: {}\r\n\r\n", Some("")),
+            (b"", Some("")),
         ] {
             let mut o = ResponseObserver::new(ctx(Dialect::Anthropic), true, None);
             // Split anywhere: the tail is tracked across chunks.
             for piece in sent.chunks(3) {
                 o.on_data(&Bytes::copy_from_slice(piece));
             }
-            let last = o.on_break(Break::UpstreamBroken, "reset").unwrap();
-            let text = std::str::from_utf8(&last).unwrap();
-            assert!(
-                text.starts_with(&format!("{sep}event: error\ndata: {{")),
-                "{sent:?}: {text:?}"
-            );
+            let last = o.on_break(Break::UpstreamBroken, "reset");
+            match sep {
+                None => assert!(last.is_none(), "{sent:?}: {last:?}"),
+                Some(sep) => {
+                    let last = last.unwrap();
+                    let text = std::str::from_utf8(&last).unwrap();
+                    assert!(
+                        text.starts_with(&format!("{sep}event: error\ndata: {{")),
+                        "{sent:?}: {text:?}"
+                    );
+                }
+            }
             o.on_end(End::Broken(Break::UpstreamBroken));
         }
     }
