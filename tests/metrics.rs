@@ -488,3 +488,60 @@ async fn a_prefix_collapse_is_counted_by_cause_with_its_write_tokens() {
     assert!(!text.contains(session));
     proxy.stop().await;
 }
+
+/// An empty or blank `x-cachekeeper-session` is treated as absent (a fresh-user test's B6: it
+/// made a session named "" that the dashboard could not open, and every client whose
+/// `x-cachekeeper-session: $VAR` expanded to nothing was lumped into it): each such request
+/// gets its derived session.
+#[tokio::test]
+async fn an_empty_session_header_is_no_session_name() {
+    logs();
+    let mock = start_mock(Arc::new(|_r: &Recorded| {
+        json_response(
+            200,
+            r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":1}}"#,
+        )
+    }))
+    .await;
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    for (value, text) in [("", "first"), ("   ", "second"), ("named-b6", "third")] {
+        let body = format!(
+            r#"{{"model":"claude-x","max_tokens":1,"messages":[{{"role":"user","content":"{text}"}}]}}"#
+        );
+        let (status, _, _) = send(
+            &client(),
+            &proxy.url("/anthropic/v1/messages"),
+            &[("x-api-key", "sk-ant-b6"), ("x-cachekeeper-session", value)],
+            body,
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    // The turns reach the store through its writer: wait for all three.
+    let mut names = Vec::new();
+    for _ in 0..100 {
+        let (status, _, body) = get(&proxy.url("/_cachekeeper/api/sessions"), &[]).await;
+        assert_eq!(status, 200);
+        let list: Value = serde_json::from_slice(&body).unwrap();
+        names = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["session"].as_str().unwrap().to_owned())
+            .collect();
+        if names.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    names.sort();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(names.contains(&"named-b6".to_owned()), "{names:?}");
+    for n in names.iter().filter(|n| *n != "named-b6") {
+        assert!(
+            n.len() == 16 && n.chars().all(|c| c.is_ascii_hexdigit()),
+            "a derived session, not the empty name: {names:?}"
+        );
+    }
+    proxy.stop().await;
+}

@@ -227,8 +227,14 @@ impl SessionTracker {
             .get("model")
             .and_then(|m| scan::string_at(parsed.text, &m.value))
             .unwrap_or_else(|| t.model.to_owned());
-        let session = match (t.client_session, &chained) {
-            (Some(s), _) => clean_session_id(s),
+        // An empty (or blank) name is no name: the derived session (a `$VAR` that expanded
+        // to nothing would otherwise lump every such client into one session "").
+        let named = t
+            .client_session
+            .map(clean_session_id)
+            .filter(|s| !s.is_empty());
+        let session = match (named, &chained) {
+            (Some(s), _) => s,
             (None, Some(prev)) => self
                 .response_session(t.scope, prev)
                 .unwrap_or_else(|| hex(&t.key.digest(b"chain", &[prev.as_bytes()])[..8])),
@@ -559,8 +565,8 @@ fn previous_response_id(body: &[u8]) -> Option<String> {
     scan::string_at(text, &m.value).filter(|s| !s.is_empty())
 }
 
-/// The client's session name, cut to [`MAX_SESSION_ID_BYTES`] and without control
-/// characters.
+/// The client's session name, trimmed, cut to [`MAX_SESSION_ID_BYTES`] and without control
+/// characters (empty when nothing is left: the caller then derives the session).
 fn clean_session_id(s: &str) -> String {
     let mut out = String::with_capacity(s.len().min(MAX_SESSION_ID_BYTES));
     for c in s.trim().chars().filter(|c| !c.is_control()) {
