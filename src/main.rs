@@ -59,9 +59,10 @@ enum Command {
     ///
     /// A running proxy notices a clear within a few seconds.
     Verdicts {
-        /// Path of proxy.toml (its `[state] path` names the database).
+        /// Path of proxy.toml (its `[state] path` names the database; default: as for
+        /// `serve`).
         #[arg(long, short)]
-        config: PathBuf,
+        config: Option<PathBuf>,
         /// Remove the verdicts for HOST (all models), or for HOST and MODEL.
         #[arg(long, num_args = 1..=2, value_names = ["HOST", "MODEL"])]
         clear: Option<Vec<String>>,
@@ -85,38 +86,10 @@ fn load(path: &std::path::Path) -> Result<Loaded, ExitCode> {
     cachekeeper::cli::load_config(path)
 }
 
-/// The config file's name, looked for when `--config` is not given.
-const CONFIG_FILE: &str = "proxy.toml";
-
-/// The places `serve` / `check` look for a config without `--config`, in order: `./proxy.toml`,
-/// then `<config dir>/cachekeeper/proxy.toml` (the `dirs` crate's `config_dir`:
-/// `$XDG_CONFIG_HOME` or `~/.config` on Linux, `~/Library/Application Support` on macOS,
-/// `%APPDATA%` on Windows).
-fn config_candidates() -> Vec<PathBuf> {
-    let mut places = vec![PathBuf::from(".").join(CONFIG_FILE)];
-    if let Some(dir) = dirs::config_dir() {
-        places.push(dir.join("cachekeeper").join(CONFIG_FILE));
-    }
-    places
-}
-
-/// The config path: `explicit` when given, else the first of [`config_candidates`] that
-/// exists. Errors: none exists; the message names every place looked.
+/// The config path: `--config`, else the first of `./proxy.toml` and the platform config
+/// directory's that exists ([`cachekeeper::cli::config_path`], shared by every subcommand).
 fn config_path(explicit: Option<PathBuf>) -> Result<PathBuf, ExitCode> {
-    if let Some(p) = explicit {
-        return Ok(p);
-    }
-    let places = config_candidates();
-    if let Some(found) = places.iter().find(|p| p.is_file()) {
-        return Ok(found.clone());
-    }
-    let looked: Vec<String> = places.iter().map(|p| p.display().to_string()).collect();
-    eprintln!(
-        "error: no config file: looked for {}; pass --config FILE (the repository's proxy.toml \
-         is a commented example)",
-        looked.join(" and ")
-    );
-    Err(ExitCode::from(2))
+    cachekeeper::cli::config_path(explicit.as_deref())
 }
 
 fn main() -> ExitCode {
@@ -132,7 +105,12 @@ fn main() -> ExitCode {
             listen,
             record,
         } => serve(config, log_format, listen, record.as_deref()),
-        Command::Verdicts { config, clear } => verdicts(&config, clear.as_deref()),
+        Command::Verdicts { config, clear } => {
+            match cachekeeper::cli::find_config(config.as_deref()) {
+                Ok(path) => verdicts(&path, clear.as_deref()),
+                Err(code) => code,
+            }
+        }
         Command::State(args) => cachekeeper::cli::state::run(&args),
         Command::Replay(args) => cachekeeper::cli::replay::run(&args),
         Command::Report(args) => cachekeeper::cli::report::run(&args),

@@ -1,6 +1,7 @@
 //! The command line as a person meets it, with the real binary: `check` lists routes in the
 //! config file's order and survives a closed pipe (`check | head -1`); `serve` and `check`
-//! find `./proxy.toml`, then the platform config directory, and say which file they loaded
+//! (and `report`, `state`, `verdicts`, `replay`) find `./proxy.toml`, then the platform config
+//! directory, and say which file they loaded
 //! (or every place they looked); `serve --log-format auto|json|pretty`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -407,4 +408,78 @@ fn serve_log_format_auto_on_a_terminal_is_compact() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(!ready.trim_start().starts_with('{'), "{ready}");
     assert!(ready.contains("INFO"), "{ready}");
+}
+
+/// `report`, `state`, `verdicts` and `replay` find their config as `serve` and `check` do
+/// (a fresh-user test's R4: in the repository directory, with ./proxy.toml there, `report`
+/// said `required arguments were not provided: --config`), and say on stderr which file they
+/// loaded; with none anywhere, the error names every place looked.
+#[test]
+fn every_subcommand_finds_the_config_as_serve_does() {
+    let cwd = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let session = cwd.path().join("session.jsonl");
+    std::fs::write(&session, "").unwrap();
+    let session = session.to_str().unwrap().to_owned();
+    let commands: [&[&str]; 4] = [
+        &["report"],
+        &["state"],
+        &["verdicts"],
+        &["replay", &session],
+    ];
+    // Neither place: exit 2 naming both.
+    let platform = home.path().join("cachekeeper").join("proxy.toml");
+    for args in commands {
+        let out = run(cwd.path(), home.path(), args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("./proxy.toml"), "{args:?}: {err}");
+        assert!(
+            err.contains(&platform.display().to_string()),
+            "{args:?}: {err}"
+        );
+    }
+    // The platform config directory, then ./proxy.toml over it.
+    std::fs::create_dir_all(platform.parent().unwrap()).unwrap();
+    std::fs::copy(
+        write_config(home.path(), &routes(&[("home", "/h")])),
+        &platform,
+    )
+    .unwrap();
+    let here = write_config(cwd.path(), &routes(&[("here", "/x")]));
+    for (expect, remove_here) in [(here.clone(), false), (platform.clone(), true)] {
+        if remove_here {
+            std::fs::remove_file(&here).unwrap();
+        }
+        let want = format!(
+            "config loaded: {}",
+            std::fs::canonicalize(&expect).unwrap().display()
+        );
+        for args in commands {
+            let out = run(cwd.path(), home.path(), args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(&want), "{args:?}: {err}");
+            assert!(!err.contains("required"), "{args:?}: {err}");
+            if args[0] != "replay" {
+                assert!(out.status.success(), "{args:?}: {out:?}");
+            }
+        }
+    }
+    // --config still wins.
+    let other = tempfile::tempdir().unwrap();
+    let explicit = write_config(other.path(), &routes(&[("other", "/o")]));
+    let out = run(
+        cwd.path(),
+        home.path(),
+        &["report", "--config", explicit.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "config loaded: {}",
+            std::fs::canonicalize(&explicit).unwrap().display()
+        )),
+        "{err}"
+    );
 }

@@ -47,9 +47,10 @@ pub const PLACEHOLDER: &str = "[image omitted]";
 /// The arguments of `cachekeeper replay`.
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
-    /// Path of proxy.toml (its routes give the passes' settings and the provider).
+    /// Path of proxy.toml (its routes give the passes' settings and the provider). Default:
+    /// ./proxy.toml, else proxy.toml in the platform's config directory, as for `serve`.
     #[arg(long, short)]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// Replay every line on this route (default: each line's `route`).
     #[arg(long, value_name = "NAME")]
     pub route: Option<String>,
@@ -208,6 +209,10 @@ struct Line<'a> {
 /// Run `cachekeeper replay`. Exit codes: 0 done; 1 the session cannot be read; 2 a bad
 /// config, an unknown route, or no cache rule.
 pub fn run(args: &ReplayArgs) -> ExitCode {
+    let config = match crate::cli::find_config(args.config.as_deref()) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let bar = if args.json || !std::io::stderr().is_terminal() || !std::io::stdout().is_terminal() {
         indicatif::ProgressBar::hidden()
     } else {
@@ -220,7 +225,7 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         }
         bar
     };
-    let result = replay(&args.config, args.route.as_deref(), &args.session, &bar);
+    let result = replay(&config, args.route.as_deref(), &args.session, &bar);
     bar.finish_and_clear();
     match result {
         Ok(report) => {

@@ -32,9 +32,10 @@ use super::state::age;
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
     /// Path of proxy.toml (its `[state] path` names the database; its `[[pricing]]` entries
-    /// price the tokens in money).
+    /// price the tokens in money). Default: ./proxy.toml, else proxy.toml in the platform's
+    /// config directory, as for `serve`.
     #[arg(long, short)]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// Show this session's turns.
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
@@ -59,7 +60,9 @@ pub fn run(args: &ReportArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let loaded = match crate::cli::load_config(&args.config) {
+    let loaded = match crate::cli::find_config(args.config.as_deref())
+        .and_then(|path| crate::cli::load_config(&path))
+    {
         Ok(l) => l,
         Err(code) => return code,
     };

@@ -23,9 +23,10 @@ const DAY_SECS: i64 = 86_400;
 /// The arguments of `cachekeeper state`.
 #[derive(Debug, clap::Args)]
 pub struct StateArgs {
-    /// Path of proxy.toml (its `[state] path` names the database).
+    /// Path of proxy.toml (its `[state] path` names the database). Default: ./proxy.toml,
+    /// else proxy.toml in the platform's config directory, as for `serve`.
     #[arg(long, short)]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// Only records of this kind (verdict, carrier, rejected_signature, ...; an unknown name
     /// lists them all).
     #[arg(long, value_name = "KIND")]
@@ -55,7 +56,9 @@ pub fn run(args: &StateArgs) -> ExitCode {
             }
         },
     };
-    let loaded = match crate::cli::load_config(&args.config) {
+    let loaded = match crate::cli::find_config(args.config.as_deref())
+        .and_then(|path| crate::cli::load_config(&path))
+    {
         Ok(l) => l,
         Err(code) => return code,
     };
