@@ -261,22 +261,6 @@ async fn a_client_stalling_past_the_body_gap_gets_the_dialects_error() {
     proxy.stop().await;
 }
 
-/// The value of one series in a `/metrics` scrape.
-async fn metric(proxy: &Proxy, series: &str) -> Option<f64> {
-    let resp = client()
-        .request(
-            http::Request::get(proxy.url("/metrics"))
-                .body(Full::new(Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let text = resp.into_body().collect().await.unwrap().to_bytes();
-    let text = String::from_utf8(text.to_vec()).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
 const BUDGET: &str = "[server]\nmax_rewrite_bytes = 100000\nmax_buffered_bytes = 100000\n";
 
 /// A body that takes most of the budget (`content-length: 90000`, reserved whole before it
@@ -386,29 +370,6 @@ async fn a_body_waits_for_room_in_the_budget_and_is_then_passed() {
     proxy.stop().await;
 }
 
-const ANTHROPIC_REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":12,"output_tokens":3}}"#;
-
-/// The API key and the user text the state fault tests send: neither may reach a log line.
-const FAULT_KEY: &str = "sk-ant-FAULTKEY-1";
-const FAULT_TEXT: &str = "private words of the user";
-
-/// One generation turn of session `session` (each writes the session's record and a usage
-/// record): its status.
-async fn turn(proxy: &Proxy, session: &str, i: usize) -> u16 {
-    let body = format!(
-        r#"{{"model":"claude-x","max_tokens":8,"messages":[{{"role":"user","content":"{FAULT_TEXT} {i}"}}]}}"#
-    );
-    let (status, _, resp) = send(
-        &client(),
-        &proxy.url("/anthropic/v1/messages"),
-        &[("x-api-key", FAULT_KEY), ("x-cachekeeper-session", session)],
-        body,
-    )
-    .await;
-    assert_eq!(&resp[..], ANTHROPIC_REPLY.as_bytes(), "served whole");
-    status
-}
-
 /// Usage records in the state file, read by a connection of the test's own.
 fn stored_usage(path: &std::path::Path) -> i64 {
     let conn =
@@ -438,10 +399,7 @@ fn state_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
 /// reach the file. Returns the warning's `error`.
 async fn state_outage(fault: cachekeeper::state::Fault, lift: cachekeeper::state::Fault) -> String {
     logs();
-    let mock = start_mock(Arc::new(|_r: &Recorded| {
-        json_response(200, ANTHROPIC_REPLY)
-    }))
-    .await;
+    let mock = start_mock(Arc::new(|_r: &Recorded| json_response(200, TURN_REPLY))).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
     let proxy = start_proxy(&config_for(
@@ -452,7 +410,7 @@ async fn state_outage(fault: cachekeeper::state::Fault, lift: cachekeeper::state
     let errors = "cachekeeper_state_write_errors_total";
     let mut sent = 0;
     for _ in 0..3 {
-        assert_eq!(turn(&proxy, "before", sent).await, 200);
+        assert_eq!(state_turn(&proxy, "before", sent).await, 200);
         sent += 1;
     }
     proxy.store.flush();
@@ -465,13 +423,13 @@ async fn state_outage(fault: cachekeeper::state::Fault, lift: cachekeeper::state
     let mut during = 0;
     while metric(&proxy, errors).await == Some(0.0) {
         assert!(during < 2000, "no write failed");
-        assert_eq!(turn(&proxy, "during", sent).await, 200);
+        assert_eq!(state_turn(&proxy, "during", sent).await, 200);
         sent += 1;
         during += 1;
         proxy.store.flush();
     }
     for _ in 0..20 {
-        assert_eq!(turn(&proxy, "during", sent).await, 200);
+        assert_eq!(state_turn(&proxy, "during", sent).await, 200);
         sent += 1;
     }
     proxy.store.flush();
@@ -489,7 +447,7 @@ async fn state_outage(fault: cachekeeper::state::Fault, lift: cachekeeper::state
     let error = warnings[0]["error"].as_str().unwrap().to_owned();
 
     assert!(proxy.store.inject_fault(lift).is_some());
-    assert_eq!(turn(&proxy, "after", sent).await, 200);
+    assert_eq!(state_turn(&proxy, "after", sent).await, 200);
     sent += 1;
     // The flush retries at once (otherwise the writer retries every second).
     proxy.store.flush();
@@ -504,7 +462,7 @@ async fn state_outage(fault: cachekeeper::state::Fault, lift: cachekeeper::state
     // Every turn's usage record is in the file: those of the outage too.
     assert_eq!(stored_usage(&path), i64::try_from(sent).unwrap());
     let counted = metric(&proxy, errors).await.unwrap();
-    assert_eq!(turn(&proxy, "after", sent).await, 200);
+    assert_eq!(state_turn(&proxy, "after", sent).await, 200);
     sent += 1;
     proxy.store.flush();
     assert_eq!(stored_usage(&path), i64::try_from(sent).unwrap());
@@ -516,7 +474,7 @@ async fn state_outage(fault: cachekeeper::state::Fault, lift: cachekeeper::state
     for line in state_lines(&path) {
         let text = line.to_string();
         assert!(
-            !text.contains(FAULT_KEY) && !text.contains(FAULT_TEXT),
+            !text.contains(TURN_KEY) && !text.contains(TURN_TEXT),
             "{text}"
         );
     }
@@ -550,10 +508,7 @@ async fn a_full_state_file_is_survived_and_recovered_from() {
 #[tokio::test]
 async fn an_unopenable_state_path_runs_in_memory() {
     logs();
-    let mock = start_mock(Arc::new(|_r: &Recorded| {
-        json_response(200, ANTHROPIC_REPLY)
-    }))
-    .await;
+    let mock = start_mock(Arc::new(|_r: &Recorded| json_response(200, TURN_REPLY))).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("no-such-dir").join("state.db");
     let proxy = start_proxy(&config_for(
@@ -563,7 +518,7 @@ async fn an_unopenable_state_path_runs_in_memory() {
     .await;
     assert!(!proxy.store.is_durable());
     for i in 0..3 {
-        assert_eq!(turn(&proxy, "s", i).await, 200);
+        assert_eq!(state_turn(&proxy, "s", i).await, 200);
     }
     proxy.store.flush();
     assert!(!path.exists());
@@ -584,11 +539,11 @@ async fn an_unopenable_state_path_runs_in_memory() {
 /// A turn sent to a spawned proxy, tolerating a proxy that is gone: the status, or `None`.
 async fn try_turn(c: &TestClient, url: &str, session: &str, i: usize) -> Option<u16> {
     let body = format!(
-        r#"{{"model":"claude-x","max_tokens":8,"messages":[{{"role":"user","content":"{FAULT_TEXT} {i}"}}]}}"#
+        r#"{{"model":"claude-x","max_tokens":8,"messages":[{{"role":"user","content":"{TURN_TEXT} {i}"}}]}}"#
     );
     let req = http::Request::post(url)
         .header("content-type", "application/json")
-        .header("x-api-key", FAULT_KEY)
+        .header("x-api-key", TURN_KEY)
         .header("x-cachekeeper-session", session)
         .body(Full::new(Bytes::from(body)))
         .unwrap();
@@ -606,10 +561,7 @@ async fn try_turn(c: &TestClient, url: &str, session: &str, i: usize) -> Option<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_state_writes_leaves_a_file_that_opens_cleanly() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    let mock = start_mock(Arc::new(|_r: &Recorded| {
-        json_response(200, ANTHROPIC_REPLY)
-    }))
-    .await;
+    let mock = start_mock(Arc::new(|_r: &Recorded| json_response(200, TURN_REPLY))).await;
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.db");
     let file = dir.path().join("proxy.toml");

@@ -10,50 +10,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::redis::RedisServer;
 use common::*;
-use http_body_util::{BodyExt, Full};
-
-const ANTHROPIC_REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":12,"output_tokens":3}}"#;
-
-/// The request's credential (its hash scopes the records; it must never be logged).
-const KEY: &str = "sk-ant-REDISKEY-1";
-/// User text of every turn (never logged).
-const TEXT: &str = "private words of the user";
-
-/// One turn of `session` (each writes the session's record and a usage record): its status,
-/// the reply checked whole.
-async fn turn(proxy: &Proxy, session: &str, i: usize) -> u16 {
-    let body = format!(
-        r#"{{"model":"claude-x","max_tokens":8,"messages":[{{"role":"user","content":"{TEXT} {i}"}}]}}"#
-    );
-    let (status, _, resp) = send(
-        &client(),
-        &proxy.url("/anthropic/v1/messages"),
-        &[("x-api-key", KEY), ("x-cachekeeper-session", session)],
-        body,
-    )
-    .await;
-    assert_eq!(&resp[..], ANTHROPIC_REPLY.as_bytes(), "served whole");
-    status
-}
-
-/// The value of the unlabelled metric `series`.
-async fn metric(proxy: &Proxy, series: &str) -> Option<f64> {
-    let resp = client()
-        .request(
-            http::Request::get(proxy.url("/metrics"))
-                .body(Full::new(Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let text = resp.into_body().collect().await.unwrap().to_bytes();
-    let text = String::from_utf8(text.to_vec()).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
 
 /// Usage records Redis holds (the members of their index whose record is there).
 fn stored_usage(server: &RedisServer) -> usize {
@@ -110,10 +68,7 @@ async fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_mid_session_and_restarted() {
     logs();
-    let mock = start_mock(Arc::new(|_r: &Recorded| {
-        json_response(200, ANTHROPIC_REPLY)
-    }))
-    .await;
+    let mock = start_mock(Arc::new(|_r: &Recorded| json_response(200, TURN_REPLY))).await;
     let mut server = RedisServer::start();
     let url = server.url();
     let proxy = start_proxy(&redis_config(&mock, &server)).await;
@@ -121,7 +76,7 @@ async fn redis_killed_mid_session_and_restarted() {
     let errors = "cachekeeper_state_write_errors_total";
     let mut sent = 0;
     for _ in 0..3 {
-        assert_eq!(turn(&proxy, "s", sent).await, 200);
+        assert_eq!(state_turn(&proxy, "s", sent).await, 200);
         sent += 1;
     }
     proxy.store.flush();
@@ -133,13 +88,13 @@ async fn redis_killed_mid_session_and_restarted() {
     let mut during = 0;
     while metric(&proxy, errors).await == Some(0.0) {
         assert!(during < 200, "no write failed");
-        assert_eq!(turn(&proxy, "s", sent).await, 200);
+        assert_eq!(state_turn(&proxy, "s", sent).await, 200);
         sent += 1;
         during += 1;
         proxy.store.flush();
     }
     for _ in 0..10 {
-        assert_eq!(turn(&proxy, "s", sent).await, 200);
+        assert_eq!(state_turn(&proxy, "s", sent).await, 200);
         sent += 1;
     }
     proxy.store.flush();
@@ -164,12 +119,12 @@ async fn redis_killed_mid_session_and_restarted() {
     let mut after = 0;
     while !proxy.store.is_durable() {
         assert!(after < 100, "writes never resumed");
-        assert_eq!(turn(&proxy, "s", sent).await, 200);
+        assert_eq!(state_turn(&proxy, "s", sent).await, 200);
         sent += 1;
         after += 1;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert_eq!(turn(&proxy, "s", sent).await, 200);
+    assert_eq!(state_turn(&proxy, "s", sent).await, 200);
     sent += 1;
     proxy.store.flush();
     let lines = state_lines(&url);
@@ -189,7 +144,10 @@ async fn redis_killed_mid_session_and_restarted() {
     assert_eq!(stored_usage(&server), sent - killed_at);
     for line in &lines {
         let text = line.to_string();
-        assert!(!text.contains(KEY) && !text.contains(TEXT), "{text}");
+        assert!(
+            !text.contains(TURN_KEY) && !text.contains(TURN_TEXT),
+            "{text}"
+        );
     }
     proxy.stop().await;
 }
@@ -199,10 +157,7 @@ async fn redis_killed_mid_session_and_restarted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_started_before_redis_uses_it_once_it_answers() {
     logs();
-    let mock = start_mock(Arc::new(|_r: &Recorded| {
-        json_response(200, ANTHROPIC_REPLY)
-    }))
-    .await;
+    let mock = start_mock(Arc::new(|_r: &Recorded| json_response(200, TURN_REPLY))).await;
     let mut server = RedisServer::start();
     let url = server.url();
     server.kill();
@@ -210,7 +165,7 @@ async fn a_proxy_started_before_redis_uses_it_once_it_answers() {
     assert!(!proxy.store.is_durable());
     let mut sent = 0;
     for _ in 0..3 {
-        assert_eq!(turn(&proxy, "early", sent).await, 200);
+        assert_eq!(state_turn(&proxy, "early", sent).await, 200);
         sent += 1;
     }
     proxy.store.flush();
@@ -227,7 +182,7 @@ async fn a_proxy_started_before_redis_uses_it_once_it_answers() {
         wait_for(Duration::from_secs(10), || proxy.store.is_durable()).await,
         "never switched to Redis"
     );
-    assert_eq!(turn(&proxy, "early", sent).await, 200);
+    assert_eq!(state_turn(&proxy, "early", sent).await, 200);
     sent += 1;
     proxy.store.flush();
     assert_eq!(stored_usage(&server), sent, "held and later turns in Redis");
@@ -247,15 +202,12 @@ async fn a_proxy_started_before_redis_uses_it_once_it_answers() {
 /// turns and exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_cut_short_in_redis_is_skipped_by_report() {
-    let mock = start_mock(Arc::new(|_r: &Recorded| {
-        json_response(200, ANTHROPIC_REPLY)
-    }))
-    .await;
+    let mock = start_mock(Arc::new(|_r: &Recorded| json_response(200, TURN_REPLY))).await;
     let server = RedisServer::start();
     let config = redis_config(&mock, &server);
     let proxy = start_proxy(&config).await;
     for i in 0..3 {
-        assert_eq!(turn(&proxy, "torn", i).await, 200);
+        assert_eq!(state_turn(&proxy, "torn", i).await, 200);
     }
     proxy.store.flush();
     proxy.stop().await;

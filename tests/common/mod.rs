@@ -420,3 +420,46 @@ impl Drop for Served {
         }
     }
 }
+
+/// The Messages reply of [`state_turn`]'s mock.
+pub const TURN_REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":12,"output_tokens":3}}"#;
+
+/// The API key of [`state_turn`] (its hash scopes the records; no log line may hold it).
+pub const TURN_KEY: &str = "sk-ant-TURNKEY-1";
+
+/// The user text of every [`state_turn`] (no log line may hold it).
+pub const TURN_TEXT: &str = "private words of the user";
+
+/// One generation turn of `session` through `proxy` (each writes the session's record and a
+/// usage record), answered with [`TURN_REPLY`] by the mock: its status, the reply checked
+/// whole.
+pub async fn state_turn(proxy: &Proxy, session: &str, i: usize) -> u16 {
+    let body = format!(
+        r#"{{"model":"claude-x","max_tokens":8,"messages":[{{"role":"user","content":"{TURN_TEXT} {i}"}}]}}"#
+    );
+    let (status, _, resp) = send(
+        &client(),
+        &proxy.url("/anthropic/v1/messages"),
+        &[("x-api-key", TURN_KEY), ("x-cachekeeper-session", session)],
+        body,
+    )
+    .await;
+    assert_eq!(&resp[..], TURN_REPLY.as_bytes(), "served whole");
+    status
+}
+
+/// The value of one series in a `/metrics` scrape of `proxy` (`series` up to the value).
+pub async fn metric(proxy: &Proxy, series: &str) -> Option<f64> {
+    let resp = client()
+        .request(
+            http::Request::get(proxy.url("/metrics"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let text = resp.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8(text.to_vec()).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
