@@ -52,11 +52,29 @@ pub struct Config {
     pub pricing: Vec<crate::accounting::pricing::PriceEntry>,
 }
 
+/// A listen address (`[server] listen`, `serve --listen`): an IP and port, `127.0.0.1:8787`
+/// or `[::1]:8787` (port 0 = any free port). Errors: anything else, host names included
+/// (`localhost:8787`), with a message that says what is needed.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| {
+        format!(
+            "invalid listen address {text:?}: an IP address and port are needed, e.g. \
+             127.0.0.1:8787 or [::1]:8787 (a host name such as localhost is not resolved)"
+        )
+    })
+}
+
+fn deserialize_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_listen(&text).map_err(serde::de::Error::custom)
+}
+
 /// `[server]`: the listener, timeouts and body limits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
-    /// Address to listen on. Default `127.0.0.1:8787`.
+    /// Address to listen on: an IP and port ([`parse_listen`]). Default `127.0.0.1:8787`.
+    #[serde(deserialize_with = "deserialize_listen")]
     pub listen: SocketAddr,
     /// Request bodies up to this many bytes are read for the rewrite passes; larger ones are
     /// streamed upstream untouched. Default 64 MiB (twice Anthropic's 32 MB request limit).

@@ -39,7 +39,7 @@ enum Command {
         #[arg(long, value_enum, default_value_t = telemetry::LogFormat::Auto)]
         log_format: telemetry::LogFormat,
         /// Listen address, overriding `[server] listen` (e.g. 127.0.0.1:8787; port 0 = any).
-        #[arg(long)]
+        #[arg(long, value_parser = cachekeeper::config::parse_listen)]
         listen: Option<SocketAddr>,
         /// Append every buffered generation request a route receives to FILE, one
         /// `cachekeeper replay` line each. The file holds prompts and images in clear; it is

@@ -483,3 +483,41 @@ fn every_subcommand_finds_the_config_as_serve_does() {
         "{err}"
     );
 }
+
+/// A host name as the listen address (a fresh-user test's R8: `[server] listen =
+/// "localhost:8787"` and `--listen localhost:0` said only `invalid socket address syntax`):
+/// the error says an IP and port are needed, with examples.
+#[test]
+fn a_host_name_as_listen_address_says_an_ip_is_needed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &routes(&[("a", "/a")]));
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("[server]\nlisten = \"localhost:8787\"\n{text}"),
+    )
+    .unwrap();
+    let out = run(dir.path(), dir.path(), &["check"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("an IP address and port are needed")
+            && err.contains("127.0.0.1:8787")
+            && err.contains("[::1]:8787")
+            && err.contains("localhost:8787"),
+        "{err}"
+    );
+    // The same on the command line.
+    write_config(dir.path(), &routes(&[("a", "/a")]));
+    let out = run(
+        dir.path(),
+        dir.path(),
+        &["serve", "--listen", "localhost:0"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("an IP address and port are needed") && err.contains("127.0.0.1:8787"),
+        "{err}"
+    );
+}
