@@ -197,7 +197,16 @@ fn media_type_from_magic_bytes_keeps_the_bytes() {
     );
     let data = b64(&jpeg);
     let cfg = ImagesConfig::default();
-    for declared in ["image/png", "image/jpg", "", "image"] {
+    // `IMAGE/JPEG`: Anthropic's media_type enum is case-sensitive (a fresh-user test's B8:
+    // it went upstream as is).
+    for declared in [
+        "image/png",
+        "image/jpg",
+        "",
+        "image",
+        "IMAGE/JPEG",
+        "Image/Jpeg",
+    ] {
         let body = anthropic_body(&[a_image(declared, &data)], &[a_image(declared, &data)]);
         let out = run(Dialect::Anthropic, &cfg, &body);
         let new = out.body.clone().unwrap();

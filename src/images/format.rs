@@ -55,17 +55,18 @@ impl Format {
         })
     }
 
-    /// True when `declared` (a media type as sent, any case, parameters ignored) names this
-    /// format. `image/jpg` and `image/pjpeg` count as JPEG.
-    pub(crate) fn matches_declared(self, declared: &str) -> bool {
-        let d = declared
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        // Exactly the canonical spelling: `image/jpg` is accepted by no provider's enum.
-        d == self.mime()
+    /// True when `declared` (a media type as sent, parameters ignored) names this format in
+    /// its canonical spelling: `image/jpg` and `image/pjpeg` do not. `exact`: case counts too,
+    /// for a media-type field (Anthropic's `media_type` is a case-sensitive enum: `IMAGE/JPEG`
+    /// is rejected); a data URL's type is case-insensitive (RFC 2045), so `exact` is false
+    /// for one.
+    pub(crate) fn matches_declared(self, declared: &str, exact: bool) -> bool {
+        let d = declared.split(';').next().unwrap_or("").trim();
+        if exact {
+            d == self.mime()
+        } else {
+            d.eq_ignore_ascii_case(self.mime())
+        }
     }
 }
 
@@ -285,11 +286,12 @@ mod tests {
 
     #[test]
     fn declared_types() {
-        assert!(Format::Jpeg.matches_declared("image/jpeg"));
-        assert!(Format::Jpeg.matches_declared("IMAGE/JPEG"));
-        assert!(!Format::Jpeg.matches_declared("image/jpg"));
-        assert!(!Format::Png.matches_declared("image"));
-        assert!(!Format::Png.matches_declared(""));
+        assert!(Format::Jpeg.matches_declared("image/jpeg", true));
+        assert!(Format::Jpeg.matches_declared("IMAGE/JPEG", false));
+        assert!(!Format::Jpeg.matches_declared("IMAGE/JPEG", true));
+        assert!(!Format::Jpeg.matches_declared("image/jpg", false));
+        assert!(!Format::Png.matches_declared("image", false));
+        assert!(!Format::Png.matches_declared("", true));
     }
 
     #[test]

@@ -561,7 +561,7 @@ fn repair_and_downscale(
                 st.dims = Some(t.to);
                 st.fate = Fate::Keep {
                     note: agent && t.to != t.from,
-                    fix_mime: declared.is_some_and(|d| !t.format.matches_declared(d)),
+                    fix_mime: declared.is_some_and(|d| !t.format.matches_declared(d, !is_data_url)),
                     new: Some(t.clone()),
                 };
                 return;
@@ -582,7 +582,7 @@ fn repair_and_downscale(
     }
     // Media type from the magic bytes (bytes untouched).
     if let Some(declared) = declared {
-        if accepted && !format.matches_declared(declared) {
+        if accepted && !format.matches_declared(declared, !is_data_url) {
             st.fate = Fate::Keep {
                 new: None,
                 note: false,
@@ -650,7 +650,7 @@ fn many_image_rule(
                         .payload
                         .base64()
                         .and_then(|(_, d)| d)
-                        .is_some_and(|d| !t.format.matches_declared(d)),
+                        .is_some_and(|d| !t.format.matches_declared(d, !is_data_url)),
                     new: Some(t.clone()),
                 };
             }
