@@ -40,10 +40,9 @@ REDIS_START_S = 20.0
 # How long a record read waits for Redis (a cache miss). The default (20 ms) is for a real
 # deployment; the test machine runs the suite under load.
 READ_TIMEOUT_MS = 500
-# The pause between a verdict learned on A and B's request. pub/sub invalidation (< 1 s) is
-# not on main yet: an instance notices another's writes with its generation check, every 2 s,
-# so within 4 s. Lower to 1.2 when the invalidation lands (README "Running N instances").
-VERDICT_PAUSE_S = 4.5
+# The pause between a verdict learned on A and B's request: over the one second within
+# which B's memory has it (pub/sub invalidation, README "Running N instances").
+VERDICT_PAUSE_S = 1.2
 # The pause between two turns of the carrier loop. `[state] write_wait_ms` (the response's
 # last chunk waiting for its carrier and session writes) is not on main yet, so a turn sent
 # the instant the previous one ended could reach the other instance before the write reached
