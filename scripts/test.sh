@@ -70,7 +70,8 @@ echo "==> python venv for the end-to-end tests (.venv)"
 req=tests/e2e/requirements.txt
 stamp=.venv/.requirements.sha256
 want="$(sha256sum "$req" | cut -d' ' -f1)"
-if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c 'import sys' >/dev/null 2>&1; then
+# A venv whose creation was interrupted has a python but no pip: made again.
+if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c 'import pip' >/dev/null 2>&1; then
   rm -rf .venv
   "${PYTHON:-python3}" -m venv .venv
 fi
