@@ -201,11 +201,17 @@ mod tests {
         store
     }
 
+    /// One minute ago, read once: every fixture turn's time is this plus its number, so
+    /// their order never depends on how long the fixture took to build (a loaded machine
+    /// put "evil" turn 1 after "s/1 x" turn 2 when each read the clock).
+    static BASE_MS: std::sync::LazyLock<i64> =
+        std::sync::LazyLock::new(|| summary::now_ms() - 60_000);
+
     fn turn(session: &str, n: u32, model: &str, write: u64, read: u64) -> TurnRecord {
         TurnRecord {
             session: session.into(),
             turn: n,
-            ts_ms: summary::now_ms() - 60_000 + i64::from(n),
+            ts_ms: *BASE_MS + i64::from(n),
             route: "anthropic".into(),
             provider: "anthropic".into(),
             model: model.into(),
