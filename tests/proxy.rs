@@ -306,7 +306,11 @@ async fn midstream_reset(path: &str) -> Result<String, String> {
 
 /// A stream that sends `sent`, then breaks; what the client read (`Err`: the body broke).
 async fn midstream_reset_after(path: &str, sent: &'static [u8]) -> Result<String, String> {
-    let handler: Handler = Arc::new(move |_r: &Recorded| {
+    let handler: Handler = Arc::new(move |r: &Recorded| {
+        if r.path_and_query.ends_with("/models") {
+            // The check that the proxy keeps serving.
+            return json_response(200, r#"{"data":[]}"#);
+        }
         let (tx, body) = channel_body();
         tokio::spawn(async move {
             tx.send(Ok(Bytes::from_static(sent))).await.unwrap();
