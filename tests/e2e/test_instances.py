@@ -244,7 +244,7 @@ def test_a_redis_certificate_of_another_ca_leaves_the_instance_serving_on_memory
                 )
                 assert r.http_response.status_code == 200
             log = p.stderr_path.read_text()
-    assert "running in memory" in log, log
+    assert "serving from memory" in log, log
     assert "does not verify against [state] ca_file" in log and str(wrong / "ca.pem") in log, log
     assert f"rediss://:***@127.0.0.1:{port}/0" in log, log
     assert "s3cret-pw" not in log
