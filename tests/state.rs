@@ -150,7 +150,7 @@ async fn proxy_stores_sealed_carriers_that_state_lists_and_purges() {
     assert!(
         err.contains("unknown kind \"carriers\"")
             && err.contains(
-                "verdict, carrier, session, usage, watermark, rejected_signature, transcode"
+                "verdict, carrier, session, usage, watermark, rejected_signature, transcode, response_link"
             ),
         "{err}"
     );

@@ -4,8 +4,9 @@
 //! **session** is, in this order:
 //! 1. the client's `x-cachekeeper-session` header (never forwarded);
 //! 2. for an OpenAI Responses request with `previous_response_id`, the session of the
-//!    response it names (a chain of response ids; an id this proxy never saw starts a
-//!    session named after it);
+//!    response it names (a chain of response ids, each stored as a [`Kind::ResponseLink`]
+//!    record, so instances sharing one Redis follow each other's chains; an id no instance
+//!    stored starts a session named after it);
 //! 3. derived from the request as received: route, model, credential and the digests of its
 //!    tools, system prompt (without Claude Code's billing line) and messages up to the first
 //!    user message ([`Prefix::session_anchor`]). A client that edits a later message stays in
@@ -51,8 +52,18 @@ pub(crate) const MAX_SESSION_ID_BYTES: usize = 128;
 /// stays in the store).
 pub(crate) const MAX_SESSIONS_IN_MEMORY: usize = 4096;
 
-/// Response ids remembered for `previous_response_id` chains.
+/// Response ids remembered in memory for `previous_response_id` chains; each is also stored
+/// as a [`Kind::ResponseLink`] record, read back when memory does not have it (after a
+/// restart, or a response another instance answered).
 pub(crate) const MAX_RESPONSE_IDS: usize = 65_536;
+
+/// Payload of a [`Kind::ResponseLink`] record (scope: the credential scope; key: the response
+/// id as the provider returned it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ResponseLink {
+    /// The session the response was answered in.
+    session: String,
+}
 
 /// How long a turn waits for its session's stored record on a memory miss (after a restart),
 /// and with a shared store on every turn ([`Store::get_latest`]), ms. Runs on the passes'
@@ -442,17 +453,49 @@ impl SessionTracker {
         serde_json::from_slice(&rec.value).ok()
     }
 
+    /// The session of response `id` under `scope`: this process's map, else the stored
+    /// [`Kind::ResponseLink`] record (written by whichever instance answered the response;
+    /// with a shared store read from the backend, waiting at most [`SESSION_READ_TIMEOUT`]).
+    /// A record found is kept in the map. `None`: the id is unknown (or the store did not
+    /// answer in time), and the request starts a session of its own.
     fn response_session(&self, scope: &str, id: &str) -> Option<String> {
-        let g = self.inner.lock().ok()?;
-        g.responses.get(&(scope.to_owned(), id.to_owned())).cloned()
+        let k = (scope.to_owned(), id.to_owned());
+        if let Some(s) = self.inner.lock().ok()?.responses.get(&k).cloned() {
+            return Some(s);
+        }
+        let key = RecordKey {
+            kind: Kind::ResponseLink,
+            scope: scope.to_owned(),
+            key: id.to_owned(),
+        };
+        let rec = self.store.get_latest(&key, SESSION_READ_TIMEOUT)?;
+        let link: ResponseLink = serde_json::from_slice(&rec.value).ok()?;
+        self.remember_response(k, link.session.clone());
+        Some(link.session)
     }
 
+    /// Link response `id` to `session` under `scope`: in memory and as a
+    /// [`Kind::ResponseLink`] record (queued; other instances on a shared store read it).
     fn link_response(&self, scope: &str, id: &str, session: &str) {
+        let link = ResponseLink {
+            session: session.to_owned(),
+        };
+        if let Ok(v) = serde_json::to_vec(&link) {
+            // Only a chained request on a memory miss reads it back: not kept in the read
+            // cache (the map holds it).
+            self.store
+                .write(Record::new(Kind::ResponseLink, scope, id, v));
+        }
+        self.remember_response((scope.to_owned(), id.to_owned()), session.to_owned());
+    }
+
+    /// Keep (scope, response id) → session in memory, the oldest of [`MAX_RESPONSE_IDS`]
+    /// forgotten first (its record stays in the store).
+    fn remember_response(&self, k: (String, String), session: String) {
         let Ok(mut g) = self.inner.lock() else {
             return;
         };
-        let k = (scope.to_owned(), id.to_owned());
-        if g.responses.insert(k.clone(), session.to_owned()).is_none() {
+        if g.responses.insert(k.clone(), session).is_none() {
             g.response_order.push_back(k);
         }
         while g.responses.len() > MAX_RESPONSE_IDS {
@@ -748,6 +791,99 @@ mod tests {
         );
         assert!(turns.iter().all(|t| t.session == turns[0].session));
         assert!(turns.iter().all(|t| t.collapse.is_none()), "{turns:?}");
+    }
+
+    /// Two instances on one Redis, a Responses conversation chained by
+    /// `previous_response_id` alone (no session header), alternating between them: each
+    /// instance finds the session of the response the other answered, so the turns are 1, 2,
+    /// 3, 4 in one session. A third credential's request naming the same id does not join it
+    /// (the link is per credential scope).
+    #[test]
+    fn a_responses_chain_alternating_between_two_instances_stays_one_session() {
+        use crate::state::redis::test_server::RedisServer;
+        use crate::state::redis::{RedisBackend, RedisOptions};
+        let server = RedisServer::start();
+        let store = || {
+            let b = RedisBackend::open(&RedisOptions {
+                url: server.url(0),
+                read_timeout: Duration::from_secs(10),
+                retention_days: 0,
+                ca_file: None,
+            })
+            .unwrap();
+            Store::with_backend(Box::new(b), 0, u64::MAX, 1 << 20)
+        };
+        let (sa, sb) = (store(), store());
+        let (a, b) = (
+            SessionTracker::new(sa.clone()),
+            SessionTracker::new(sb.clone()),
+        );
+        let key = DigestKey::for_credential(None);
+        let openai = ResolvedProvider::resolve(None, "api.openai.com", None);
+        let none = RewriteReport::default();
+        let turn = |tracker: &SessionTracker, scope: &str, prev: Option<&str>, now_ms: i64| {
+            let extra = prev
+                .map(|p| format!(r#","previous_response_id":"{p}""#))
+                .unwrap_or_default();
+            let body = format!(r#"{{"model":"gpt-5","input":"hi {now_ms}"{extra}}}"#);
+            tracker
+                .begin(&TurnInput {
+                    dialect: Dialect::OpenaiResponses,
+                    route: "openai",
+                    provider: &openai,
+                    model: "gpt-5",
+                    scope,
+                    key: &key,
+                    client_session: None,
+                    client: body.as_bytes(),
+                    forwarded: body.as_bytes(),
+                    report: &none,
+                    now_ms,
+                    retired: None,
+                })
+                .unwrap()
+                .0
+        };
+        let mut turns = Vec::new();
+        let mut prev: Option<String> = None;
+        for i in 0..4i64 {
+            let tracker = if i % 2 == 0 { &a } else { &b };
+            let t = turn(tracker, "scope", prev.as_deref(), i * MIN);
+            let rec = turn_record(
+                &t,
+                i * MIN,
+                "openai",
+                "openai",
+                "gpt-5",
+                false,
+                200,
+                Usage::default(),
+                &none,
+            );
+            let id = format!("resp_{i}");
+            tracker.end("scope", Some(&id), &rec);
+            prev = Some(id);
+            turns.push(t);
+            // The turn's records reach Redis before the next turn (what write_wait_ms is for).
+            sa.flush();
+            sb.flush();
+        }
+        assert_eq!(
+            turns.iter().map(|t| t.turn).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
+        assert!(
+            turns.iter().all(|t| t.session == turns[0].session),
+            "{turns:?}"
+        );
+        // Another credential naming the same response id starts a session of its own.
+        let other = turn(&b, "other scope", Some("resp_3"), 5 * MIN);
+        assert_ne!(other.session, turns[0].session);
+        assert_eq!(other.turn, 1);
+        // A restarted instance (empty memory) still follows the chain from the store.
+        let c = SessionTracker::new(store());
+        let t = turn(&c, "scope", Some("resp_3"), 6 * MIN);
+        assert_eq!((t.session.as_str(), t.turn), (turns[0].session.as_str(), 5));
     }
 
     #[test]

@@ -184,7 +184,8 @@ fn host_model(kind: Kind, key: &str) -> (String, String) {
         | Kind::Usage
         | Kind::Watermark
         | Kind::RejectedSignature
-        | Kind::Transcode => ("-".to_owned(), "-".to_owned()),
+        | Kind::Transcode
+        | Kind::ResponseLink => ("-".to_owned(), "-".to_owned()),
     };
     (clean(&host), clean(&model))
 }

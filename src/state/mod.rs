@@ -119,6 +119,10 @@ pub(crate) enum Kind {
     /// other instances on the same Redis (`[state] share_transcodes`,
     /// [`crate::images::cache`]).
     Transcode,
+    /// An OpenAI Responses response id and the session it was answered in, per credential
+    /// scope, so a request chained by `previous_response_id` joins that session on any
+    /// instance ([`crate::accounting::session`]).
+    ResponseLink,
 }
 
 /// Size class of a kind, deciding the `max_bytes` eviction order.
@@ -153,7 +157,7 @@ pub(crate) struct Policy {
 
 /// The kind table, one row per [`Kind`] in declaration order. Within a class, the oldest
 /// record goes first whatever its kind.
-pub(crate) const POLICIES: [Policy; 7] = [
+pub(crate) const POLICIES: [Policy; 8] = [
     Policy {
         kind: Kind::Verdict,
         name: "verdict",
@@ -212,11 +216,20 @@ pub(crate) const POLICIES: [Policy; 7] = [
         resident: false,
         retention_days: None,
     },
+    Policy {
+        kind: Kind::ResponseLink,
+        name: "response_link",
+        version: 1,
+        // One small record per Responses turn; losing one only starts a new session.
+        class: Class::Small,
+        resident: false,
+        retention_days: None,
+    },
 ];
 
 impl Kind {
     /// Every kind, in [`POLICIES`] order.
-    pub(crate) const ALL: [Kind; 7] = [
+    pub(crate) const ALL: [Kind; 8] = [
         Kind::Verdict,
         Kind::Carrier,
         Kind::Session,
@@ -224,6 +237,7 @@ impl Kind {
         Kind::Watermark,
         Kind::RejectedSignature,
         Kind::Transcode,
+        Kind::ResponseLink,
     ];
 
     /// This kind's row of [`POLICIES`].
@@ -236,6 +250,7 @@ impl Kind {
             Kind::Watermark => &POLICIES[4],
             Kind::RejectedSignature => &POLICIES[5],
             Kind::Transcode => &POLICIES[6],
+            Kind::ResponseLink => &POLICIES[7],
         }
     }
 

@@ -9,6 +9,9 @@ alternates between them on every turn, as behind a round-robin load balancer.
   from what the other wrote to Redis.
 - ``cachekeeper report`` run against either instance's config shows the one session with all
   its turns, numbered in order.
+- A Responses conversation chained by ``previous_response_id`` alone, alternating between the
+  instances, stays one session: each instance finds the session of the response the other
+  answered (the link is a ``response_link`` record in Redis).
 - Over ``rediss://`` with ``[state] ca_file`` (a CA and server certificate made here with
   ``openssl``, Redis serving TLS only) the same holds; with another CA's file an instance
   cannot open the store, says why, and serves on memory.
@@ -225,6 +228,65 @@ def test_carriers_captured_by_one_instance_are_restored_by_the_other_and_report_
                 if len(report.get("turns", [])) >= turns:
                     break
                 time.sleep(0.1)
+            assert [t["turn"] for t in report["turns"]] == list(range(1, turns + 1)), report
+            assert report["summary"]["turns"] == turns, report["summary"]
+
+
+def report_of(p: Proxy, session: str, turns: int) -> dict[str, Any]:
+    """``cachekeeper report --session SESSION --json`` against ``p``'s config, asked again (up to
+    50 times, 0.1 s apart) until it shows ``turns`` turns (the last turn's usage record is
+    written when its response has ended)."""
+    report: dict[str, Any] = {}
+    for _ in range(50):
+        out = subprocess.run(
+            [str(_binary()), "report", "--config", str(p.config_path), "--session", session, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        if len(report.get("turns", [])) >= turns:
+            break
+        time.sleep(0.1)
+    return report
+
+
+def test_a_responses_chain_alternating_between_instances_is_one_session(mock: MockUpstream, tmp_path: Path, sent: Capture) -> None:
+    """A Responses conversation chained by ``previous_response_id`` alone (no session header),
+    each turn on the other instance, JSON and streamed turns mixed: every turn is in the session
+    of the first, numbered 1, 2, 3, 4 (each instance reads the link the other stored in Redis),
+    and ``report --session`` on either instance shows all four turns."""
+    turns = 4
+    with two_instances(tmp_path, mock) as (a, b):
+        clients = [tr.openai_client(f"{p.base_url}/openai/v1", sent) for p in (a, b)]
+        logs = [p.request_log() for p in (a, b)]
+        prev: str | None = None
+        ids = []
+        for k in range(turns):
+            if k:
+                time.sleep(TURN_PAUSE_S)
+            extra: dict[str, Any] = {} if prev is None else {"previous_response_id": prev}
+            client = clients[k % 2]
+            if k % 2:
+                with client.responses.create(model="gpt-5", input=f"Turn {k}.", stream=True, **extra) as events:
+                    done = [e for e in events if e.type == "response.completed"]
+                assert len(done) == 1
+                prev = done[0].response.id
+            else:
+                prev = client.responses.create(model="gpt-5", input=f"Turn {k}.", **extra).id
+            ids.append(prev)
+        assert len(set(ids)) == turns, ids
+        ups = mock.matching("POST", "/responses")
+        assert [u.response_status for u in ups] == [200] * turns
+        assert [json.loads(u.body).get("previous_response_id") for u in ups] == [None, *ids[:-1]]
+        lines = {0: logs[0].wait("/responses", (turns + 1) // 2), 1: logs[1].wait("/responses", turns // 2)}
+        seen = [lines[k % 2][k // 2] for k in range(turns)]
+        assert [line.get("turn") for line in seen] == list(range(1, turns + 1)), seen
+        session = seen[0]["session"]
+        assert all(line.get("session") == session for line in seen), seen
+        for p in (a, b):
+            report = report_of(p, session, turns)
             assert [t["turn"] for t in report["turns"]] == list(range(1, turns + 1)), report
             assert report["summary"]["turns"] == turns, report["summary"]
 
