@@ -363,6 +363,22 @@ impl Metrics {
         self
     }
 
+    /// Also serve the transcode cache's counts of transcodes shared through the store
+    /// (`[state] share_transcodes`) as `cachekeeper_shared_transcodes_total{result}`:
+    /// `read` (a miss answered by another instance's transcode, served without decoding),
+    /// `written` (computed here, written for the others) (`src/images/cache.rs`).
+    pub(crate) fn with_shared_transcodes(
+        mut self,
+        counts: crate::images::cache::SharedCounts,
+    ) -> Self {
+        self.registry.register(
+            "cachekeeper_shared_transcodes",
+            "Transcoded images shared through the state store ([state] share_transcodes): read from another instance, or written for the others",
+            counts,
+        );
+        self
+    }
+
     /// Count one request body forwarded untouched because the buffer budget had no room for
     /// it within `buffer_wait_ms` (`route`: the route's name).
     pub(crate) fn buffer_budget_exceeded(&self, route: &str) {

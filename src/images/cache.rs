@@ -20,6 +20,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
 use crate::images::codec::{Mode, Target, TranscodeError, Transcoded};
 use crate::images::format::Format;
 use crate::state::seal::{self, SealKey};
@@ -29,6 +32,19 @@ use crate::state::{Kind, Record, RecordKey, Store};
 /// store's bound for reading one carrier turn (`docs/state.md#carrier-records`), and less
 /// than decoding a screenshot takes (tens of ms).
 pub(crate) const SHARED_READ_WAIT_MS: u64 = 50;
+
+/// `cachekeeper_shared_transcodes_total` (`docs/metrics.md`): transcodes shared through the
+/// store, by `result` ([`SHARED_READ`], [`SHARED_WRITTEN`]). Registered by
+/// [`crate::metrics::Metrics::with_shared_transcodes`]; no series appears while sharing is
+/// off.
+pub(crate) type SharedCounts = Family<[(&'static str, String); 1], Counter>;
+
+/// `result` of a miss here answered by another instance's transcode from the store (served
+/// without decoding).
+pub(crate) const SHARED_READ: &str = "read";
+
+/// `result` of a transcode computed here and written to the store for the other instances.
+pub(crate) const SHARED_WRITTEN: &str = "written";
 
 /// A cache key: XXH3 digests of scope, target and input (see [`key`]).
 pub(crate) type Key = [u8; 32];
@@ -74,6 +90,8 @@ pub struct TranscodeCache {
     inner: Mutex<Lru>,
     /// `[state] share_transcodes`: the store transcodes are shared through.
     shared: Option<Store>,
+    /// Shared transcodes read and written ([`SharedCounts`]).
+    shared_counts: SharedCounts,
 }
 
 impl std::fmt::Debug for TranscodeCache {
@@ -93,6 +111,7 @@ impl TranscodeCache {
             capacity: capacity_bytes,
             inner: Mutex::new(Lru::default()),
             shared: None,
+            shared_counts: SharedCounts::default(),
         }
     }
 
@@ -181,6 +200,17 @@ impl TranscodeCache {
         entry
     }
 
+    /// The counters of shared transcodes, for `/metrics` (a handle on the same counts).
+    pub(crate) fn shared_counts(&self) -> SharedCounts {
+        self.shared_counts.clone()
+    }
+
+    fn count_shared(&self, result: &'static str) {
+        self.shared_counts
+            .get_or_create(&[("result", result.to_owned())])
+            .inc();
+    }
+
     /// Current counters.
     pub fn stats(&self) -> CacheStats {
         let lru = self.lock();
@@ -266,6 +296,7 @@ impl<'a> Transcodes<'a> {
                 let entry = Arc::new(Ok(t));
                 self.cache.insert(key, Arc::clone(&entry));
                 self.cache.lock().shared_hits += 1;
+                self.cache.count_shared(SHARED_READ);
                 return entry;
             }
         }
@@ -277,6 +308,7 @@ impl<'a> Transcodes<'a> {
                 .and_then(|plain| seal::seal(sealing, &seal::record_aad(&rk), &plain));
             if let Some(value) = sealed {
                 store.write(Record::new(Kind::Transcode, &rk.scope, &rk.key, value));
+                self.cache.count_shared(SHARED_WRITTEN);
             }
         }
         entry
@@ -469,6 +501,20 @@ mod tests {
         });
         assert_eq!(on_b.as_ref().as_ref().unwrap(), &fresh, "the same bytes");
         assert_eq!(b.stats().shared_hits, 1);
+        // What /metrics shows (cachekeeper_shared_transcodes_total{result}).
+        let shared = |c: &TranscodeCache, result: &str| {
+            c.shared_counts()
+                .get_or_create(&[("result", result.to_owned())])
+                .get()
+        };
+        assert_eq!(
+            (shared(&a, SHARED_WRITTEN), shared(&a, SHARED_READ)),
+            (1, 0)
+        );
+        assert_eq!(
+            (shared(&b, SHARED_WRITTEN), shared(&b, SHARED_READ)),
+            (0, 1)
+        );
         // Now in B's own cache: no second read.
         Transcodes::sealed(&b, Some(&cred_1)).get_or_compute(k, "scope-1", || panic!("read"));
         assert_eq!((b.stats().hits, b.stats().shared_hits), (1, 1));

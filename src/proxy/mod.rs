@@ -200,18 +200,20 @@ impl Server {
     pub async fn bind(loaded: &Loaded, listen: Option<SocketAddr>) -> Result<Self, StartError> {
         let cfg = &loaded.config;
         let store = Store::open(&StoreOptions::from_config(&cfg.state, &loaded.base_dir));
+        let transcodes = Arc::new(if cfg.state.share_transcodes {
+            TranscodeCache::shared(cfg.images.transcode_cache_bytes, store.clone())
+        } else {
+            TranscodeCache::new(cfg.images.transcode_cache_bytes)
+        });
         let shared = Shared {
             passes: Arc::new(passes::Pools::new(cpus())),
-            transcodes: Arc::new(if cfg.state.share_transcodes {
-                TranscodeCache::shared(cfg.images.transcode_cache_bytes, store.clone())
-            } else {
-                TranscodeCache::new(cfg.images.transcode_cache_bytes)
-            }),
             metrics: Arc::new(
                 Metrics::new()
                     .with_state_write_errors(store.write_errors())
-                    .with_state_writes_dropped(store.writes_dropped()),
+                    .with_state_writes_dropped(store.writes_dropped())
+                    .with_shared_transcodes(transcodes.shared_counts()),
             ),
+            transcodes,
             sessions: Arc::new(SessionTracker::new(store.clone())),
             record: None,
             buffers: Arc::new(BufferBudget::new(cfg.server.max_buffered_bytes)),

@@ -12,6 +12,9 @@ alternates between them on every turn, as behind a round-robin load balancer.
 - A Responses conversation chained by ``previous_response_id`` alone, alternating between the
   instances, stays one session: each instance finds the session of the response the other
   answered (the link is a ``response_link`` record in Redis).
+- With ``[state] share_transcodes = true`` a screenshot one instance downscaled is served to
+  the other from Redis (``cachekeeper_shared_transcodes_total`` on ``/metrics``), and both
+  forward the same bytes.
 - Over ``rediss://`` with ``[state] ca_file`` (a CA and server certificate made here with
   ``openssl``, Redis serving TLS only) the same holds; with another CA's file an instance
   cannot open the store, says why, and serves on memory.
@@ -24,11 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import socket
 import ssl
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -37,6 +42,8 @@ import pytest
 import strict_mock as sm
 import test_restore as tr
 from conftest import Capture, Proxy, _binary, _free_port, launch_proxy
+from helpers import SCREENSHOT_TOOL_ANTHROPIC
+from images import b64, screenshot_png
 from mock_upstream import MockUpstream
 
 REDIS_START_S = 20.0
@@ -122,12 +129,12 @@ def redis_server(tmp: Path, tls: Path | None = None) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def two_instances(tmp: Path, mock: MockUpstream, tls: bool = False) -> Iterator[tuple[Proxy, Proxy]]:
+def two_instances(tmp: Path, mock: MockUpstream, tls: bool = False, state_extra: str = "") -> Iterator[tuple[Proxy, Proxy]]:
     """Instances A and B, each with its own config file and logs, on one Redis (``tls``: over
-    rediss:// with ``ca_file``)."""
+    rediss:// with ``ca_file``; ``state_extra``: more ``[state]`` lines)."""
     certs = make_ca(tmp / "certs") if tls else None
     with redis_server(tmp / "redis", certs) as port, contextlib.ExitStack() as stack:
-        state = f'backend = "redis"\nurl = "redis://127.0.0.1:{port}/0"\nread_timeout_ms = {READ_TIMEOUT_MS}'
+        state = f'backend = "redis"\nurl = "redis://127.0.0.1:{port}/0"\nread_timeout_ms = {READ_TIMEOUT_MS}\n{state_extra}'
         if certs is not None:
             state = state.replace("redis://", "rediss://") + f'\nca_file = "{certs / "ca.pem"}"'
         pair = []
@@ -289,6 +296,57 @@ def test_a_responses_chain_alternating_between_instances_is_one_session(mock: Mo
             report = report_of(p, session, turns)
             assert [t["turn"] for t in report["turns"]] == list(range(1, turns + 1)), report
             assert report["summary"]["turns"] == turns, report["summary"]
+
+
+def shared_transcodes(p: Proxy) -> dict[str, float]:
+    """``cachekeeper_shared_transcodes_total`` on ``p``'s ``/metrics``, by ``result``."""
+    with urllib.request.urlopen(f"{p.base_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r'cachekeeper_shared_transcodes_total\{result="(\w+)"\} (\S+)', line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def test_a_screenshot_transcoded_by_one_instance_is_served_to_the_other_from_redis(mock: MockUpstream, tmp_path: Path, sent: Capture) -> None:
+    """``[state] share_transcodes = true``: A downscales a 1920x1080 screenshot (about 1.5 MB of
+    PNG) and writes the transcode to Redis; B, sent the same request with the same API key,
+    serves A's transcode without decoding (``/metrics``: A ``written`` 1, B ``read`` 1) and
+    forwards a body byte-identical to A's."""
+    shot = b64(screenshot_png(1920, 1080, seed=4242))
+    # An agent image (a tool result's screenshot): what the proxy downscales (docs/images.md).
+    messages = [
+        {"role": "user", "content": "Take a screenshot."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_001", "name": "screenshot", "input": {}}]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_001",
+                    "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": shot}}],
+                }
+            ],
+        },
+    ]
+    with two_instances(tmp_path, mock, state_extra="share_transcodes = true") as (a, b):
+        clients = [tr.anthropic_client(p.base_url + tr.ROUTE["anthropic"], sent) for p in (a, b)]
+        for k, client in enumerate(clients):
+            if k:
+                time.sleep(TURN_PAUSE_S)  # A's transcode write reaches Redis
+            r = client.messages.with_raw_response.create(
+                model="claude-e2e-test-model", max_tokens=64, messages=messages, tools=[SCREENSHOT_TOOL_ANTHROPIC]  # type: ignore[arg-type]
+            )
+            assert r.http_response.status_code == 200
+            assert "images_downscaled=1" in r.headers.get("x-cachekeeper-rewrites", ""), dict(r.headers)
+        assert shared_transcodes(a) == {"written": 1.0}, "A computed the transcode and shared it"
+        assert shared_transcodes(b) == {"read": 1.0}, "B served A's transcode from Redis"
+    ups = mock.matching("POST", "/messages")
+    assert len(ups) == 2
+    assert shot.encode() not in ups[0].body, "the screenshot went upstream downscaled"
+    assert ups[0].body == ups[1].body, "both instances forwarded the same bytes"
 
 
 def test_a_redis_certificate_of_another_ca_leaves_the_instance_serving_on_memory(mock: MockUpstream, tmp_path: Path, sent: Capture) -> None:
