@@ -1,7 +1,8 @@
 //! The Redis state backend under faults, through the proxy: Redis killed mid-session and
 //! restarted (every request served, one warning, writes resume), Redis not up when the proxy
-//! starts, and a record cut short in Redis (ignored by `cachekeeper report`). The proxy runs
-//! in-process against the mock upstream; Redis is Debian's `redis-server` on a free loopback
+//! starts, a record cut short in Redis (ignored by `cachekeeper report`), and an outage past
+//! the held-writes bound (4,096 keys: the oldest dropped and counted, writes resuming after).
+//! The proxy runs in-process against the mock upstream; Redis is Debian's `redis-server` on a free loopback
 //! port (`tests/common/redis.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -246,4 +247,112 @@ async fn a_record_cut_short_in_redis_is_skipped_by_report() {
     let after = report();
     assert_eq!(after.as_array().unwrap().len(), 1, "{after}");
     assert_eq!(after[0]["turns"], 2, "the torn record is skipped: {after}");
+}
+
+/// Turns in the bound test: each writes two distinct keys (its session's record and its usage
+/// record), so 2 × 2,100 = 4,200 keys, past the 4,096 held in an outage
+/// (`src/state/outage.rs` `MAX_PENDING_RECORDS`).
+const BOUND_TURNS: usize = 2_100;
+
+/// The held-writes bound (`MAX_PENDING_RECORDS`, `docs/state.md#when-the-file-cannot-be-written`).
+const MAX_HELD: usize = 4_096;
+
+/// Concurrent requests while filling the bound.
+const BOUND_CONCURRENCY: usize = 32;
+
+/// Redis killed while the proxy serves: more than 4,096 distinct keys' writes arrive, the
+/// oldest held ones are dropped and counted in `cachekeeper_state_writes_dropped_total`
+/// (exactly the keys past the bound), every request is served whole, and once Redis is
+/// back the newest held writes and later ones reach it while the dropped ones never do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_holds_4096_keys_and_drops_the_oldest_writes_past_them() {
+    logs();
+    let mock = start_mock(Arc::new(|_r: &Recorded| json_response(200, TURN_REPLY))).await;
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let proxy = start_proxy(&redis_config(&mock, &server)).await;
+    let errors = "cachekeeper_state_write_errors_total";
+    let dropped = "cachekeeper_state_writes_dropped_total";
+    assert_eq!(state_turn(&proxy, "first", 0).await, 200);
+    proxy.store.flush();
+    assert_eq!(stored_usage(&server), 1);
+
+    server.kill();
+    // Turns of session "first" until a write has failed: the outage has begun, and every
+    // write from the kill on is held (one session key, one usage key per turn).
+    let mut during = 0;
+    while metric(&proxy, errors).await == Some(0.0) {
+        assert!(during < 200, "no write failed");
+        assert_eq!(state_turn(&proxy, "first", 1 + during).await, 200);
+        during += 1;
+        proxy.store.flush();
+    }
+    // Many small turns at once, each of a session of its own.
+    let target = proxy.url("/anthropic/v1/messages");
+    let mut next = 0;
+    let mut tasks = tokio::task::JoinSet::new();
+    while next < BOUND_TURNS || !tasks.is_empty() {
+        while next < BOUND_TURNS && tasks.len() < BOUND_CONCURRENCY {
+            let target = target.clone();
+            let i = next;
+            tasks.spawn(async move {
+                let body = format!(
+                    r#"{{"model":"claude-x","max_tokens":8,"messages":[{{"role":"user","content":"{TURN_TEXT} {i}"}}]}}"#
+                );
+                let session = format!("bound-{i:04}");
+                let headers = [("x-api-key", TURN_KEY), ("x-cachekeeper-session", &*session)];
+                send(&client(), &target, &headers, body).await
+            });
+            next += 1;
+        }
+        let (status, _, body) = tasks.join_next().await.unwrap().unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(&body[..], TURN_REPLY.as_bytes(), "served whole");
+    }
+    proxy.store.flush();
+    assert!(!proxy.store.is_durable());
+    // Distinct keys held: "first"'s session, its `during` usage records, and two per turn.
+    let held = 1 + during + 2 * BOUND_TURNS;
+    let want_dropped = held - MAX_HELD;
+    assert_eq!(metric(&proxy, dropped).await, Some(want_dropped as f64));
+
+    server.restart();
+    let mut after = 0;
+    while !proxy.store.is_durable() {
+        assert!(after < 100, "writes never resumed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        after += 1;
+        proxy.store.flush();
+    }
+    assert_eq!(state_turn(&proxy, "after", 0).await, 200);
+    proxy.store.flush();
+    let lines = state_lines(&url);
+    let resumed: Vec<_> = lines
+        .iter()
+        .filter(|v| v["message"] == "state writes resumed")
+        .collect();
+    assert_eq!(resumed.len(), 1, "{lines:?}");
+    assert_eq!(resumed[0]["dropped"], want_dropped);
+    assert_eq!(resumed[0]["records"], MAX_HELD);
+    assert_eq!(metric(&proxy, dropped).await, Some(want_dropped as f64));
+    // Redis came back empty: it holds what survived the bound (the newest held writes) and
+    // the turn after. The oldest held usage record ("first"'s turn 2) was dropped; the
+    // newest turn's and the later one are there.
+    let mut raw = server.raw();
+    let exists = |raw: &mut ::redis::Connection, member: &str| -> bool {
+        let members: Vec<String> = ::redis::cmd("ZRANGE")
+            .arg("ck:v1:meta:index:usage")
+            .arg(0)
+            .arg(-1)
+            .query(raw)
+            .unwrap();
+        members.iter().any(|m| m.ends_with(member))
+    };
+    assert!(!exists(&mut raw, "first%0A00000002"));
+    assert!(exists(
+        &mut raw,
+        &format!("bound-{:04}%0A00000001", BOUND_TURNS - 1)
+    ));
+    assert!(exists(&mut raw, "after%0A00000001"));
+    proxy.stop().await;
 }
