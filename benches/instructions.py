@@ -17,7 +17,8 @@ by a 50-event SSE stream; GET /v1/models) is measured twice:
    included. `--keep DIR` keeps the dumps for `callgrind_annotate`.
 
 Usage: python3 benches/instructions.py [--bin target/release/cachekeeper] [-n 4000] [-c 16]
-         [--cases post,sse,get] [--targets nginx,cachekeeper] [--keep DIR] [--no-callgrind]
+         [--cases post,sse,get] (also: sse-chat, sse-responses: a 50-event OpenAI Chat
+         Completions / Responses stream for a streamed request of that dialect) [--targets nginx,cachekeeper] [--keep DIR] [--no-callgrind]
 Needs: nginx, valgrind (callgrind_control), python3. Runs in a temporary directory, removed on
 exit with every process it started. A measurement run by hand, not a test.
 """
@@ -83,6 +84,68 @@ def sse_reply() -> str:
     return out
 
 
+def chat_sse_reply() -> str:
+    """50 OpenAI Chat Completions stream events (`stream_options.include_usage`): a role chunk,
+    46 content deltas, the finish chunk, the usage chunk, `data: [DONE]`."""
+
+    def chunk(delta: str, finish: str = "null", usage: str = "null", choices: str | None = None) -> str:
+        if choices is None:
+            choices = f'[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish}}}]'
+        return (
+            'data: {"id":"chatcmpl-C1kX9","object":"chat.completion.chunk","created":1767225600,'
+            '"model":"gpt-4.1-2025-04-14","service_tier":"default","system_fingerprint":"fp_7f1e2d",'
+            f'"choices":{choices},"usage":{usage}}}\n\n'
+        )
+
+    ev = [chunk('{"role":"assistant","content":"","refusal":null}')]
+    for i in range(1, 47):
+        ev.append(chunk(f'{{"content":"word{i} "}}'))
+    ev.append(chunk("{}", finish='"stop"'))
+    ev.append(chunk("", choices="[]", usage='{"prompt_tokens":21,"completion_tokens":46,"total_tokens":67,'
+                    '"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},'
+                    '"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0}}'))
+    ev.append("data: [DONE]\n\n")
+    out = "".join(ev)
+    assert out.count("data: ") == 50
+    return out
+
+
+def responses_sse_reply() -> str:
+    """50 OpenAI Responses stream events: response.created, response.in_progress, the message
+    item and its part added, 42 output_text deltas, the text, part and item done,
+    response.completed."""
+    resp = ('{{"id":"resp_68af402f","object":"response","created_at":1767225600,"status":"{status}",'
+            '"model":"gpt-4.1-2025-04-14","output":{output},"usage":{usage}}}')
+    text = "".join(f"word{i} " for i in range(1, 43))
+    part = f'{{"type":"output_text","annotations":[],"logprobs":[],"text":"{text}"}}'
+    item = f'{{"id":"msg_1","type":"message","status":"completed","content":[{part}],"role":"assistant"}}'
+    usage = ('{"input_tokens":21,"input_tokens_details":{"cached_tokens":0},"output_tokens":42,'
+             '"output_tokens_details":{"reasoning_tokens":0},"total_tokens":63}')
+    datas = [
+        ("response.created", f'"response":{resp.format(status="in_progress", output="[]", usage="null")}'),
+        ("response.in_progress", f'"response":{resp.format(status="in_progress", output="[]", usage="null")}'),
+        ("response.output_item.added", '"output_index":0,"item":{"id":"msg_1","type":"message",'
+         '"status":"in_progress","content":[],"role":"assistant"}'),
+        ("response.content_part.added", '"item_id":"msg_1","output_index":0,"content_index":0,'
+         '"part":{"type":"output_text","annotations":[],"logprobs":[],"text":""}'),
+    ]
+    for i in range(1, 43):
+        datas.append(("response.output_text.delta", '"item_id":"msg_1","output_index":0,"content_index":0,'
+                      f'"delta":"word{i} ","logprobs":[],"obfuscation":"Xq{i}"'))
+    datas += [
+        ("response.output_text.done", f'"item_id":"msg_1","output_index":0,"content_index":0,"text":"{text}","logprobs":[]'),
+        ("response.content_part.done", f'"item_id":"msg_1","output_index":0,"content_index":0,"part":{part}'),
+        ("response.output_item.done", f'"output_index":0,"item":{item}'),
+        ("response.completed", f'"response":{resp.format(status="completed", output="[" + item + "]", usage=usage)}'),
+    ]
+    out = "".join(
+        f'event: {kind}\ndata: {{"type":"{kind}","sequence_number":{n},{rest}}}\n\n'
+        for n, (kind, rest) in enumerate(datas)
+    )
+    assert out.count("event: ") == 50
+    return out
+
+
 def body_130(stream: bool) -> bytes:
     """The 130-byte request body of benches/load.sh."""
     base = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": ""}]}
@@ -95,11 +158,28 @@ def body_130(stream: bool) -> bytes:
     return out
 
 
+def chat_body() -> bytes:
+    """A Chat Completions request of about the same size, streamed with usage."""
+    return json.dumps({"model": "gpt-4.1", "max_tokens": 64, "stream": True,
+                       "stream_options": {"include_usage": True},
+                       "messages": [{"role": "user", "content": "Say hello in a few words, please."}]},
+                      separators=(",", ":")).encode()
+
+
+def responses_body() -> bytes:
+    """A Responses request of about the same size, streamed."""
+    return json.dumps({"model": "gpt-4.1", "max_output_tokens": 64, "stream": True,
+                       "input": "Say hello in a few words, please."}, separators=(",", ":")).encode()
+
+
 CASES = {
     # name: (method, route, path, body, what the answer contains)
     "post": ("POST", "json", "/v1/messages", body_130(False), b'"type":"message"'),
     "sse": ("POST", "sse", "/v1/messages", body_130(True), b"message_stop"),
     "get": ("GET", "json", "/v1/models", None, b'"has_more":false'),
+    # Not in the default set (the cases of benches/load.sh): the other dialects' streams.
+    "sse-chat": ("POST", "sse", "/v1/chat/completions", chat_body(), b"data: [DONE]"),
+    "sse-responses": ("POST", "sse", "/v1/responses", responses_body(), b"response.completed"),
 }
 HEADERS = {
     "content-type": "application/json",
@@ -180,9 +260,12 @@ def nginx_confs(tmp: Path, up_port: int, ngx_port: int) -> tuple[Path, Path]:
     up.mkdir()
     ngx.mkdir()
     (up / "sse.events").write_text(sse_reply() + "\n\n")
+    (up / "chat.events").write_text(chat_sse_reply())
+    (up / "responses.events").write_text(responses_sse_reply())
     os.chmod(tmp, 0o755)
     os.chmod(up, 0o755)
-    os.chmod(up / "sse.events", 0o644)
+    for name in ("sse.events", "chat.events", "responses.events"):
+        os.chmod(up / name, 0o644)
     (up / "nginx.conf").write_text(f"""
 worker_processes auto;
 daemon off;
@@ -198,6 +281,10 @@ http {{
     location = /json/v1/messages {{ default_type application/json; return 200 '{JSON_REPLY}'; }}
     location = /sse/v1/messages {{ error_page 405 =200 /sse.events; return 405; }}
     location = /sse.events {{ internal; root {up}; types {{ }} default_type text/event-stream; }}
+    location = /sse/v1/chat/completions {{ error_page 405 =200 /chat.events; return 405; }}
+    location = /chat.events {{ internal; root {up}; types {{ }} default_type text/event-stream; }}
+    location = /sse/v1/responses {{ error_page 405 =200 /responses.events; return 405; }}
+    location = /responses.events {{ internal; root {up}; types {{ }} default_type text/event-stream; }}
     location = /json/v1/models {{ default_type application/json; return 200 '{MODELS_REPLY}'; }}
   }}
 }}
@@ -321,7 +408,7 @@ def main() -> None:
         print(f"benches/instructions.py — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
               f"{args.requests} requests per case over {args.conns} connections")
-        print(f"{'case':<6} {'target':<12} {'cpu_us/req':>11} {'ctxsw/req':>10} {'Ir/req':>10} {'errors':>7}")
+        print(f"{'case':<13} {'target':<12} {'cpu_us/req':>11} {'ctxsw/req':>10} {'Ir/req':>10} {'errors':>7}")
         results: dict[tuple[str, str], dict[str, float]] = {}
         for target in targets:
             p, port = start(target, [], "native")
@@ -371,11 +458,11 @@ def main() -> None:
             for target in targets:
                 r = results[(target, case)]
                 ir = f"{r['ir']:.0f}" if "ir" in r else "-"
-                print(f"{case:<6} {target:<12} {r['cpu_us']:>11.1f} {r['ctxsw']:>10.2f} {ir:>10} {r['errors']:>7}")
+                print(f"{case:<13} {target:<12} {r['cpu_us']:>11.1f} {r['ctxsw']:>10.2f} {ir:>10} {r['errors']:>7}")
         if {"nginx", "cachekeeper"} <= set(targets):
             for case in cases:
                 n, k = results[("nginx", case)], results[("cachekeeper", case)]
-                line = f"{case:<6} cachekeeper/nginx: cpu {k['cpu_us'] / n['cpu_us']:.2f}x"
+                line = f"{case:<13} cachekeeper/nginx: cpu {k['cpu_us'] / n['cpu_us']:.2f}x"
                 if "ir" in n and "ir" in k:
                     line += f", instructions {k['ir'] / n['ir']:.2f}x"
                 print(line)

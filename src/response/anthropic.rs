@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::fingerprint::canonical;
-use super::lenient::{self, str_of};
+use super::lenient::{self, str_of, u64_of};
 use super::turn::{Call, CapturedTurn, Carrier};
 use super::usage::AnthropicUsage;
 use super::{note_error, note_model, parse_json, str_field, Observed};
@@ -116,20 +116,14 @@ impl Stream {
     /// `true` when it was one and is applied, `false` when the `Value` path must read the
     /// event (the view could not take it, or its `type` names another event).
     fn delta_event(&mut self, data: &[u8]) -> bool {
-        let Ok(lenient::MapOnly(ev)) =
-            serde_json::from_slice::<lenient::MapOnly<lenient::AnthropicDelta<'_>>>(data)
-        else {
+        let Ok(ev) = serde_json::from_slice::<lenient::AnthropicDelta<'_>>(data) else {
             return false;
         };
         if str_of(&ev.kind).unwrap_or("content_block_delta") != "content_block_delta" {
             return false;
         }
-        let index = ev
-            .index
-            .as_ref()
-            .and_then(lenient::Scalar::as_u64)
-            .and_then(|i| usize::try_from(i).ok());
-        if let (Some(index), Some(lenient::MapOnly(delta))) = (index, ev.delta) {
+        let index = u64_of(&ev.index).and_then(|i| usize::try_from(i).ok());
+        if let (Some(index), Some(Some(delta))) = (index, ev.delta) {
             if let Some(block) = self.blocks.get_mut(&index) {
                 apply_parts(block, str_of(&delta.kind), |key| {
                     match key {
@@ -387,6 +381,29 @@ mod tests {
             }
         }
         assert!(checked > 1000, "{checked}");
+    }
+
+    /// Values no view field reads, but which the `Value` parse rejects (a lone surrogate, a
+    /// number out of range, a byte that is not UTF-8, nesting past serde_json's limit), make
+    /// both paths fail; their valid neighbours pass both.
+    #[test]
+    fn skipped_values_the_value_parse_rejects_fail_both_ways() {
+        let base =
+            br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}"#;
+        let mut rejected = 0;
+        for m in crate::response::testing::skipped_value_hazards(base) {
+            if serde_json::from_slice::<Value>(&m).is_err() {
+                let shown = String::from_utf8_lossy(&m);
+                assert!(!Stream::default().delta_event(&m), "{shown}");
+                rejected += 1;
+            }
+            if let Ok(text) = std::str::from_utf8(&m) {
+                let (typed, typed_out) = fed(&[text], true);
+                let (value, value_out) = fed(&[text], false);
+                assert_eq!((typed, typed_out), (value, value_out), "{text}");
+            }
+        }
+        assert!(rejected > 10, "{rejected}");
     }
 
     /// A `type` naming another event (here `message_delta`) is left to the `Value` path.

@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::anthropic::canonical_text;
+use super::lenient::{self, str_of, u64_of};
 use super::turn::{Call, CapturedTurn, Carrier};
 use super::usage;
 use super::{note_error, note_model, parse_json, str_field, Observed};
@@ -63,6 +64,15 @@ fn raw_output(w: WithOutput<'_>) -> Option<Vec<String>> {
 
 impl Stream {
     pub(super) fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
+        if !ev.event.is_some_and(acts_on) && event_view(ev, out) {
+            return Ok(());
+        }
+        self.value_event(ev, out)
+    }
+
+    /// An event read through a `serde_json::Value` (the events [`acts_on`] names, and every
+    /// event the typed view does not take).
+    fn value_event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
         let v = parse_json(ev.data, "responses event")?;
         if let Some(n) = v.get("sequence_number").and_then(Value::as_u64) {
             out.sequence_number = Some(n);
@@ -140,6 +150,38 @@ impl Stream {
     }
 }
 
+/// The event types the observer reads more of than `sequence_number` (the `match` of
+/// [`Stream::value_event`]); every other type (`response.output_text.delta`,
+/// `response.output_item.added`, …) is read through [`event_view`].
+fn acts_on(kind: &str) -> bool {
+    matches!(
+        kind,
+        "response.created"
+            | "response.in_progress"
+            | "response.output_item.done"
+            | "response.completed"
+            | "response.incomplete"
+            | "response.failed"
+            | "error"
+    )
+}
+
+/// An event the observer takes only its `sequence_number` from, read through the typed view
+/// ([`lenient::ResponsesEvent`]): `true` when it was one and is applied, `false` when the
+/// `Value` path must read it (the view could not take it, or its type is one [`acts_on`]).
+fn event_view(ev: &SseEvent<'_>, out: &mut Observed) -> bool {
+    let Ok(view) = serde_json::from_slice::<lenient::ResponsesEvent<'_>>(ev.data) else {
+        return false;
+    };
+    if acts_on(str_of(&view.kind).or(ev.event).unwrap_or("")) {
+        return false;
+    }
+    if let Some(n) = u64_of(&view.sequence_number) {
+        out.sequence_number = Some(n);
+    }
+    true
+}
+
 /// `error.code` of a response object (or `error.type`).
 fn response_error(response: &Value) -> Option<&str> {
     let e = response.get("error")?;
@@ -185,4 +227,122 @@ pub(crate) fn items_turn(items: &[String]) -> CapturedTurn {
         }
     }
     turn
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::response::testing::{fixture, one_byte_mutations, skipped_value_hazards, split_sse};
+
+    /// One stream fed `events` in order: through [`Stream::event`] (the typed view first) or
+    /// the `Value` path alone. Per event whether it was read without error, then the turn
+    /// and what was observed.
+    fn fed(events: &[(Option<&str>, &[u8])], typed: bool) -> (Vec<bool>, CapturedTurn, Observed) {
+        let mut s = Stream::default();
+        let mut out = Observed::default();
+        let mut ok = Vec::new();
+        for &(event, data) in events {
+            let ev = SseEvent { event, data };
+            let r = if typed {
+                s.event(&ev, &mut out)
+            } else {
+                s.value_event(&ev, &mut out)
+            };
+            ok.push(r.is_ok());
+        }
+        (ok, s.turn(), out)
+    }
+
+    fn same_both_ways(events: &[(Option<&str>, &[u8])]) {
+        let typed = fed(events, true);
+        let value = fed(events, false);
+        let shown: Vec<_> = events
+            .iter()
+            .map(|(e, d)| (e, String::from_utf8_lossy(d)))
+            .collect();
+        assert_eq!(typed, value, "{shown:?}");
+    }
+
+    const DELTA: &[u8] = br#"{"type":"response.output_text.delta","sequence_number":7,"item_id":"msg_1","output_index":1,"content_index":0,"delta":"Hi \"x\"","logprobs":[],"obfuscation":"ab"}"#;
+    const CREATED: &[u8] = br#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","model":"gpt-x","output":[]}}"#;
+
+    #[test]
+    fn the_recorded_stream_reads_the_same_both_ways() {
+        let events = split_sse(&fixture("responses_reasoning_tool.sse"));
+        let named: Vec<(Option<&str>, &[u8])> = events
+            .iter()
+            .map(|(n, d)| (n.as_deref(), d.as_slice()))
+            .collect();
+        same_both_ways(&named);
+        // The same without `event:` lines (the type read from the data alone).
+        let unnamed: Vec<(Option<&str>, &[u8])> = named.iter().map(|&(_, d)| (None, d)).collect();
+        same_both_ways(&unnamed);
+        assert!(fed(&named, true).1 == fed(&unnamed, true).1);
+    }
+
+    /// Odd shapes read the same: a `type` naming an event the observer acts on under another
+    /// event name, a missing or mistyped `type` or `sequence_number`, not an object.
+    #[test]
+    fn odd_events_read_the_same_both_ways() {
+        let delta = Some("response.output_text.delta");
+        let events: [(Option<&str>, &[u8]); 13] = [
+            (delta, DELTA),
+            (None, DELTA),
+            (delta, CREATED),
+            (None, CREATED),
+            (Some("response.created"), DELTA),
+            (
+                delta,
+                br#"{"type":"error","sequence_number":9,"code":"server_error"}"#,
+            ),
+            (delta, br#"{"sequence_number":10}"#),
+            (Some("error"), br#"{"sequence_number":11,"code":"e2"}"#),
+            (delta, br#"{"type":7,"sequence_number":-1}"#),
+            (
+                delta,
+                br#"{"type":"x","sequence_number":12,"sequence_number":13}"#,
+            ),
+            (delta, br#"[1,2]"#),
+            (delta, br#"{"type":"x","sequence_number":1.5}"#),
+            (delta, b"not json"),
+        ];
+        same_both_ways(&events);
+        let (_, _, out) = fed(&events[..2], true);
+        assert_eq!(out.sequence_number, Some(7));
+    }
+
+    #[test]
+    fn every_one_byte_mutation_reads_the_same_both_ways() {
+        let mut checked = 0;
+        for base in [DELTA, CREATED] {
+            for m in one_byte_mutations(base) {
+                for event in [None, Some("response.output_text.delta")] {
+                    same_both_ways(&[(None, CREATED), (event, &m)]);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
+    }
+
+    #[test]
+    fn skipped_values_the_value_parse_rejects_fail_both_ways() {
+        for m in skipped_value_hazards(DELTA) {
+            same_both_ways(&[(Some("response.output_text.delta"), &m)]);
+        }
+    }
+
+    /// Only the events the observer acts on go to the `Value` path.
+    #[test]
+    fn a_text_delta_is_read_by_the_view() {
+        let mut out = Observed::default();
+        let ev = |event, data| SseEvent { event, data };
+        assert!(event_view(&ev(None, DELTA), &mut out));
+        assert_eq!(out.sequence_number, Some(7));
+        assert!(!event_view(&ev(None, CREATED), &mut out));
+        assert!(!event_view(
+            &ev(Some("error"), br#"{"code":"x"}"#),
+            &mut out
+        ));
+    }
 }
