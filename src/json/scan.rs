@@ -6,6 +6,7 @@
 //! Every function is total: on text that is not what it expects it returns `None` instead of
 //! panicking, so a scanner bug can only make a pass skip a body, never crash the proxy.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 /// One `"key": value` member of an object, with absolute byte offsets.
@@ -418,13 +419,19 @@ fn skip_value(b: &[u8], ix: Option<&Index>, i: usize) -> Option<usize> {
 
 /// Decode a JSON string literal (with quotes).
 pub(crate) fn decode_str(raw: &str) -> Option<String> {
+    decode_cow(raw).map(Cow::into_owned)
+}
+
+/// [`decode_str`], borrowing the text between the quotes when it holds no escape (a string
+/// with one is decoded by serde_json, so a lone surrogate escape fails as it does there).
+pub(crate) fn decode_cow(raw: &str) -> Option<Cow<'_, str>> {
     if !raw.contains('\\') {
         return raw
             .strip_prefix('"')
             .and_then(|s| s.strip_suffix('"'))
-            .map(str::to_owned);
+            .map(Cow::Borrowed);
     }
-    serde_json::from_str::<String>(raw).ok()
+    serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
 }
 
 /// Scan the object whose `{` is at `start` (after optional whitespace) in `text`.

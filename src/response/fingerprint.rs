@@ -15,7 +15,9 @@
 //! serde (canonical JSON is written here, not left to a map's order). The scope (credential,
 //! upstream host, model as the client named it) is added by the store, not here.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -61,41 +63,200 @@ impl fmt::Display for Fingerprint {
 /// strings and numbers as serde_json writes them.
 pub(crate) fn canonical(v: &Value) -> String {
     let mut out = String::new();
-    write_canonical(v, &mut out);
+    write_node(&Node::from_value(v), &mut out);
     out
 }
 
-fn write_canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
+/// A JSON value as the canonical form reads it, borrowing from the text it was read from
+/// (or from a `serde_json::Value`): objects hold one member per key (the last one, as
+/// serde_json keeps it), sorted by the key's UTF-8 bytes; strings decoded; numbers and
+/// literals in the text serde_json writes for them.
+#[derive(Debug, Clone, PartialEq)]
+enum Node<'a> {
+    Object(Vec<(Cow<'a, str>, Node<'a>)>),
+    Array(Vec<Node<'a>>),
+    Str(Cow<'a, str>),
+    /// A number or `true` / `false` / `null`, as serde_json writes it.
+    Atom(Cow<'a, str>),
+}
+
+/// Deepest nesting the scanned read ([`Node::scanned`]) takes, levels; a deeper message is
+/// read through a `serde_json::Value` instead (whose own limit, 128, then decides).
+const MAX_SCAN_DEPTH: usize = 100;
+
+/// JSON whitespace (RFC 8259 §2).
+const JSON_WS: [char; 4] = [' ', '\t', '\n', '\r'];
+
+impl<'a> Node<'a> {
+    /// `v` as a node.
+    fn from_value(v: &'a Value) -> Node<'a> {
+        match v {
+            Value::Object(map) => Node::Object(
+                // A serde_json map is already one entry per key, sorted by the key's bytes.
+                map.iter()
+                    .map(|(k, v)| (Cow::Borrowed(k.as_str()), Node::from_value(v)))
+                    .collect(),
+            ),
+            Value::Array(items) => Node::Array(items.iter().map(Node::from_value).collect()),
+            Value::String(s) => Node::Str(Cow::Borrowed(s)),
+            scalar => Node::Atom(Cow::Owned(scalar.to_string())),
+        }
+    }
+
+    /// `json` read by the span scanner (`crate::json::scan`) without building a
+    /// `serde_json::Value`: `Some` only when serde_json parses `json` and the node is the one
+    /// [`Node::from_value`] gives for its `Value`. The scanner validates the syntax as
+    /// serde_json's `IgnoredAny` does; what that lets through and a `Value` parse refuses is
+    /// refused here too: every string with an escape is decoded by serde_json (a lone
+    /// surrogate fails), every number that is not a plain integer is parsed by serde_json
+    /// (out of range fails), and nesting past [`MAX_SCAN_DEPTH`] is not taken.
+    fn scanned(json: &'a [u8]) -> Option<Node<'a>> {
+        let text = std::str::from_utf8(json).ok()?;
+        let ix = scan::validate(text).ok()?;
+        let start = text.len() - text.trim_start_matches(JSON_WS).len();
+        let end = text.trim_end_matches(JSON_WS).len();
+        Node::scanned_at(text, &ix, start..end, 0)
+    }
+
+    fn scanned_at(
+        text: &'a str,
+        ix: &scan::Index,
+        r: Range<usize>,
+        depth: usize,
+    ) -> Option<Node<'a>> {
+        if depth > MAX_SCAN_DEPTH {
+            return None;
+        }
+        let raw = text.get(r.clone())?;
+        match raw.as_bytes().first()? {
+            b'{' => {
+                let obj = scan::object_in(text, Some(ix), r.start)?;
+                let mut members = Vec::with_capacity(obj.members.len());
+                for m in obj.members {
+                    let value = Node::scanned_at(text, ix, m.value, depth + 1)?;
+                    members.push((Cow::Owned(m.key), value));
+                }
+                Some(Node::Object(one_per_key(members)))
+            }
+            b'[' => {
+                let elements = scan::array_in(text, Some(ix), r.start)?;
+                let mut items = Vec::with_capacity(elements.len());
+                for el in elements {
+                    items.push(Node::scanned_at(text, ix, el, depth + 1)?);
+                }
+                Some(Node::Array(items))
+            }
+            b'"' => scan::decode_cow(raw).map(Node::Str),
+            b't' | b'f' | b'n' => Some(Node::Atom(Cow::Borrowed(raw))),
+            _ => canonical_number(raw).map(Node::Atom),
+        }
+    }
+
+    /// The member `key` of an object.
+    fn get(&self, key: &str) -> Option<&Node<'a>> {
+        let Node::Object(members) = self else {
+            return None;
+        };
+        let at = members
+            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+            .ok()?;
+        members.get(at).map(|(_, v)| v)
+    }
+
+    /// The string member `key` of an object (`Value::get(key).and_then(Value::as_str)`).
+    fn str_member(&self, key: &str) -> Option<&str> {
+        match self.get(key)? {
+            Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// An object's members, one per key (the last one, as serde_json's map keeps), sorted by
+/// the key's UTF-8 bytes.
+fn one_per_key<'a>(mut members: Vec<(Cow<'a, str>, Node<'a>)>) -> Vec<(Cow<'a, str>, Node<'a>)> {
+    // Reversed, then a stable sort: of equal keys, the last one sent comes first and stays.
+    members.reverse();
+    members.sort_by(|a, b| a.0.cmp(&b.0));
+    members.dedup_by(|later, kept| later.0 == kept.0);
+    members
+}
+
+/// The sorted members of an object node, to change.
+fn members_mut<'n, 'a>(n: &'n mut Node<'a>) -> Option<&'n mut Vec<(Cow<'a, str>, Node<'a>)>> {
+    match n {
+        Node::Object(members) => Some(members),
+        _ => None,
+    }
+}
+
+/// Remove the member `key` of sorted `members`.
+fn remove_member(members: &mut Vec<(Cow<'_, str>, Node<'_>)>, key: &str) {
+    if let Ok(at) = members.binary_search_by(|(k, _)| k.as_ref().cmp(key)) {
+        members.remove(at);
+    }
+}
+
+/// A number's text as serde_json writes the number it parses it to: a plain integer that
+/// fits its `u64` / `i64` as sent, anything else (a fraction, an exponent, `-0`, an integer
+/// past 64 bits: an `f64` to serde_json) parsed and written by serde_json. `None` when
+/// serde_json refuses it (out of range).
+fn canonical_number(raw: &str) -> Option<Cow<'_, str>> {
+    let digits = raw.strip_prefix('-').unwrap_or(raw);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        let plain = if raw.starts_with('-') {
+            raw != "-0" && raw.parse::<i64>().is_ok()
+        } else {
+            raw.parse::<u64>().is_ok()
+        };
+        if plain {
+            return Some(Cow::Borrowed(raw));
+        }
+    }
+    let n: serde_json::Number = serde_json::from_str(raw).ok()?;
+    Some(Cow::Owned(Value::Number(n).to_string()))
+}
+
+/// Write `n` as canonical JSON text (object members already in key order).
+fn write_node(n: &Node<'_>, out: &mut String) {
+    match n {
+        Node::Object(members) => {
             out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
+            for (i, (k, v)) in members.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                write_canonical(&Value::String(k.clone()), out);
+                write_str(k, out);
                 out.push(':');
-                if let Some(v) = map.get(k) {
-                    write_canonical(v, out);
-                }
+                write_node(v, out);
             }
             out.push('}');
         }
-        Value::Array(items) => {
+        Node::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                write_canonical(item, out);
+                write_node(item, out);
             }
             out.push(']');
         }
-        // Scalars: serde_json's own text (strings escaped, numbers shortest round-trip).
-        scalar => out.push_str(&scalar.to_string()),
+        Node::Str(s) => write_str(s, out),
+        Node::Atom(a) => out.push_str(a),
     }
+}
+
+/// A string as serde_json writes it: quoted, with `"`, `\\` and the control characters
+/// escaped (and nothing else).
+fn write_str(s: &str, out: &mut String) {
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    out.push_str(&Value::String(s.to_owned()).to_string());
 }
 
 /// Keys that are cache markers, removed at any depth.
@@ -118,24 +279,20 @@ const CARRIER_KEYS: &[&str] = &[
 /// blocks, Responses reasoning items).
 const CARRIER_TYPES: &[&str] = &["thinking", "redacted_thinking", "reasoning"];
 
-fn strip_markers(v: &mut Value) {
-    match v {
-        Value::Object(map) => {
-            MARKERS.iter().for_each(|k| {
-                map.remove(*k);
-            });
-            map.values_mut().for_each(strip_markers);
+fn strip_markers(n: &mut Node<'_>) {
+    match n {
+        Node::Object(members) => {
+            MARKERS.iter().for_each(|k| remove_member(members, k));
+            members.iter_mut().for_each(|(_, v)| strip_markers(v));
         }
-        Value::Array(items) => items.iter_mut().for_each(strip_markers),
+        Node::Array(items) => items.iter_mut().for_each(strip_markers),
         _ => {}
     }
 }
 
-fn strip_carrier_keys(v: &mut Value) {
-    if let Value::Object(map) = v {
-        CARRIER_KEYS.iter().for_each(|k| {
-            map.remove(*k);
-        });
+fn strip_carrier_keys(n: &mut Node<'_>) {
+    if let Node::Object(members) = n {
+        CARRIER_KEYS.iter().for_each(|k| remove_member(members, k));
     }
 }
 
@@ -143,41 +300,65 @@ fn strip_carrier_keys(v: &mut Value) {
 /// spellings a client may switch between made one (a string `content` is a list of one text
 /// block; a Responses string input or `type: "message"` item is the easy input form
 /// `{"role":"user","content":…}`).
-fn normalize(dialect: Dialect, v: &mut Value) {
-    strip_markers(v);
-    strip_carrier_keys(v);
-    let Value::Object(map) = v else {
-        if let (Dialect::OpenaiResponses, Value::String(s)) = (dialect, &*v) {
-            let content = Value::String(s.clone());
-            *v = serde_json::json!({"role": "user", "content": content});
+fn normalize(dialect: Dialect, n: &mut Node<'_>) {
+    strip_markers(n);
+    strip_carrier_keys(n);
+    if !matches!(n, Node::Object(_)) {
+        if let (Dialect::OpenaiResponses, Node::Str(s)) = (dialect, &*n) {
+            let content = Node::Str(s.clone());
+            // Sorted: `content` before `role`.
+            *n = Node::Object(vec![
+                (Cow::Borrowed("content"), content),
+                (Cow::Borrowed("role"), Node::Str(Cow::Borrowed("user"))),
+            ]);
         }
         return;
-    };
+    }
     match dialect {
         Dialect::Anthropic | Dialect::Openai => {
-            if let Some(Value::String(s)) = map.get("content") {
-                let block = serde_json::json!([{"type": "text", "text": s}]);
-                map.insert("content".to_owned(), block);
+            if let Some(Node::Str(s)) = n.get("content") {
+                let block = Node::Object(vec![
+                    (Cow::Borrowed("text"), Node::Str(s.clone())),
+                    (Cow::Borrowed("type"), Node::Str(Cow::Borrowed("text"))),
+                ]);
+                set_member(n, "content", Node::Array(vec![block]));
             }
         }
         Dialect::OpenaiResponses => {
-            if map.get("type").and_then(Value::as_str) == Some("message") {
-                map.remove("type");
+            if n.str_member("type") == Some("message") {
+                if let Some(members) = members_mut(n) {
+                    remove_member(members, "type");
+                }
             }
         }
         Dialect::Gemini => {}
     }
-    if let Some(Value::Array(items)) = map.get_mut("content") {
+    if let Some(Node::Array(items)) = member_mut(n, "content") {
         items.retain(|b| {
-            !b.get("type")
-                .and_then(Value::as_str)
+            !b.str_member("type")
                 .is_some_and(|t| CARRIER_TYPES.contains(&t))
         });
     }
     for list in ["tool_calls", "parts"] {
-        if let Some(Value::Array(items)) = map.get_mut(list) {
+        if let Some(Node::Array(items)) = member_mut(n, list) {
             items.iter_mut().for_each(strip_carrier_keys);
         }
+    }
+}
+
+/// The member `key` of an object node, to change.
+fn member_mut<'n, 'a>(n: &'n mut Node<'a>, key: &str) -> Option<&'n mut Node<'a>> {
+    let members = members_mut(n)?;
+    let at = members
+        .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+        .ok()?;
+    members.get_mut(at).map(|(_, v)| v)
+}
+
+/// Replace the value of the existing member `key` of an object node.
+fn set_member<'a>(n: &mut Node<'a>, key: &str, value: Node<'a>) {
+    if let Some(v) = member_mut(n, key) {
+        *v = value;
     }
 }
 
@@ -224,18 +405,34 @@ static MEMO: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u128
 fn compute_digest(dialect: Dialect, message_json: &[u8]) -> Digest {
     let mut h = Sha256::new();
     h.update(MESSAGE_TAG);
-    match serde_json::from_slice::<Value>(message_json) {
-        Ok(mut v) => {
-            normalize(dialect, &mut v);
+    match canonical_message(dialect, message_json) {
+        Some(text) => {
             h.update(b"json\0");
-            h.update(canonical(&v).as_bytes());
+            h.update(text.as_bytes());
         }
-        Err(_) => {
+        None => {
             h.update(b"raw\0");
             h.update(message_json);
         }
     }
     Digest(h.finalize().into())
+}
+
+/// The normalized message ([`normalize`]) as canonical JSON text, `None` when serde_json does
+/// not parse it. Read by the span scanner ([`Node::scanned`]: no `serde_json::Value` built),
+/// else (nesting past [`MAX_SCAN_DEPTH`]) through a `Value`: the same text either way.
+fn canonical_message(dialect: Dialect, message_json: &[u8]) -> Option<String> {
+    let mut out = String::with_capacity(message_json.len());
+    if let Some(mut n) = Node::scanned(message_json) {
+        normalize(dialect, &mut n);
+        write_node(&n, &mut out);
+        return Some(out);
+    }
+    let v: Value = serde_json::from_slice(message_json).ok()?;
+    let mut n = Node::from_value(&v);
+    normalize(dialect, &mut n);
+    write_node(&n, &mut out);
+    Some(out)
 }
 
 #[derive(Deserialize)]
@@ -428,6 +625,8 @@ pub(crate) fn echoed_turns_in(dialect: Dialect, entries: &[&str]) -> Vec<EchoedT
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::response::testing::fixture;
+    use proptest::prelude::*;
     use serde_json::json;
 
     #[test]
@@ -526,5 +725,395 @@ mod tests {
             ..CapturedTurn::default()
         };
         assert_ne!(f, turn_fingerprint(&prev, &text_only));
+    }
+
+    /// The digest as it was computed before the span-scanner read (a `serde_json::Value`, its
+    /// normalized form, canonical text): digests are persisted in session records, so the new
+    /// read must give the same bytes for every input.
+    mod oracle {
+        use super::super::{CARRIER_KEYS, CARRIER_TYPES, MARKERS, MESSAGE_TAG};
+        use crate::dialect::Dialect;
+        use serde_json::Value;
+        use sha2::{Digest as _, Sha256};
+
+        /// Canonical JSON text of `v`: object keys sorted (by their UTF-8 bytes), no whitespace,
+        /// strings and numbers as serde_json writes them.
+        pub(super) fn canonical(v: &Value) -> String {
+            let mut out = String::new();
+            write_canonical(v, &mut out);
+            out
+        }
+
+        fn write_canonical(v: &Value, out: &mut String) {
+            match v {
+                Value::Object(map) => {
+                    let mut keys: Vec<&String> = map.keys().collect();
+                    keys.sort();
+                    out.push('{');
+                    for (i, k) in keys.into_iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        write_canonical(&Value::String(k.clone()), out);
+                        out.push(':');
+                        if let Some(v) = map.get(k) {
+                            write_canonical(v, out);
+                        }
+                    }
+                    out.push('}');
+                }
+                Value::Array(items) => {
+                    out.push('[');
+                    for (i, item) in items.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        write_canonical(item, out);
+                    }
+                    out.push(']');
+                }
+                // Scalars: serde_json's own text (strings escaped, numbers shortest round-trip).
+                scalar => out.push_str(&scalar.to_string()),
+            }
+        }
+
+        fn strip_markers(v: &mut Value) {
+            match v {
+                Value::Object(map) => {
+                    MARKERS.iter().for_each(|k| {
+                        map.remove(*k);
+                    });
+                    map.values_mut().for_each(strip_markers);
+                }
+                Value::Array(items) => items.iter_mut().for_each(strip_markers),
+                _ => {}
+            }
+        }
+
+        fn strip_carrier_keys(v: &mut Value) {
+            if let Value::Object(map) = v {
+                CARRIER_KEYS.iter().for_each(|k| {
+                    map.remove(*k);
+                });
+            }
+        }
+
+        /// The message in the form that is hashed: markers and carriers removed, and the equivalent
+        /// spellings a client may switch between made one (a string `content` is a list of one text
+        /// block; a Responses string input or `type: "message"` item is the easy input form
+        /// `{"role":"user","content":…}`).
+        fn normalize(dialect: Dialect, v: &mut Value) {
+            strip_markers(v);
+            strip_carrier_keys(v);
+            let Value::Object(map) = v else {
+                if let (Dialect::OpenaiResponses, Value::String(s)) = (dialect, &*v) {
+                    let content = Value::String(s.clone());
+                    *v = serde_json::json!({"role": "user", "content": content});
+                }
+                return;
+            };
+            match dialect {
+                Dialect::Anthropic | Dialect::Openai => {
+                    if let Some(Value::String(s)) = map.get("content") {
+                        let block = serde_json::json!([{"type": "text", "text": s}]);
+                        map.insert("content".to_owned(), block);
+                    }
+                }
+                Dialect::OpenaiResponses => {
+                    if map.get("type").and_then(Value::as_str) == Some("message") {
+                        map.remove("type");
+                    }
+                }
+                Dialect::Gemini => {}
+            }
+            if let Some(Value::Array(items)) = map.get_mut("content") {
+                items.retain(|b| {
+                    !b.get("type")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| CARRIER_TYPES.contains(&t))
+                });
+            }
+            for list in ["tool_calls", "parts"] {
+                if let Some(Value::Array(items)) = map.get_mut(list) {
+                    items.iter_mut().for_each(strip_carrier_keys);
+                }
+            }
+        }
+
+        pub(super) fn compute_digest(dialect: Dialect, message_json: &[u8]) -> [u8; 32] {
+            let mut h = Sha256::new();
+            h.update(MESSAGE_TAG);
+            match serde_json::from_slice::<Value>(message_json) {
+                Ok(mut v) => {
+                    normalize(dialect, &mut v);
+                    h.update(b"json\0");
+                    h.update(canonical(&v).as_bytes());
+                }
+                Err(_) => {
+                    h.update(b"raw\0");
+                    h.update(message_json);
+                }
+            }
+            h.finalize().into()
+        }
+    }
+
+    const DIALECTS: [Dialect; 4] = [
+        Dialect::Anthropic,
+        Dialect::Openai,
+        Dialect::OpenaiResponses,
+        Dialect::Gemini,
+    ];
+
+    /// `json`'s digest, new read and old, in every dialect (and the canonical text of a
+    /// `Value`, where it parses).
+    fn same_as_before(json: &[u8]) {
+        for d in DIALECTS {
+            assert_eq!(
+                compute_digest(d, json).0,
+                oracle::compute_digest(d, json),
+                "{d:?} {}",
+                String::from_utf8_lossy(json)
+            );
+        }
+        if let Ok(v) = serde_json::from_slice::<Value>(json) {
+            assert_eq!(canonical(&v), oracle::canonical(&v));
+        }
+    }
+
+    /// Every message of the recorded requests, every one-byte change of some, and shapes at
+    /// the edges (escapes, unicode, numbers, key order, duplicates, nesting, not JSON).
+    #[test]
+    fn the_digest_is_the_one_computed_before() {
+        let mut messages: Vec<Vec<u8>> = Vec::new();
+        for name in [
+            "anthropic_request.json",
+            "anthropic_next_request.json",
+            "chat_request.json",
+            "chat_next_request.json",
+            "gemini_request.json",
+            "gemini_next_request.json",
+            "responses_request.json",
+            "responses_next_request.json",
+        ] {
+            let body: Value = serde_json::from_slice(&fixture(name)).unwrap();
+            for list in ["messages", "contents", "input"] {
+                match body.get(list) {
+                    Some(Value::Array(items)) => {
+                        messages.extend(items.iter().map(|m| m.to_string().into_bytes()))
+                    }
+                    Some(other) => messages.push(other.to_string().into_bytes()),
+                    None => {}
+                }
+            }
+        }
+        assert!(messages.len() > 15, "{}", messages.len());
+        for m in &messages {
+            same_as_before(m);
+        }
+        let deep = |n: usize, open: &str, close: &str| {
+            format!(
+                r#"{{"role":"user","content":{}1{}}}"#,
+                open.repeat(n),
+                close.repeat(n)
+            )
+        };
+        let mut edges: Vec<Vec<u8>> = [
+            r#"{"role":"user","content":"hi"}"#,
+            r#" {"content" : "hi" ,"role":"user"} "#,
+            r#"{"role":"user","content":"a","content":"b"}"#,
+            r#"{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}],"content":"y"}"#,
+            r#"{"role":"user","content":[{"type":"thinking","thinking":"t"},{"type":"text","text":"x"},{"type":7},5,"s"]}"#,
+            r#"{"role":"user","cont\u0065nt":"esc\u00e9\n\t\"\\\/\b\f\u0001\u001f\u007f\ud83d\ude00"}"#,
+            "{\"role\":\"user\",\"content\":\"raw é 😀 \u{7f}\"}",
+            r#"{"role":"user","content":"\ud800"}"#,
+            r#"{"role":"user","content":"\udc00\ud800"}"#,
+            r#"{"role":"user","\ud800":1}"#,
+            r#"{"n":[0,-0,1,-1,1.0,1.50,1e2,1E+2,-1e-2,0.1,1e300,18446744073709551615,18446744073709551616,-9223372036854775808,-9223372036854775809,123456789012345678901234567890,5e-324,2.2250738585072014e-308]}"#,
+            r#"{"n":1e400}"#,
+            r#"{"n":-1e999}"#,
+            r#"{"b":1,"a":2,"é":3,"e":4,"Z":5,"":6,"aa":7,"a\u0000":8}"#,
+            r#"{"type":"message","role":"user","content":"hi","reasoning":"r","extra_content":{}}"#,
+            r#"{"type":"message","type":"other","role":"assistant"}"#,
+            r#"{"role":"assistant","tool_calls":[{"id":"c","extra_content":{"google":{}},"function":{"name":"f"}},7],"reasoning_content":"x"}"#,
+            r#"{"role":"model","parts":[{"text":"a","thoughtSignature":"s","cache_control":1},{"thought_signature":"t"}]}"#,
+            r#""a string input""#,
+            r#""""#,
+            r#"[{"cache_control":1,"a":[{"prompt_cache_breakpoint":true}]}]"#,
+            "7",
+            "-0",
+            "null",
+            "true",
+            "",
+            " ",
+            "{",
+            r#"{"a":1,}"#,
+            r#"{"a":01}"#,
+            r#"{"a":1} x"#,
+            "{\"a\":\"\u{1}\"}",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        for n in [99, 100, 101, 102, 126, 127, 128, 129, 200, 5000] {
+            edges.push(deep(n, "[", "]").into_bytes());
+            edges.push(deep(n, r#"{"a":"#, "}").into_bytes());
+        }
+        edges.push(b"{\"role\":\"user\",\"content\":\"\xff\"}".to_vec());
+        edges.push(b"{\"role\":\"user\",\"content\":\"\xed\xa0\x80\"}".to_vec());
+        for e in &edges {
+            same_as_before(e);
+        }
+        let samples = [
+            &br#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok \u00e9","cache_control":{"type":"ephemeral"}},{"type":"text","text":"n\"ext"}]}"#[..],
+            br#"{"role":"assistant","content":null,"reasoning_content":"r","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1.5e3}"}}]}"#,
+            br#"{"type":"message","role":"user","content":[{"type":"input_text","text":"x"},{"type":"reasoning","id":"rs"}],"n":[-0,1.0,12]}"#,
+        ];
+        let mut checked = 0;
+        for base in samples {
+            for m in crate::response::testing::one_byte_mutations(base) {
+                same_as_before(&m);
+                checked += 1;
+            }
+        }
+        assert!(checked > 5_000, "{checked}");
+    }
+
+    /// JSON text built from the spellings a client may use: any key order, duplicates,
+    /// whitespace, escapes, numbers in every form, the keys the normalization reads.
+    fn json_text() -> impl Strategy<Value = String> {
+        let string = prop::sample::select(vec![
+            r#""""#,
+            r#""hi""#,
+            r#""text""#,
+            r#""thinking""#,
+            r#""redacted_thinking""#,
+            r#""reasoning""#,
+            r#""message""#,
+            r#""user""#,
+            r#""é😀""#,
+            r#""\u00e9""#,
+            r#""a\nb\t\"q\"\\""#,
+            r#""\/\b\f\r\u0000\u001F""#,
+            r#""\ud83d\ude00""#,
+            r#""\ud800""#,
+            r#""th\u0069nking""#,
+            "\"\u{7f}\"",
+        ]);
+        let number = prop::sample::select(vec![
+            "0",
+            "-0",
+            "1",
+            "-1",
+            "42",
+            "1.0",
+            "1.50",
+            "-0.0",
+            "1e2",
+            "1E+2",
+            "-1e-2",
+            "0.1",
+            "1e300",
+            "1e400",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "123456789012345678901234567890",
+        ]);
+        let literal = prop::sample::select(vec!["true", "false", "null"]);
+        let leaf = prop_oneof![
+            string.prop_map(str::to_owned),
+            number.prop_map(str::to_owned),
+            literal.prop_map(str::to_owned),
+        ];
+        let key = prop::sample::select(vec![
+            "role",
+            "content",
+            "type",
+            "text",
+            "cache_control",
+            "prompt_cache_breakpoint",
+            "reasoning_content",
+            "reasoning",
+            "reasoning_details",
+            "extra_content",
+            "thoughtSignature",
+            "thought_signature",
+            "tool_calls",
+            "parts",
+            "a",
+            "b",
+            "é",
+            "",
+            r"cont\u0065nt",
+            r"typ\u0065",
+            "A",
+            "aa",
+        ]);
+        let ws = prop::sample::select(vec!["", "", "", " ", "\n", "\t", " \r\n "]);
+        leaf.prop_recursive(5, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec((key.clone(), ws.clone(), inner.clone()), 0..6).prop_map(
+                    |members| {
+                        let body: Vec<String> = members
+                            .into_iter()
+                            .map(|(k, w, v)| format!("{w}\"{k}\"{w}:{w}{v}{w}"))
+                            .collect();
+                        format!("{{{}}}", body.join(","))
+                    }
+                ),
+                prop::collection::vec((ws.clone(), inner), 0..5).prop_map(|items| {
+                    let body: Vec<String> =
+                        items.into_iter().map(|(w, v)| format!("{w}{v}")).collect();
+                    format!("[{}]", body.join(","))
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 2_000,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5EED_D16E),
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        /// Generated messages digest as before, whole and as a message object's `content`.
+        #[test]
+        fn generated_messages_digest_as_before(v in json_text()) {
+            same_as_before(v.as_bytes());
+            let wrapped = format!(r#"{{"role":"user","content":{v},"type":"message"}}"#);
+            same_as_before(wrapped.as_bytes());
+        }
+    }
+
+    /// SHA-256 of `cachekeeper.message.v1\0json\0` and the canonical text
+    /// `{"content":[{"text":"Say hello","type":"text"}],"role":"user"}` (checked by hand).
+    const PINNED_ANTHROPIC: &str =
+        "64c6c93ce5db48c48e355be5d2a96f0d7a00301c3a1dff87d8f2f7dfda85762d";
+    /// The same over `{"content":"Say hello","role":"user"}`.
+    const PINNED_RESPONSES: &str =
+        "cbb7c9215565586ab015542c8c8e93b51868ad1efafc19b7c17d48367e0e67cb";
+
+    /// Digests persisted before this read (session records) are found again: two pinned
+    /// (computed by the `Value` read).
+    #[test]
+    fn pinned_digests_do_not_move() {
+        let d = message_digest(
+            Dialect::Anthropic,
+            br#"{"role":"user","content":"Say hello"}"#,
+        );
+        let r = message_digest(Dialect::OpenaiResponses, br#""Say hello""#);
+        assert_eq!(
+            d.0,
+            oracle::compute_digest(
+                Dialect::Anthropic,
+                br#"{"role":"user","content":"Say hello"}"#
+            )
+        );
+        assert_eq!(d.to_string(), PINNED_ANTHROPIC);
+        assert_eq!(r.to_string(), PINNED_RESPONSES);
     }
 }
