@@ -165,8 +165,12 @@ pub struct StateConfig {
     /// `backend = "redis"`: how long reading one record may wait for Redis, ms. Default 20
     /// ([`crate::state::redis::DEFAULT_READ_TIMEOUT_MS`]). Past it the read counts as a miss.
     pub read_timeout_ms: Option<u64>,
-    /// Not built yet (issue 13: the final chunk of a response waiting for its carrier and
-    /// session writes); rejected at load.
+    /// `backend = "redis"`: how long the last chunk of a generation response may wait for
+    /// that turn's session and carrier writes to reach Redis, ms, so the next turn finds them
+    /// on any instance (read-your-writes; `docs/state.md`). Default 50
+    /// ([`crate::state::settle::DEFAULT_WRITE_WAIT_MS`]); 0: never wait; at most
+    /// [`crate::state::settle::MAX_WRITE_WAIT_MS`]. Past it the chunk goes and the writes
+    /// complete later (counted in `cachekeeper_state_write_waits_total{result="late"}`).
     pub write_wait_ms: Option<u64>,
     /// `backend = "redis"`: share the transcode cache with the other instances on the same
     /// Redis (each transcode sealed under its credential's key, kept `retention_days`:
@@ -218,6 +222,17 @@ impl StateConfig {
             .unwrap_or(crate::state::redis::DEFAULT_READ_TIMEOUT_MS)
     }
 
+    /// `write_wait_ms` or its default, ms (0 with SQLite: a single process reads its own
+    /// writes from memory, nothing to wait for).
+    pub fn write_wait_ms(&self) -> u64 {
+        match self.backend {
+            StateBackend::Sqlite => 0,
+            StateBackend::Redis => self
+                .write_wait_ms
+                .unwrap_or(crate::state::settle::DEFAULT_WRITE_WAIT_MS),
+        }
+    }
+
     /// Where the records are, for `check`: `sqlite <path>` or `redis <url, redacted>`.
     pub fn describe(&self, base_dir: &Path) -> String {
         match self.redis_url() {
@@ -228,10 +243,6 @@ impl StateConfig {
 
     /// Check the backend's keys and resolve the Redis URL; the message of an unusable one.
     fn resolve(&mut self) -> Result<(), String> {
-        const NOT_BUILT: &str = "is not built yet (issue 13); remove it";
-        if self.write_wait_ms.is_some() {
-            return Err(format!("[state] write_wait_ms {NOT_BUILT}"));
-        }
         if self.backend == StateBackend::Sqlite {
             for (set, key) in [
                 (self.url.is_some(), "url"),
@@ -239,6 +250,7 @@ impl StateConfig {
                 (self.ca_file.is_some(), "ca_file"),
                 (self.share_transcodes, "share_transcodes"),
                 (self.read_timeout_ms.is_some(), "read_timeout_ms"),
+                (self.write_wait_ms.is_some(), "write_wait_ms"),
             ] {
                 if set {
                     return Err(format!(
@@ -252,6 +264,13 @@ impl StateConfig {
         }
         if self.read_timeout_ms == Some(0) {
             return Err("[state] read_timeout_ms must be at least 1".to_owned());
+        }
+        let max_wait = crate::state::settle::MAX_WRITE_WAIT_MS;
+        if self.write_wait_ms.is_some_and(|ms| ms > max_wait) {
+            return Err(format!(
+                "[state] write_wait_ms must be at most {max_wait} (ms: how long the end of a \
+                 response may wait for its writes to reach Redis)"
+            ));
         }
         let url = match (&self.url, &self.url_env) {
             (Some(u), None) => u
@@ -1220,6 +1239,7 @@ upstream = "https://api.anthropic.com"
         assert_eq!(c.state.backend, StateBackend::Sqlite);
         assert!(c.state.redis_url().is_none());
         assert_eq!(c.state.read_timeout_ms(), 20);
+        assert_eq!(c.state.write_wait_ms(), 0);
         assert_eq!(
             c.state.describe(Path::new("/etc/ck")),
             "sqlite /etc/ck/cachekeeper.db"
@@ -1234,6 +1254,17 @@ upstream = "https://api.anthropic.com"
             Some("redis://app:s3cret@10.1.2.3:6380/4")
         );
         assert_eq!(c.state.read_timeout_ms(), 35);
+        assert_eq!(c.state.write_wait_ms(), 50);
+        let waits = |v: &str| {
+            state_section(&format!(
+                "backend = \"redis\"\nurl = \"redis://h:1/0\"\nwrite_wait_ms = {v}"
+            ))
+            .unwrap()
+            .state
+            .write_wait_ms()
+        };
+        assert_eq!(waits("0"), 0);
+        assert_eq!(waits("5000"), 5000);
         // Printed anywhere, the password is not there.
         let shown = c.state.describe(Path::new("."));
         assert_eq!(shown, "redis redis://app:***@10.1.2.3:6380/4");
@@ -1309,7 +1340,14 @@ upstream = "https://api.anthropic.com"
     #[test]
     fn state_keys_that_do_nothing_are_rejected() {
         for (body, want) in [
-            ("write_wait_ms = 50", "write_wait_ms is not built yet"),
+            (
+                "write_wait_ms = 50",
+                "write_wait_ms applies to backend = \"redis\" only",
+            ),
+            (
+                "backend = \"redis\"\nurl = \"redis://h:1/0\"\nwrite_wait_ms = 50000",
+                "write_wait_ms must be at most 5000",
+            ),
             (
                 "share_transcodes = true",
                 "share_transcodes applies to backend = \"redis\" only",

@@ -379,6 +379,21 @@ impl Metrics {
         self
     }
 
+    /// Also serve the state store's counters of responses whose last chunk waited for the
+    /// turn's writes to reach a shared store (`[state] write_wait_ms`) as
+    /// `cachekeeper_state_write_waits_total{result}` (`src/state/settle.rs`).
+    pub(crate) fn with_state_write_waits(
+        mut self,
+        waits: crate::state::settle::WaitCounters,
+    ) -> Self {
+        self.registry.register(
+            "cachekeeper_state_write_waits",
+            "Responses whose last chunk waited for the turn's writes to reach Redis ([state] write_wait_ms), by result: written (in time), late (the bound passed; the writes complete later), held (Redis in an outage; no wait)",
+            waits,
+        );
+        self
+    }
+
     /// Count one request body forwarded untouched because the buffer budget had no room for
     /// it within `buffer_wait_ms` (`route`: the route's name).
     pub(crate) fn buffer_budget_exceeded(&self, route: &str) {

@@ -354,5 +354,70 @@ async fn an_outage_holds_4096_keys_and_drops_the_oldest_writes_past_them() {
         &format!("bound-{:04}%0A00000001", BOUND_TURNS - 1)
     ));
     assert!(exists(&mut raw, "after%0A00000001"));
+/// Session records Redis holds (`ck:v1:session:*`).
+fn stored_sessions(server: &RedisServer) -> usize {
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("ck:v1:session:*")
+        .query(&mut server.raw())
+        .unwrap();
+    keys.len()
+}
+
+/// `[state] write_wait_ms`: the last chunk of a response waits for its turn's writes to reach
+/// Redis. In time: the client has the response only once its session record is in Redis
+/// (read here with no flush), counted `written`. While Redis holds every write
+/// (`CLIENT PAUSE … WRITE`, far longer than the bound) the bound passes, the response is
+/// served whole anyway and the write lands once Redis takes writes again, counted `late`.
+/// Redis down: no wait at all, counted `held`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_waits_for_its_turns_writes_at_most_write_wait_ms() {
+    logs();
+    let mock = start_mock(Arc::new(|_r: &Recorded| json_response(200, TURN_REPLY))).await;
+    let mut server = RedisServer::start();
+    let config = config_for(
+        &mock.url(),
+        &format!(
+            "[state]\nbackend = \"redis\"\nurl = {:?}\nwrite_wait_ms = 300\n",
+            server.url()
+        ),
+    );
+    let proxy = start_proxy(&config).await;
+    let waits =
+        |result: &str| format!("cachekeeper_state_write_waits_total{{result=\"{result}\"}}");
+
+    assert_eq!(state_turn(&proxy, "w1", 0).await, 200);
+    assert_eq!(
+        stored_sessions(&server),
+        1,
+        "in Redis before the client had the response"
+    );
+    assert_eq!(metric(&proxy, &waits("written")).await, Some(1.0));
+    assert_eq!(metric(&proxy, &waits("late")).await, None);
+
+    let _: () = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(10_000)
+        .arg("WRITE")
+        .query(&mut server.raw())
+        .unwrap();
+    assert_eq!(state_turn(&proxy, "w2", 0).await, 200);
+    assert_eq!(metric(&proxy, &waits("late")).await, Some(1.0));
+    let _: () = ::redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut server.raw())
+        .unwrap();
+    proxy.store.flush();
+    assert_eq!(stored_sessions(&server), 2, "the late write landed");
+
+    server.kill();
+    let mut sent = 0;
+    while metric(&proxy, "cachekeeper_state_write_errors_total").await == Some(0.0) {
+        assert!(sent < 200, "no write failed");
+        assert_eq!(state_turn(&proxy, "w3", sent).await, 200);
+        sent += 1;
+        proxy.store.flush();
+    }
+    assert_eq!(state_turn(&proxy, "w3", sent).await, 200);
+    assert!(metric(&proxy, &waits("held")).await >= Some(1.0));
     proxy.stop().await;
 }

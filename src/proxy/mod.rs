@@ -205,13 +205,15 @@ impl Server {
         } else {
             TranscodeCache::new(cfg.images.transcode_cache_bytes)
         });
+        store.set_write_wait(cfg.state.write_wait_ms());
         let shared = Shared {
             passes: Arc::new(passes::Pools::new(cpus())),
             metrics: Arc::new(
                 Metrics::new()
                     .with_state_write_errors(store.write_errors())
                     .with_state_writes_dropped(store.writes_dropped())
-                    .with_shared_transcodes(transcodes.shared_counts()),
+                    .with_shared_transcodes(transcodes.shared_counts())
+                    .with_state_write_waits(store.write_waits()),
             ),
             transcodes,
             sessions: Arc::new(SessionTracker::new(store.clone())),

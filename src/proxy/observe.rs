@@ -6,7 +6,9 @@
 //!
 //! Everything here runs synchronously in the body's poll: memory writes and a queued write
 //! to the store's writer thread, no I/O, no lock held across an await. Nothing here can
-//! change or delay the client's bytes.
+//! change the client's bytes. With a shared store (Redis) the chunk that completes the turn
+//! is held until the turn's writes reach it, at most `[state] write_wait_ms`
+//! ([`crate::state::settle`]), so the next turn finds them on any instance.
 
 use bytes::Bytes;
 
@@ -17,7 +19,7 @@ use crate::reasoning::carriers;
 use crate::response::{self, fingerprint, ResponseSink};
 use crate::state::Store;
 use crate::telemetry::Outcome;
-use crate::wire::stream::{BodyObserver, Break, End};
+use crate::wire::stream::{BodyObserver, Break, End, Hold};
 use crate::wire::tee::{Framing, Tee};
 
 /// The copy of a generation response being observed, and where its turn goes.
@@ -66,6 +68,9 @@ pub(crate) struct ResponseObserver {
     /// Further observers of the body (tests); each sees every chunk, a break, and the end,
     /// before the log line is written.
     taps: Vec<Box<dyn BodyObserver>>,
+    /// The wait for the turn's writes ([`crate::state::Store::settled`]), made when the
+    /// response completed; taken by the body ([`BodyObserver::hold`]).
+    hold: Option<Hold>,
 }
 
 impl ResponseObserver {
@@ -79,6 +84,7 @@ impl ResponseObserver {
             observing,
             end_marker: false,
             taps: Vec::new(),
+            hold: None,
         }
     }
 
@@ -86,12 +92,24 @@ impl ResponseObserver {
     /// dialect's observer read goes into the context, and the turn with its carriers into the
     /// store ([`carriers::save`]: sealed under the credential's key, or memory only without
     /// one), keyed by (credential scope, upstream host, model as the request named it, turn
-    /// fingerprint).
+    /// fingerprint). A complete response then waits for those writes with a shared store
+    /// ([`crate::state::Store::settled`]; the body asks [`BodyObserver::hold`]).
     fn finish_observing(&mut self, end: End) {
         let Some(mut o) = self.observing.take() else {
             return;
         };
         o.tee.on_end(end);
+        self.record_turn(&o);
+        if end == End::Complete {
+            // Queued after every write of this turn (its session record at the request, its
+            // carriers just now): the wait ends when they are all stored.
+            self.hold = o.store.settled();
+        }
+    }
+
+    /// What the dialect's observer read goes into the context, and the turn with its
+    /// carriers into the store (see [`Self::finish_observing`]).
+    fn record_turn(&mut self, o: &Observing) {
         let seen = &mut self.ctx.seen;
         seen.observe_error = o.tee.stopped();
         let observed = o.tee.sink().observed();
@@ -229,6 +247,10 @@ impl BodyObserver for ResponseObserver {
             t.on_end(end);
         }
         self.ctx.emit(outcome(end));
+    }
+
+    fn hold(&mut self) -> Option<Hold> {
+        self.hold.take()
     }
 }
 

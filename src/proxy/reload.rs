@@ -8,7 +8,7 @@
 //! reported as such (the running value stays): `[server] listen` (unless `--listen` overrides
 //! it), `[server] shutdown_grace_ms` and `max_buffered_bytes` (the shared budget is sized
 //! once), the `[state]` store (`backend`, `path`, `url`, `ca_file`, `read_timeout_ms`,
-//! `retention_days`, `max_bytes`) and `[images] transcode_cache_bytes` (the shared cache is sized once). A file
+//! `write_wait_ms`, `retention_days`, `max_bytes`) and `[images] transcode_cache_bytes` (the shared cache is sized once). A file
 //! that does not load, or whose routes or CA bundle are unusable, changes nothing: the error is
 //! returned (and logged by [`Reloader::reload_logged`]) and the old configuration keeps serving.
 
@@ -63,6 +63,7 @@ struct Fixed {
     /// `[state] ca_file`, resolved (the client is built with it once).
     state_ca_file: Option<PathBuf>,
     state_read_timeout_ms: u64,
+    state_write_wait_ms: u64,
     retention_days: u32,
     state_max_bytes: u64,
     transcode_cache_bytes: u64,
@@ -82,6 +83,7 @@ impl Fixed {
             state_url: cfg.state.redis_url().cloned(),
             state_ca_file: cfg.state.ca_path(&loaded.base_dir),
             state_read_timeout_ms: cfg.state.read_timeout_ms(),
+            state_write_wait_ms: cfg.state.write_wait_ms(),
             retention_days: cfg.state.retention_days,
             state_max_bytes: cfg.state.max_bytes,
             transcode_cache_bytes: cfg.images.transcode_cache_bytes,
@@ -144,6 +146,11 @@ impl Fixed {
             "[state] read_timeout_ms",
             self.state_read_timeout_ms.to_string(),
             new.state_read_timeout_ms.to_string(),
+        );
+        diff(
+            "[state] write_wait_ms",
+            self.state_write_wait_ms.to_string(),
+            new.state_write_wait_ms.to_string(),
         );
         let ca = |p: &Option<PathBuf>| {
             p.as_ref()
@@ -285,8 +292,8 @@ mod tests {
         Fixed::of(&loaded, false)
     }
 
-    /// The store is opened once: a change of backend, URL (a new password included) or read
-    /// timeout needs a restart, and the message shows the URLs redacted.
+    /// The store is opened once: a change of backend, URL (a new password included), read
+    /// timeout or write wait needs a restart, and the message shows the URLs redacted.
     #[test]
     fn the_state_backend_and_its_url_need_a_restart_and_print_redacted() {
         let sqlite = fixed("");
@@ -295,17 +302,19 @@ mod tests {
             sqlite.changes(&redis),
             [
                 "[state] backend: sqlite → redis",
+                "[state] write_wait_ms: 0 → 50",
                 "[state] url: unset → redis://:***@10.0.0.1:6379/0"
             ]
         );
         let new_pw = fixed(
-            "backend = \"redis\"\nurl = \"redis://:new-pw@10.0.0.1:6379/0\"\nread_timeout_ms = 40",
+            "backend = \"redis\"\nurl = \"redis://:new-pw@10.0.0.1:6379/0\"\nread_timeout_ms = 40\nwrite_wait_ms = 80",
         );
         let changes = redis.changes(&new_pw);
         assert_eq!(
             changes,
             [
                 "[state] read_timeout_ms: 20 → 40",
+                "[state] write_wait_ms: 50 → 80",
                 "[state] url: redis://:***@10.0.0.1:6379/0 → redis://:***@10.0.0.1:6379/0"
             ]
         );

@@ -36,6 +36,7 @@ mod outage;
 pub(crate) mod redis;
 pub mod rejected;
 pub(crate) mod seal;
+pub(crate) mod settle;
 pub(crate) mod sqlite;
 pub(crate) mod verdicts;
 
@@ -513,6 +514,10 @@ enum Op {
     /// Flush marker: the sender is told once every earlier op is applied (writes held in an
     /// outage are retried first).
     Sync(mpsc::Sender<()>),
+    /// [`Store::settled`]: the sender is told once every earlier op is applied: `true` when
+    /// the writes reached the backend, `false` when it is in an outage (they are held). Never
+    /// retries or waits itself.
+    Settled(tokio::sync::oneshot::Sender<bool>),
     /// [`Store::inject_fault`]: the value read back goes to the sender (`None`: refused).
     Fault(Fault, mpsc::Sender<Option<i64>>),
     /// Another process changed a resident record, or anything ([`Backend::watch`]): read it
@@ -534,6 +539,10 @@ struct Inner {
     /// `cachekeeper_state_writes_dropped_total`: writes held in an outage and dropped for
     /// [`outage::MAX_PENDING_RECORDS`].
     writes_dropped: prometheus_client::metrics::counter::Counter,
+    /// `[state] write_wait_ms` ([`Store::set_write_wait`]); 0: responses never wait.
+    write_wait_ms: AtomicU64,
+    /// `cachekeeper_state_write_waits_total{result}` ([`settle`]).
+    write_waits: settle::WaitCounters,
     /// Bumped (under the cache lock) whenever records are forgotten or replaced because
     /// another process changed them: a read through the writer that started before does not
     /// put what it read into the cache (it may be older than the change).
@@ -736,6 +745,8 @@ impl Store {
             shared: backend.is_shared(),
             write_errors: prometheus_client::metrics::counter::Counter::default(),
             writes_dropped: prometheus_client::metrics::counter::Counter::default(),
+            write_wait_ms: AtomicU64::new(0),
+            write_waits: settle::WaitCounters::default(),
             epoch: AtomicU64::new(0),
         });
         let (tx, rx) = mpsc::channel::<Op>();
@@ -787,6 +798,39 @@ impl Store {
     /// (`cachekeeper_state_writes_dropped_total`, [`outage::MAX_PENDING_RECORDS`]).
     pub(crate) fn writes_dropped(&self) -> prometheus_client::metrics::counter::Counter {
         self.inner.writes_dropped.clone()
+    }
+
+    /// `[state] write_wait_ms`: how long [`Store::settled`] lets a response's last chunk wait
+    /// for the writes queued before it, ms (0: never). Only a shared backend waits.
+    pub(crate) fn set_write_wait(&self, ms: u64) {
+        self.inner.write_wait_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The counters of [`Store::settled`]'s waits (`cachekeeper_state_write_waits_total`).
+    pub(crate) fn write_waits(&self) -> settle::WaitCounters {
+        self.inner.write_waits.clone()
+    }
+
+    /// With a shared backend ([`Backend::is_shared`]) and a write wait set
+    /// ([`Store::set_write_wait`]): a wait that ends once every write sent so far has
+    /// reached the backend, or the backend is found in an outage, or the wait's bound passed
+    /// — whichever comes first — counted by how it ended ([`settle`]). `None` otherwise
+    /// (nothing to wait for: this process's memory already holds its writes). The wait
+    /// never delays the writes themselves or any other request.
+    pub(crate) fn settled(&self) -> Option<settle::Wait> {
+        let ms = self.inner.write_wait_ms.load(Ordering::Relaxed);
+        if !self.inner.shared || ms == 0 {
+            return None;
+        }
+        let tx = self.tx.as_ref()?;
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        // A writer that is gone drops the sender: the wait ends at once, counted `held`.
+        let _ = tx.send(Op::Settled(done_tx));
+        Some(settle::settled(
+            done_rx,
+            Duration::from_millis(ms),
+            self.inner.write_waits.clone(),
+        ))
     }
 
     /// Test hook (the fault tests): apply `fault` to the writer's own backend connection,
@@ -1229,6 +1273,9 @@ fn writer_loop(
                     approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
                 }
                 let _ = done.send(());
+            }
+            Ok(Op::Settled(done)) => {
+                let _ = done.send(!writes.failing());
             }
             Ok(Op::Fault(fault, reply)) => {
                 let _ = reply.send(backend.inject_fault(fault).ok());

@@ -6,6 +6,10 @@
 //! At shutdown, when the grace is nearly over, the [`Cutoff`] ends every body still open: an
 //! event stream at its next event boundary (the client never holds part of an event), any
 //! other body at once; then as a [`Break::Shutdown`].
+//!
+//! An observer may hold one frame back for a bounded wait of its own ([`BodyObserver::hold`]:
+//! the last chunk of a response until its records are stored where the next request may be
+//! served); the body forwards nothing else meanwhile and reports no end.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -105,9 +109,12 @@ pub enum End {
     ClientGone,
 }
 
+/// A wait an observer holds a frame for ([`BodyObserver::hold`]). Bounded by whoever made it.
+pub type Hold = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Sees a response body as it passes. Runs synchronously inside the body's poll: it must not
-/// block, do I/O or wait on a lock held across an await, and it can never delay, alter or
-/// fail the client's bytes.
+/// block, do I/O or wait on a lock held across an await, and it can never alter or fail the
+/// client's bytes; it delays them only by a bounded [`Self::hold`] of its own.
 pub trait BodyObserver: Send {
     /// A data chunk, just before it is handed to the client.
     fn on_data(&mut self, _chunk: &Bytes) {}
@@ -117,8 +124,15 @@ pub trait BodyObserver: Send {
     fn on_break(&mut self, _why: Break, _detail: &str) -> Option<Bytes> {
         None
     }
-    /// The body ended. Called exactly once, after every other call.
+    /// The body ended. Called exactly once, after every other call but [`Self::hold`].
     fn on_end(&mut self, _end: End) {}
+    /// Asked after each data chunk's [`Self::on_data`] (and the complete end's
+    /// [`Self::on_end`], when the end came with it or after it): a wait the chunk (or the end)
+    /// must be held for before it reaches the client, or `None` to pass it at once. The wait
+    /// must be bounded: the body waits for it whole. Not asked on a break.
+    fn hold(&mut self) -> Option<Hold> {
+        None
+    }
 }
 
 /// The upstream response body, observed.
@@ -136,6 +150,9 @@ pub(crate) struct ObservedBody<O: BodyObserver> {
     cutting: bool,
     /// The last bytes handed to the client (at most 4), to find the event boundary.
     tail: Vec<u8>,
+    /// The observer's wait ([`BodyObserver::hold`]) and what goes to the client after it: a
+    /// frame, or the end (`None`).
+    held: Option<(Hold, Option<Frame<Bytes>>)>,
 }
 
 impl<O: BodyObserver> ObservedBody<O> {
@@ -157,6 +174,7 @@ impl<O: BodyObserver> ObservedBody<O> {
             cut: None,
             cutting: false,
             tail: Vec::new(),
+            held: None,
         }
     }
 
@@ -179,6 +197,34 @@ impl<O: BodyObserver> ObservedBody<O> {
             self.finished = true;
             self.observer.on_end(end);
         }
+    }
+
+    /// Pass `next` (a frame, or the end) to the client, after the observer's wait if it
+    /// asks for one.
+    fn release(
+        &mut self,
+        next: Option<Frame<Bytes>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.observer.hold() {
+            Some(hold) => {
+                self.held = Some((hold, next));
+                self.poll_held(cx)
+            }
+            None => Poll::Ready(next.map(Ok)),
+        }
+    }
+
+    /// The held frame (or end) once the observer's wait is over.
+    fn poll_held(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let Some((hold, _)) = &mut self.held else {
+            return Poll::Ready(None);
+        };
+        if hold.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let next = self.held.take().and_then(|(_, next)| next);
+        Poll::Ready(next.map(Ok))
     }
 
     fn broken(
@@ -208,6 +254,9 @@ impl<O: BodyObserver + Unpin> Body for ObservedBody<O> {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         // Every field is `Unpin`, so this is a plain `&mut`.
         let this = self.get_mut();
+        if this.held.is_some() {
+            return this.poll_held(cx);
+        }
         if this.finished {
             return Poll::Ready(None);
         }
@@ -244,12 +293,12 @@ impl<O: BodyObserver + Unpin> Body for ObservedBody<O> {
                     // hyper will not poll again (the upstream sent trailers: not a client gone).
                     this.finish(End::Complete);
                 }
-                Poll::Ready(Some(Ok(frame)))
+                this.release(Some(frame), cx)
             }
             Poll::Ready(Some(Err(e))) => this.broken(Break::UpstreamBroken, e.to_string()),
             Poll::Ready(None) => {
                 this.finish(End::Complete);
-                Poll::Ready(None)
+                this.release(None, cx)
             }
             Poll::Pending => match this.idle.as_mut().poll(cx) {
                 Poll::Ready(()) => {
@@ -265,7 +314,8 @@ impl<O: BodyObserver + Unpin> Body for ObservedBody<O> {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.finished || self.inner.is_end_stream()
+        // A held frame is still to come.
+        self.held.is_none() && (self.finished || self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -488,5 +538,88 @@ mod tests {
         );
         drop(b);
         assert_eq!(seen.lock().unwrap().ends, vec![End::ClientGone]);
+    }
+
+    /// Holds the frame that carries `at` (or, with `at` empty, the end) until `release`
+    /// fires.
+    struct Holder {
+        seen: Arc<Mutex<Seen>>,
+        at: &'static [u8],
+        release: Option<tokio::sync::oneshot::Receiver<()>>,
+        due: bool,
+    }
+
+    impl BodyObserver for Holder {
+        fn on_data(&mut self, chunk: &Bytes) {
+            self.seen.lock().unwrap().data.extend_from_slice(chunk);
+            self.due = !self.at.is_empty() && &chunk[..] == self.at;
+        }
+        fn on_end(&mut self, end: End) {
+            self.seen.lock().unwrap().ends.push(end);
+            self.due = self.at.is_empty();
+        }
+        fn hold(&mut self) -> Option<Hold> {
+            if !std::mem::take(&mut self.due) {
+                return None;
+            }
+            let rx = self.release.take()?;
+            Some(Box::pin(async move {
+                let _ = rx.await;
+            }))
+        }
+    }
+
+    fn holder(at: &'static [u8]) -> (Holder, tokio::sync::oneshot::Sender<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let h = Holder {
+            seen: Arc::new(Mutex::new(Seen::default())),
+            at,
+            release: Some(rx),
+            due: false,
+        };
+        (h, tx)
+    }
+
+    #[tokio::test]
+    async fn a_held_chunk_reaches_the_client_only_after_the_wait_and_nothing_passes_it() {
+        use futures_util::FutureExt;
+        let (h, release) = holder(b"last");
+        let seen = h.seen.clone();
+        let mut b = ObservedBody::new(
+            body(vec![Ok("a"), Ok("last"), Ok("after")]),
+            Duration::from_secs(5),
+            false,
+            h,
+        );
+        let first = b.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"a");
+        // The observer saw the chunk; the client does not get it, nor anything after it.
+        assert!(b.frame().now_or_never().is_none());
+        assert!(b.frame().now_or_never().is_none());
+        assert_eq!(seen.lock().unwrap().data, b"alast");
+        assert!(!b.is_end_stream());
+        release.send(()).unwrap();
+        let held = b.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&held[..], b"last");
+        let rest = b.collect().await.unwrap().to_bytes();
+        assert_eq!(&rest[..], b"after");
+        assert_eq!(seen.lock().unwrap().ends, vec![End::Complete]);
+    }
+
+    #[tokio::test]
+    async fn a_held_end_is_reported_only_after_the_wait() {
+        use futures_util::FutureExt;
+        let (h, release) = holder(b"");
+        let seen = h.seen.clone();
+        let mut b = ObservedBody::new(body(vec![Ok("{}")]), Duration::from_secs(5), false, h);
+        let first = b.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"{}");
+        // The end was told to the observer; the client is not told it yet.
+        assert!(b.frame().now_or_never().is_none());
+        assert_eq!(seen.lock().unwrap().ends, vec![End::Complete]);
+        assert!(!b.is_end_stream());
+        release.send(()).unwrap();
+        assert!(b.frame().await.is_none());
+        assert!(b.is_end_stream());
     }
 }

@@ -6,7 +6,9 @@ alternates between them on every turn, as behind a round-robin load balancer.
   second 400.
 - An agent that drops its reasoning carriers (the tool loops of test_restore.py) gets them
   restored on every turn, by the instance that did not capture them: each instance restores
-  from what the other wrote to Redis.
+  from what the other wrote to Redis. Turns follow each other with no pause: each response's
+  last chunk waited for its writes (``[state] write_wait_ms``), counted ``written`` on
+  ``/metrics``.
 - ``cachekeeper report`` run against either instance's config shows the one session with all
   its turns, numbered in order.
 - A Responses conversation chained by ``previous_response_id`` alone, alternating between the
@@ -53,11 +55,11 @@ READ_TIMEOUT_MS = 500
 # The pause between a verdict learned on A and B's request: over the one second within
 # which B's memory has it (pub/sub invalidation, README "Running N instances").
 VERDICT_PAUSE_S = 1.2
-# The pause between two turns of the carrier loop. `[state] write_wait_ms` (the response's
-# last chunk waiting for its carrier and session writes) is not on main yet, so a turn sent
-# the instant the previous one ended could reach the other instance before the write reached
-# Redis; this pause stands in for it (README "Running N instances" says what remains).
-TURN_PAUSE_S = 0.5
+# `[state] write_wait_ms`: how long a response's last chunk waits for its turn's carrier and
+# session writes to reach Redis, so the next turn, sent the instant the client has the
+# response, finds them on the other instance (no pause between turns). The default (50 ms)
+# is for a real deployment; the test machine runs the suite under load.
+WRITE_WAIT_MS = 2000
 
 
 def _ping(port: int, ca: Path | None = None) -> bool:
@@ -128,13 +130,26 @@ def redis_server(tmp: Path, tls: Path | None = None) -> Iterator[int]:
         proc.wait(timeout=10)
 
 
+def write_waits(p: Proxy) -> dict[str, int]:
+    """``cachekeeper_state_write_waits_total`` of instance ``p`` by ``result``."""
+    with urllib.request.urlopen(f"{p.base_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    prefix = 'cachekeeper_state_write_waits_total{result="'
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            label, value = line[len(prefix):].split('"} ')
+            out[label] = int(float(value))
+    return out
+
+
 @contextlib.contextmanager
 def two_instances(tmp: Path, mock: MockUpstream, tls: bool = False, state_extra: str = "") -> Iterator[tuple[Proxy, Proxy]]:
     """Instances A and B, each with its own config file and logs, on one Redis (``tls``: over
     rediss:// with ``ca_file``; ``state_extra``: more ``[state]`` lines)."""
     certs = make_ca(tmp / "certs") if tls else None
     with redis_server(tmp / "redis", certs) as port, contextlib.ExitStack() as stack:
-        state = f'backend = "redis"\nurl = "redis://127.0.0.1:{port}/0"\nread_timeout_ms = {READ_TIMEOUT_MS}\n{state_extra}'
+        state = f'backend = "redis"\nurl = "redis://127.0.0.1:{port}/0"\nread_timeout_ms = {READ_TIMEOUT_MS}\nwrite_wait_ms = {WRITE_WAIT_MS}\n{state_extra}'
         if certs is not None:
             state = state.replace("redis://", "rediss://") + f'\nca_file = "{certs / "ca.pem"}"'
         pair = []
@@ -199,8 +214,6 @@ def test_carriers_captured_by_one_instance_are_restored_by_the_other_and_report_
         logs = [p.request_log() for p in (a, b)]
 
         def at(k: int) -> Any:
-            if k:
-                time.sleep(TURN_PAUSE_S)
             return clients[k % 2]
 
         if mode == "deepseek":
@@ -220,6 +233,10 @@ def test_carriers_captured_by_one_instance_are_restored_by_the_other_and_report_
         for k in range(turns):
             line = lines[k % 2][k // 2]
             assert line.get(tr.RESTORED_TURNS, 0) == k, f"request {k}: {line}"
+        # Every response waited for its writes and had them in Redis within the bound.
+        for i, p in enumerate((a, b)):
+            served = (turns + 1 - i) // 2
+            assert write_waits(p) == {"written": served}, p.base_url
         # Either instance's report shows the one session, every turn, in order.
         for p in (a, b):
             report: dict[str, Any] = {}
@@ -271,8 +288,6 @@ def test_a_responses_chain_alternating_between_instances_is_one_session(mock: Mo
         prev: str | None = None
         ids = []
         for k in range(turns):
-            if k:
-                time.sleep(TURN_PAUSE_S)
             extra: dict[str, Any] = {} if prev is None else {"previous_response_id": prev}
             client = clients[k % 2]
             if k % 2:
@@ -333,9 +348,9 @@ def test_a_screenshot_transcoded_by_one_instance_is_served_to_the_other_from_red
     ]
     with two_instances(tmp_path, mock, state_extra="share_transcodes = true") as (a, b):
         clients = [tr.anthropic_client(p.base_url + tr.ROUTE["anthropic"], sent) for p in (a, b)]
-        for k, client in enumerate(clients):
-            if k:
-                time.sleep(TURN_PAUSE_S)  # A's transcode write reaches Redis
+        # No pause: A's transcode was queued before its response ended, so the response's last
+        # chunk waited for it too ([state] write_wait_ms).
+        for client in clients:
             r = client.messages.with_raw_response.create(
                 model="claude-e2e-test-model", max_tokens=64, messages=messages, tools=[SCREENSHOT_TOOL_ANTHROPIC]  # type: ignore[arg-type]
             )
