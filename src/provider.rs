@@ -328,7 +328,9 @@ pub struct Provider {
     /// (per conversation, per request with `cch=`) then only keeps requests from sharing the
     /// cached prefix, so routes on the row get the billing-line stabiliser by default
     /// (`docs/caching.md#prefix-stabilisers`). False for `anthropic`, the gateways
-    /// (`openrouter`, `copilot`) and `default` (an unknown host may be a gateway to Anthropic).
+    /// (`openrouter`, `copilot`) and `default` (an unknown host may be a gateway to Anthropic),
+    /// and for `gemini`, which serves no Anthropic wire (nor does `openai`: its
+    /// [`Self::dialects`] leave Anthropic out, which the default reads too).
     pub third_party_anthropic_wire: bool,
     /// A 1-hour `cache_control` TTL needs the `extended-cache-ttl-2025-04-11` `anthropic-beta`
     /// value ([`crate::caching::EXTENDED_CACHE_TTL_BETA`]). False for `anthropic`, whose
@@ -472,6 +474,8 @@ pub(crate) const PROVIDERS: &[Provider] = &[
         }],
         validates_thought_signatures: true,
         native_dialect: Some(Dialect::Gemini),
+        // Google serves its own wire and an OpenAI-compatible one, no Anthropic wire.
+        third_party_anthropic_wire: false,
         ..row(
             "gemini",
             &[

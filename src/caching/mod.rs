@@ -114,7 +114,8 @@ impl CacheSettings {
     /// A route's settings from its keys (`cache_breakpoints`, `cache_ttl`, `stabilize`; each
     /// `None` when unset) and its provider row: an unset `stabilize` is
     /// `["claude_code_billing_line"]` on a third-party Anthropic-wire row
-    /// ([`crate::provider::Provider::third_party_anthropic_wire`]), else `[]`. A listed
+    /// ([`crate::provider::Provider::third_party_anthropic_wire`]) that takes the Anthropic
+    /// dialect at all ([`crate::provider::Provider::dialects`]), else `[]`. A listed
     /// stabiliser runs once, in the order first listed.
     pub fn resolve(
         breakpoints: Option<Breakpoints>,
@@ -132,7 +133,11 @@ impl CacheSettings {
                 }
                 out
             }
-            None if row.third_party_anthropic_wire => vec![Stabiliser::ClaudeCodeBillingLine],
+            None if row.third_party_anthropic_wire
+                && row.dialects.contains(&crate::dialect::Dialect::Anthropic) =>
+            {
+                vec![Stabiliser::ClaudeCodeBillingLine]
+            }
             None => Vec::new(),
         };
         CacheSettings {
@@ -180,7 +185,16 @@ mod tests {
             assert_eq!(s.stabilize, billing, "{name}");
             assert_eq!(s.breakpoints, Breakpoints::Off);
         }
-        for name in ["anthropic", "openrouter", "copilot", "default"] {
+        // The failing input of `check`: the shipped openai and gemini routes showed the
+        // billing-line stabiliser on, though neither provider serves Anthropic wire.
+        for name in [
+            "anthropic",
+            "openrouter",
+            "copilot",
+            "default",
+            "openai",
+            "gemini",
+        ] {
             let s = CacheSettings::resolve(None, None, None, by_name(name).unwrap());
             assert!(s.stabilize.is_empty(), "{name}");
         }

@@ -225,7 +225,9 @@ impl BodyObserver for ResponseObserver {
         } else {
             return None;
         };
-        let event = midstream_error_event(self.ctx.dialect, why, detail, last_sequence)?;
+        // The request's dialect, else (a path the proxy did not parse) the one its errors take.
+        let dialect = self.ctx.dialect.or_else(|| self.ctx.error_dialect());
+        let event = midstream_error_event(dialect, why, detail, last_sequence)?;
         if ending.is_empty() {
             return Some(event);
         }
@@ -383,6 +385,31 @@ mod tests {
         assert!(o.on_break(Break::UpstreamBroken, "reset").is_none());
         let mut o = ResponseObserver::new(ctx(Dialect::Anthropic), false, None);
         assert!(o.on_break(Break::IdleTimeout, "idle").is_none());
+    }
+
+    /// The failing input: an event stream on a path the proxy does not parse (no request
+    /// dialect) broke mid-way and was ended with OpenAI's error event whatever the path: a
+    /// Gemini path's stream is aborted, an Anthropic path's ends with Anthropic's event.
+    #[test]
+    fn an_unparsed_streams_break_takes_the_dialect_of_the_paths_errors() {
+        let unparsed = |path: &str| {
+            let uri: http::Uri = path.parse().unwrap();
+            RequestCtx::new(&http::Method::GET, &uri)
+        };
+        let mut o = ResponseObserver::new(
+            unparsed("/x/v1beta/models/g:streamGenerateContent"),
+            true,
+            None,
+        );
+        assert!(o.on_break(Break::UpstreamBroken, "reset").is_none());
+        o.on_end(End::Broken(Break::UpstreamBroken));
+        let mut o = ResponseObserver::new(unparsed("/anthropic/v1/messages"), true, None);
+        let last = o.on_break(Break::UpstreamBroken, "reset").unwrap();
+        assert!(last.starts_with(b"event: error\ndata: {"), "{last:?}");
+        assert!(std::str::from_utf8(&last)
+            .unwrap()
+            .contains(r#""type":"api_error""#));
+        o.on_end(End::Broken(Break::UpstreamBroken));
     }
 
     fn memory_store() -> Store {
