@@ -354,6 +354,9 @@ async fn an_outage_holds_4096_keys_and_drops_the_oldest_writes_past_them() {
         &format!("bound-{:04}%0A00000001", BOUND_TURNS - 1)
     ));
     assert!(exists(&mut raw, "after%0A00000001"));
+    proxy.stop().await;
+}
+
 /// Session records Redis holds (`ck:v1:session:*`).
 fn stored_sessions(server: &RedisServer) -> usize {
     let keys: Vec<String> = ::redis::cmd("KEYS")

@@ -475,8 +475,20 @@ impl SessionTracker {
     }
 
     /// Link response `id` to `session` under `scope`: in memory and as a
-    /// [`Kind::ResponseLink`] record (queued; other instances on a shared store read it).
-    fn link_response(&self, scope: &str, id: &str, session: &str) {
+    /// [`Kind::ResponseLink`] record (queued; other instances on a shared store read it, as
+    /// does this one after a restart). Called when the response completed,
+    /// before its last chunk goes (so the chunk's write wait covers it: `[state]
+    /// write_wait_ms`), and again at the turn's end, which then writes nothing.
+    pub(crate) fn link_response(&self, scope: &str, id: &str, session: &str) {
+        let linked = self.inner.lock().ok().is_some_and(|g| {
+            g.responses
+                .get(&(scope.to_owned(), id.to_owned()))
+                .map(String::as_str)
+                == Some(session)
+        });
+        if linked {
+            return;
+        }
         let link = ResponseLink {
             session: session.to_owned(),
         };

@@ -117,6 +117,15 @@ impl ResponseObserver {
         seen.reasoning_seen = observed.reasoning_seen;
         seen.upstream_error.clone_from(&observed.error);
         seen.response_id.clone_from(&observed.response_id);
+        if let (Some(id), Some(sessions), Some(account)) = (
+            observed.response_id.as_deref(),
+            self.ctx.sessions.as_ref(),
+            self.ctx.turn.as_ref(),
+        ) {
+            // Before the write wait below, so the next turn finds the link on any instance.
+            sessions.link_response(&self.ctx.credential_scope, id, &account.session);
+        }
+        let seen = &mut self.ctx.seen;
         let (Some(turn), Some(answers), Some(model), Some(route)) = (
             observed.turn.as_ref(),
             self.ctx.answers.as_ref(),
