@@ -762,24 +762,26 @@ mod tests {
         }
     }
 
+    /// A store on `server`'s database 0, as an instance on a shared Redis opens it.
+    fn redis_store(server: &crate::state::redis::test_server::RedisServer) -> Store {
+        use crate::state::redis::{RedisBackend, RedisOptions};
+        let b = RedisBackend::open(&RedisOptions {
+            url: server.url(0),
+            read_timeout: Duration::from_secs(10),
+            retention_days: 0,
+            ca_file: None,
+        })
+        .unwrap();
+        Store::with_backend(Box::new(b), 0, u64::MAX, 1 << 20)
+    }
+
     /// Two instances on one Redis, a conversation alternating between them on every turn:
     /// each numbers its turn after the other's, so the turns are 1, 2, 3, 4 in one session
     /// (each instance's own copy of the session is stale after the other's turn).
     #[test]
     fn turns_alternating_between_two_instances_on_one_redis_number_in_order() {
-        use crate::state::redis::test_server::RedisServer;
-        use crate::state::redis::{RedisBackend, RedisOptions};
-        let server = RedisServer::start();
-        let store = || {
-            let b = RedisBackend::open(&RedisOptions {
-                url: server.url(0),
-                read_timeout: Duration::from_secs(10),
-                retention_days: 0,
-                ca_file: None,
-            })
-            .unwrap();
-            Store::with_backend(Box::new(b), 0, u64::MAX, 1 << 20)
-        };
+        let server = crate::state::redis::test_server::RedisServer::start();
+        let store = || redis_store(&server);
         let (sa, sb) = (store(), store());
         assert!(sa.is_shared());
         let (a, b) = (
@@ -812,19 +814,8 @@ mod tests {
     /// (the link is per credential scope).
     #[test]
     fn a_responses_chain_alternating_between_two_instances_stays_one_session() {
-        use crate::state::redis::test_server::RedisServer;
-        use crate::state::redis::{RedisBackend, RedisOptions};
-        let server = RedisServer::start();
-        let store = || {
-            let b = RedisBackend::open(&RedisOptions {
-                url: server.url(0),
-                read_timeout: Duration::from_secs(10),
-                retention_days: 0,
-                ca_file: None,
-            })
-            .unwrap();
-            Store::with_backend(Box::new(b), 0, u64::MAX, 1 << 20)
-        };
+        let server = crate::state::redis::test_server::RedisServer::start();
+        let store = || redis_store(&server);
         let (sa, sb) = (store(), store());
         let (a, b) = (
             SessionTracker::new(sa.clone()),

@@ -239,19 +239,7 @@ def test_carriers_captured_by_one_instance_are_restored_by_the_other_and_report_
             assert write_waits(p) == {"written": served}, p.base_url
         # Either instance's report shows the one session, every turn, in order.
         for p in (a, b):
-            report: dict[str, Any] = {}
-            for _ in range(50):
-                out = subprocess.run(
-                    [str(_binary()), "report", "--config", str(p.config_path), "--session", session, "--json"],
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                )
-                assert out.returncode == 0, out.stderr
-                report = json.loads(out.stdout)
-                if len(report.get("turns", [])) >= turns:
-                    break
-                time.sleep(0.1)
+            report = report_of(p, session, turns)
             assert [t["turn"] for t in report["turns"]] == list(range(1, turns + 1)), report
             assert report["summary"]["turns"] == turns, report["summary"]
 
