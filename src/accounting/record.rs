@@ -1,6 +1,9 @@
 //! The stored record of one generation turn: [`TurnRecord`], a [`Kind::Usage`] record with
-//! scope `""` (it holds numbers, names and ids, no user content) and key
-//! `"{session}\n{turn:08}"`, JSON payload (`docs/accounting.md#what-is-stored`).
+//! the turn's credential scope (it holds numbers, names and ids, no user content; the scope
+//! keeps two credentials' turns of one session name apart: turn numbers are per credential
+//! scope) and key `"{session}\n{turn:08}"`, JSON payload
+//! (`docs/accounting.md#what-is-stored`). Records written before the scope was part of the
+//! key have scope `""` and are read as before.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -89,10 +92,12 @@ impl TurnRecord {
         format!("{}\n{:08}", self.session, self.turn)
     }
 
-    /// As a store record (scope `""`).
-    pub(crate) fn to_record(&self) -> Option<Record> {
+    /// As a store record under `scope`, the credential scope of the turn (`""` without a
+    /// credential): two credentials naming one session each number their turns from 1, so
+    /// without the scope their records would share keys and one would replace the other.
+    pub(crate) fn to_record(&self, scope: &str) -> Option<Record> {
         let value = serde_json::to_vec(self).ok()?;
-        Some(Record::new(Kind::Usage, "", &self.key(), value))
+        Some(Record::new(Kind::Usage, scope, &self.key(), value))
     }
 }
 
@@ -152,9 +157,9 @@ mod tests {
     #[test]
     fn a_turn_round_trips_through_a_record() {
         let t = sample();
-        let rec = t.to_record().unwrap();
+        let rec = t.to_record("scope-a").unwrap();
         assert_eq!(rec.key.key, "0123456789abcdef\n00000007");
-        assert_eq!(rec.key.scope, "");
+        assert_eq!(rec.key.scope, "scope-a");
         let json: serde_json::Value = serde_json::from_slice(&rec.value).unwrap();
         assert_eq!(json["collapse"]["cause"], "eviction");
         assert_eq!(json["usage"].get("cache_write_1h_tokens"), None);
@@ -163,7 +168,7 @@ mod tests {
 
     #[test]
     fn unreadable_records_are_skipped() {
-        let good = sample().to_record().unwrap();
+        let good = sample().to_record("").unwrap();
         let bad = Record::new(Kind::Usage, "", "x\n00000001", b"{not json".to_vec());
         let other = Record::new(Kind::Session, "", "x", b"{}".to_vec());
         assert_eq!(turns_from(&[bad, good, other]).len(), 1);

@@ -404,7 +404,7 @@ impl SessionTracker {
         if !(200..300).contains(&record.status) {
             self.roll_back(scope, record);
         }
-        if let Some(rec) = record.to_record() {
+        if let Some(rec) = record.to_record(scope) {
             // Read back only by the report and the dashboard (through the backend).
             self.store.write(rec);
         }
@@ -887,6 +887,60 @@ mod tests {
         let c = SessionTracker::new(store());
         let t = turn(&c, "scope", Some("resp_3"), 6 * MIN);
         assert_eq!((t.session.as_str(), t.turn), (turns[0].session.as_str(), 5));
+    }
+
+    /// Bug B5, the failing input: two API keys sending `x-cachekeeper-session: shared3` each
+    /// get turn 1 (turns are numbered per credential scope), and both usage records are kept
+    /// (they were stored under one key, the second replacing the first): the report shows
+    /// the two turns under the one name.
+    #[test]
+    fn one_session_name_under_two_credentials_keeps_both_turns() {
+        let s = store();
+        let tracker = SessionTracker::new(s.clone());
+        let p = anthropic();
+        let none = RewriteReport::default();
+        let b = body(r#""S""#, 1, None);
+        let mut turns = Vec::new();
+        for scope in ["scope-key-1", "scope-key-2"] {
+            let key = DigestKey::for_credential(None);
+            let t = TurnInput {
+                client_session: Some("shared3"),
+                scope,
+                ..opened_input(&p, &key, &b, &none, 0, None)
+            };
+            let (account, _) = tracker.begin(&t).unwrap();
+            let rec = turn_record(
+                &account,
+                0,
+                "anthropic",
+                "anthropic",
+                "claude-x",
+                false,
+                200,
+                Usage::default(),
+                &none,
+            );
+            tracker.end(scope, None, &rec);
+            turns.push(account);
+        }
+        assert_eq!(
+            turns
+                .iter()
+                .map(|t| (t.session.as_str(), t.turn))
+                .collect::<Vec<_>>(),
+            [("shared3", 1), ("shared3", 1)]
+        );
+        s.flush();
+        let stored = crate::accounting::record::load_turns(&s, Duration::from_secs(5));
+        assert_eq!(stored.len(), 2, "{stored:?}");
+        let pricing = crate::accounting::pricing::Pricing::new(&[]);
+        let detail =
+            crate::accounting::summary::session_detail(&stored, &pricing, "shared3", None).unwrap();
+        assert_eq!(detail.summary.turns, 2);
+        assert_eq!(
+            detail.turns.iter().map(|t| t.turn).collect::<Vec<_>>(),
+            [1, 1]
+        );
     }
 
     #[test]

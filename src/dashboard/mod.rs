@@ -196,7 +196,7 @@ mod tests {
     fn store_with(turns: &[TurnRecord]) -> Store {
         let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, 1 << 30, 1 << 26);
         for t in turns {
-            store.put(t.to_record().unwrap());
+            store.put(t.to_record("").unwrap());
         }
         store
     }
