@@ -692,6 +692,33 @@ mod tests {
         ResolvedProvider::resolve(None, "api.deepseek.com", None)
     }
 
+    /// Ends `account`'s turn as the proxy does once the response is done: a non-streamed
+    /// turn of `provider` (route of the same name) with `status`, no usage and no rewrites,
+    /// answered as `response_id` when the API names its responses.
+    fn end_turn(
+        tracker: &SessionTracker,
+        scope: &str,
+        account: &TurnAccount,
+        ts_ms: i64,
+        (provider, model): (&str, &str),
+        status: u16,
+        response_id: Option<&str>,
+    ) {
+        let none = RewriteReport::default();
+        let rec = turn_record(
+            account,
+            ts_ms,
+            provider,
+            provider,
+            model,
+            false,
+            status,
+            Usage::default(),
+            &none,
+        );
+        tracker.end(scope, response_id, &rec);
+    }
+
     /// An Anthropic body: system, tools and `n` messages, message `i` = `"m{i}"` unless
     /// `edit` names it; markers on the newest message, as Claude Code places them.
     fn body(system: &str, n: usize, edit: Option<usize>) -> Vec<u8> {
@@ -852,19 +879,16 @@ mod tests {
         for i in 0..4i64 {
             let tracker = if i % 2 == 0 { &a } else { &b };
             let t = turn(tracker, "scope", prev.as_deref(), i * MIN);
-            let rec = turn_record(
+            let id = format!("resp_{i}");
+            end_turn(
+                tracker,
+                "scope",
                 &t,
                 i * MIN,
-                "openai",
-                "openai",
-                "gpt-5",
-                false,
+                ("openai", "gpt-5"),
                 200,
-                Usage::default(),
-                &none,
+                Some(&id),
             );
-            let id = format!("resp_{i}");
-            tracker.end("scope", Some(&id), &rec);
             prev = Some(id);
             turns.push(t);
             // The turn's records reach Redis before the next turn (what write_wait_ms is for).
@@ -909,18 +933,15 @@ mod tests {
                 ..opened_input(&p, &key, &b, &none, 0, None)
             };
             let (account, _) = tracker.begin(&t).unwrap();
-            let rec = turn_record(
+            end_turn(
+                &tracker,
+                scope,
                 &account,
                 0,
-                "anthropic",
-                "anthropic",
-                "claude-x",
-                false,
+                ("anthropic", "claude-x"),
                 200,
-                Usage::default(),
-                &none,
+                None,
             );
-            tracker.end(scope, None, &rec);
             turns.push(account);
         }
         assert_eq!(
@@ -990,18 +1011,15 @@ mod tests {
         let edited = body(r#""S""#, 5, Some(1));
         let refused = r.turn(&edited, &edited, &none, MIN);
         assert!(refused.collapse.is_some());
-        let rec = turn_record(
+        end_turn(
+            &tracker,
+            "scope",
             &refused,
             MIN,
-            "anthropic",
-            "anthropic",
-            "claude-x",
-            false,
+            ("anthropic", "claude-x"),
             529,
-            Usage::default(),
-            &none,
+            None,
         );
-        tracker.end("scope", None, &rec);
         let retry = r.turn(&edited, &edited, &none, 2 * MIN);
         assert_eq!(retry.turn, 3, "the refused turn keeps its number");
         assert_eq!(
@@ -1017,18 +1035,15 @@ mod tests {
         let tracker = SessionTracker::new(store());
         let r = run(&tracker, anthropic());
         let first = r.turn(&b1, &b1, &none, 0);
-        let rec = turn_record(
+        end_turn(
+            &tracker,
+            "scope",
             &first,
             0,
-            "anthropic",
-            "anthropic",
-            "claude-x",
-            false,
+            ("anthropic", "claude-x"),
             500,
-            Usage::default(),
-            &none,
+            None,
         );
-        tracker.end("scope", None, &rec);
         assert_eq!(r.turn(&edited, &edited, &none, MIN).collapse, None);
     }
 
@@ -1190,18 +1205,15 @@ mod tests {
                 .0
         };
         let t1 = begin(&first);
-        let rec = turn_record(
+        end_turn(
+            &tracker,
+            "",
             &t1,
             0,
-            "openai",
-            "openai",
-            "gpt-5",
-            false,
+            ("openai", "gpt-5"),
             200,
-            Usage::default(),
-            &none,
+            Some("resp_1"),
         );
-        tracker.end("", Some("resp_1"), &rec);
         let t2 = begin(&chained(Some("resp_1")));
         assert_eq!(
             (t2.session.as_str(), t2.turn, t2.collapse.clone()),
