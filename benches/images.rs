@@ -52,16 +52,9 @@ fn bench(c: &mut Criterion) {
         .collect();
     let body = anthropic_body(&[], &shots);
     let ctx = RewriteContext {
-        dialect: Dialect::Anthropic,
-        images: &cfg,
         transcodes: Some((&cache).into()),
         credential_scope: "bench",
-        image_recovery: None,
-        defer_image_work: false,
-        reasoning: None,
-        usage_in_streams: false,
-        cache: &cachekeeper::caching::CACHE_OFF,
-        cold: None,
+        ..RewriteContext::new(Dialect::Anthropic, &cfg)
     };
     let warm = rewrite_request(&ctx, &body).unwrap();
     assert_eq!(warm.report.images.downscaled, 20);

@@ -194,18 +194,7 @@ fn peak_of(ctx: &RewriteContext<'_>, body: &[u8]) -> usize {
 
 fn bench(c: &mut Criterion) {
     let images = images_config();
-    let ctx = |dialect| RewriteContext {
-        dialect,
-        images: &images,
-        transcodes: None,
-        credential_scope: "",
-        image_recovery: None,
-        defer_image_work: false,
-        reasoning: None,
-        usage_in_streams: false,
-        cache: &cachekeeper::caching::CACHE_OFF,
-        cold: None,
-    };
+    let ctx = |dialect| RewriteContext::new(dialect, &images);
     let mut rows: Vec<(String, Dialect, Vec<u8>)> = Vec::new();
     for (dname, dialect) in DIALECTS {
         for (sname, size) in SIZES {

@@ -108,16 +108,8 @@ fn bench(c: &mut Criterion) {
     // (criterion's warm-up fills it), so images are hashed and looked up, never re-decoded.
     let cache = cachekeeper::images::cache::TranscodeCache::new(images.transcode_cache_bytes);
     let ctx = RewriteContext {
-        dialect: Dialect::Anthropic,
-        images: &images,
         transcodes: Some((&cache).into()),
-        credential_scope: "",
-        image_recovery: None,
-        defer_image_work: false,
-        reasoning: None,
-        usage_in_streams: false,
-        cache: &cachekeeper::caching::CACHE_OFF,
-        cold: None,
+        ..RewriteContext::new(Dialect::Anthropic, &images)
     };
     let bodies = [
         // 21 images > the ceiling of 20: retired down to the low-water mark (10 left).

@@ -128,6 +128,29 @@ pub struct RewriteContext<'a> {
     pub cold: Option<ColdInputs<'a>>,
 }
 
+impl<'a> RewriteContext<'a> {
+    /// The passes of `dialect` with `images`' settings and nothing else: no transcode cache
+    /// (each image is transcoded every time, to the same output), no credential scope, no image
+    /// recovery, no deferred image work, no reasoning shaping (pass 6 skipped), no stream usage
+    /// request, prompt caching off ([`crate::caching::CACHE_OFF`]) and no session (only the
+    /// eviction step function). Set any other field with struct update syntax:
+    /// `RewriteContext { reasoning: Some(r), ..RewriteContext::new(dialect, &images) }`.
+    pub fn new(dialect: Dialect, images: &'a ImagesConfig) -> Self {
+        Self {
+            dialect,
+            images,
+            transcodes: None,
+            credential_scope: "",
+            image_recovery: None,
+            defer_image_work: false,
+            reasoning: None,
+            usage_in_streams: false,
+            cache: &crate::caching::CACHE_OFF,
+            cold: None,
+        }
+    }
+}
+
 /// Run every request pass for the dialect on `body`, over one parse (no carrier restore:
 /// that needs the proxy's store; see [`rewrite_with_restore`]).
 ///
@@ -778,18 +801,7 @@ mod tests {
     }
 
     fn check_property(dialect: Dialect, body: &[u8], images: &ImagesConfig) -> bool {
-        let ctx = RewriteContext {
-            dialect,
-            images,
-            transcodes: None,
-            credential_scope: "",
-            image_recovery: None,
-            defer_image_work: false,
-            reasoning: None,
-            usage_in_streams: false,
-            cache: &crate::caching::CACHE_OFF,
-            cold: None,
-        };
+        let ctx = RewriteContext::new(dialect, images);
         let first = rewrite_request(&ctx, body).unwrap();
         let again = rewrite_request(&ctx, body).unwrap();
         assert_eq!(first.body, again.body, "deterministic");
@@ -882,16 +894,8 @@ mod tests {
             let client_markers = count_markers(&body);
             let body = serde_json::to_vec(&body).unwrap();
             let ctx = RewriteContext {
-                dialect: Dialect::Anthropic,
-                images: &images,
-                transcodes: None,
-                credential_scope: "",
-                image_recovery: None,
-                defer_image_work: false,
-                reasoning: None,
-                usage_in_streams: false,
                 cache: &cache,
-                cold: None,
+                ..RewriteContext::new(Dialect::Anthropic, &images)
             };
             let first = rewrite_request(&ctx, &body).unwrap();
             assert_eq!(rewrite_request(&ctx, &body).unwrap().body, first.body);
@@ -958,16 +962,8 @@ mod tests {
 
     fn cold_ctx<'a>(images: &'a ImagesConfig, cold: Option<ColdInputs<'a>>) -> RewriteContext<'a> {
         RewriteContext {
-            dialect: Dialect::Anthropic,
-            images,
-            transcodes: None,
-            credential_scope: "",
-            image_recovery: None,
-            defer_image_work: false,
-            reasoning: None,
-            usage_in_streams: false,
-            cache: &crate::caching::CACHE_OFF,
             cold,
+            ..RewriteContext::new(Dialect::Anthropic, images)
         }
     }
 
@@ -1054,18 +1050,7 @@ mod tests {
     fn other_dialects_read_the_model() {
         let cfg = ImagesConfig::default();
         for dialect in [Dialect::OpenaiResponses, Dialect::Gemini] {
-            let ctx = RewriteContext {
-                dialect,
-                images: &cfg,
-                transcodes: None,
-                credential_scope: "",
-                image_recovery: None,
-                defer_image_work: false,
-                reasoning: None,
-                usage_in_streams: false,
-                cache: &crate::caching::CACHE_OFF,
-                cold: None,
-            };
+            let ctx = RewriteContext::new(dialect, &cfg);
             let out = rewrite_request(&ctx, br#"{"model":"m","input":[{"type":"input_image"}]}"#)
                 .unwrap();
             assert_eq!(out.body, None);
@@ -1080,18 +1065,7 @@ mod tests {
     #[test]
     fn nothing_to_change_is_none() {
         let cfg = ImagesConfig::default();
-        let ctx = RewriteContext {
-            dialect: Dialect::Anthropic,
-            images: &cfg,
-            transcodes: None,
-            credential_scope: "",
-            image_recovery: None,
-            defer_image_work: false,
-            reasoning: None,
-            usage_in_streams: false,
-            cache: &crate::caching::CACHE_OFF,
-            cold: None,
-        };
+        let ctx = RewriteContext::new(Dialect::Anthropic, &cfg);
         let out = rewrite_request(
             &ctx,
             br#"{"model":"claude","messages":[{"role":"user","content":"hi"}]}"#,
@@ -1108,12 +1082,6 @@ mod tests {
         path: &'a str,
     ) -> RewriteContext<'a> {
         RewriteContext {
-            dialect,
-            images,
-            transcodes: None,
-            credential_scope: "",
-            image_recovery: None,
-            defer_image_work: false,
             reasoning: Some(ReasoningInputs {
                 provider,
                 upstream_path: path,
@@ -1124,9 +1092,7 @@ mod tests {
                 verdicts: &(),
                 rejected: &(),
             }),
-            usage_in_streams: false,
-            cache: &crate::caching::CACHE_OFF,
-            cold: None,
+            ..RewriteContext::new(dialect, images)
         }
     }
 
@@ -1393,12 +1359,6 @@ mod cache_tests {
         verdicts: &'a dyn VerdictLookup,
     ) -> RewriteContext<'a> {
         RewriteContext {
-            dialect: Dialect::Anthropic,
-            images,
-            transcodes: None,
-            credential_scope: "",
-            image_recovery: None,
-            defer_image_work: false,
             reasoning: Some(ReasoningInputs {
                 provider,
                 upstream_path: "/v1/messages",
@@ -1409,9 +1369,8 @@ mod cache_tests {
                 verdicts,
                 rejected: &(),
             }),
-            usage_in_streams: false,
             cache,
-            cold: None,
+            ..RewriteContext::new(Dialect::Anthropic, images)
         }
     }
 

@@ -20,16 +20,9 @@ fn ctx<'a>(
     cache: Option<&'a TranscodeCache>,
 ) -> RewriteContext<'a> {
     RewriteContext {
-        dialect,
-        images,
         transcodes: cache.map(Into::into),
         credential_scope: "test",
-        image_recovery: None,
-        defer_image_work: false,
-        reasoning: None,
-        usage_in_streams: false,
-        cache: &cachekeeper::caching::CACHE_OFF,
-        cold: None,
+        ..RewriteContext::new(dialect, images)
     }
 }
 

@@ -22,16 +22,9 @@ fn twenty_turns_of_screenshots() {
     let cfg = ImagesConfig::default();
     let cache = TranscodeCache::new(cfg.transcode_cache_bytes);
     let ctx = RewriteContext {
-        dialect: Dialect::Anthropic,
-        images: &cfg,
         transcodes: Some((&cache).into()),
         credential_scope: "session",
-        image_recovery: None,
-        defer_image_work: false,
-        reasoning: None,
-        usage_in_streams: false,
-        cache: &cachekeeper::caching::CACHE_OFF,
-        cold: None,
+        ..RewriteContext::new(Dialect::Anthropic, &cfg)
     };
     let shots: Vec<String> = (0..TURNS as u64)
         .map(|t| {

@@ -606,12 +606,6 @@ fn with_ctx<T>(dialect: Dialect, s: &Settings, f: impl FnOnce(&RewriteContext<'_
         Dialect::Gemini => "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
     };
     let ctx = RewriteContext {
-        dialect,
-        images: &s.images,
-        transcodes: None,
-        credential_scope: "",
-        image_recovery: None,
-        defer_image_work: false,
         reasoning: s.host.map(|_| ReasoningInputs {
             provider: &provider,
             upstream_path: path,
@@ -624,7 +618,7 @@ fn with_ctx<T>(dialect: Dialect, s: &Settings, f: impl FnOnce(&RewriteContext<'_
         }),
         usage_in_streams: s.usage_in_streams,
         cache: &s.cache,
-        cold: None,
+        ..RewriteContext::new(dialect, &s.images)
     };
     f(&ctx)
 }

@@ -14,16 +14,21 @@ use std::time::Duration;
 use common::redis::RedisServer;
 use common::*;
 
-/// Usage records Redis holds (the members of their index whose record is there).
-fn stored_usage(server: &RedisServer) -> usize {
-    let mut raw = server.raw();
-    let members: Vec<String> = ::redis::cmd("ZRANGE")
+/// The members of Redis's index of usage records (`ck:v1:meta:index:usage`: one per record
+/// written, its key after `ck:v1:usage:`), in index order.
+fn usage_members(raw: &mut ::redis::Connection) -> Vec<String> {
+    ::redis::cmd("ZRANGE")
         .arg("ck:v1:meta:index:usage")
         .arg(0)
         .arg(-1)
-        .query(&mut raw)
-        .unwrap();
-    members
+        .query(raw)
+        .unwrap()
+}
+
+/// Usage records Redis holds (the members of their index whose record is there).
+fn stored_usage(server: &RedisServer) -> usize {
+    let mut raw = server.raw();
+    usage_members(&mut raw)
         .iter()
         .filter(|m| {
             ::redis::cmd("EXISTS")
@@ -230,12 +235,7 @@ async fn a_record_cut_short_in_redis_is_skipped_by_report() {
     assert_eq!(before[0]["turns"], 3);
 
     let mut raw = server.raw();
-    let members: Vec<String> = ::redis::cmd("ZRANGE")
-        .arg("ck:v1:meta:index:usage")
-        .arg(0)
-        .arg(-1)
-        .query(&mut raw)
-        .unwrap();
+    let members = usage_members(&mut raw);
     assert_eq!(members.len(), 3);
     let name = format!("ck:v1:usage:{}", members[1]);
     let whole: Vec<u8> = ::redis::cmd("GET").arg(&name).query(&mut raw).unwrap();
@@ -340,13 +340,7 @@ async fn an_outage_holds_4096_keys_and_drops_the_oldest_writes_past_them() {
     // newest turn's and the later one are there.
     let mut raw = server.raw();
     let exists = |raw: &mut ::redis::Connection, member: &str| -> bool {
-        let members: Vec<String> = ::redis::cmd("ZRANGE")
-            .arg("ck:v1:meta:index:usage")
-            .arg(0)
-            .arg(-1)
-            .query(raw)
-            .unwrap();
-        members.iter().any(|m| m.ends_with(member))
+        usage_members(raw).iter().any(|m| m.ends_with(member))
     };
     assert!(!exists(&mut raw, "first%0A00000002"));
     assert!(exists(

@@ -32,22 +32,7 @@ const LARGE: (u32, u32) = (2400, 1350);
 const SMALL: (u32, u32) = (1568, 882);
 
 fn run(dialect: Dialect, images: &ImagesConfig, body: &[u8]) -> RewriteOutcome {
-    rewrite_request(
-        &RewriteContext {
-            dialect,
-            images,
-            transcodes: None,
-            credential_scope: "",
-            image_recovery: None,
-            defer_image_work: false,
-            reasoning: None,
-            usage_in_streams: false,
-            cache: &cachekeeper::caching::CACHE_OFF,
-            cold: None,
-        },
-        body,
-    )
-    .unwrap()
+    rewrite_request(&RewriteContext::new(dialect, images), body).unwrap()
 }
 
 fn forwarded(dialect: Dialect, images: &ImagesConfig, body: &[u8]) -> (Vec<u8>, RewriteOutcome) {
@@ -435,39 +420,11 @@ fn bad_input_truncated_json() {
     let body = body_with(r#""model":"m""#, &per_turn[2]);
     for cut in [1, body.len() / 2, body.len() - 1] {
         for dialect in [Dialect::Anthropic, Dialect::Openai] {
-            let r = rewrite_request(
-                &RewriteContext {
-                    dialect,
-                    images: &cfg,
-                    transcodes: None,
-                    credential_scope: "",
-                    image_recovery: None,
-                    defer_image_work: false,
-                    reasoning: None,
-                    usage_in_streams: false,
-                    cache: &cachekeeper::caching::CACHE_OFF,
-                    cold: None,
-                },
-                &body[..cut],
-            );
+            let r = rewrite_request(&RewriteContext::new(dialect, &cfg), &body[..cut]);
             assert!(matches!(r, Err(ParseError::NotJson(_))), "cut {cut}: {r:?}");
         }
     }
-    let r = rewrite_request(
-        &RewriteContext {
-            dialect: Dialect::Anthropic,
-            images: &cfg,
-            transcodes: None,
-            credential_scope: "",
-            image_recovery: None,
-            defer_image_work: false,
-            reasoning: None,
-            usage_in_streams: false,
-            cache: &cachekeeper::caching::CACHE_OFF,
-            cold: None,
-        },
-        b"not json",
-    );
+    let r = rewrite_request(&RewriteContext::new(Dialect::Anthropic, &cfg), b"not json");
     assert!(matches!(r, Err(ParseError::NotJson(_))));
 }
 
@@ -482,41 +439,13 @@ fn bad_input_messages_of_the_wrong_type() {
             "[]",
             "\"str\"",
         ] {
-            let r = rewrite_request(
-                &RewriteContext {
-                    dialect,
-                    images: &cfg,
-                    transcodes: None,
-                    credential_scope: "",
-                    image_recovery: None,
-                    defer_image_work: false,
-                    reasoning: None,
-                    usage_in_streams: false,
-                    cache: &cachekeeper::caching::CACHE_OFF,
-                    cold: None,
-                },
-                body.as_bytes(),
-            );
+            let r = rewrite_request(&RewriteContext::new(dialect, &cfg), body.as_bytes());
             assert!(matches!(r, Err(ParseError::Shape { .. })), "{body}: {r:?}");
         }
         // null / absent messages: nothing to do.
         for body in [r#"{"model":"m","messages":null}"#, r#"{"model":"m"}"#] {
-            let out = rewrite_request(
-                &RewriteContext {
-                    dialect,
-                    images: &cfg,
-                    transcodes: None,
-                    credential_scope: "",
-                    image_recovery: None,
-                    defer_image_work: false,
-                    reasoning: None,
-                    usage_in_streams: false,
-                    cache: &cachekeeper::caching::CACHE_OFF,
-                    cold: None,
-                },
-                body.as_bytes(),
-            )
-            .unwrap();
+            let out =
+                rewrite_request(&RewriteContext::new(dialect, &cfg), body.as_bytes()).unwrap();
             assert_eq!((out.body, out.report.model.as_deref()), (None, Some("m")));
         }
     }

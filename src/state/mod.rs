@@ -1547,56 +1547,12 @@ mod tests {
         assert_eq!(Kind::Carrier.retention_days(30), 30);
     }
 
-    /// A backend that counts its reads.
-    struct CountingReads {
-        inner: MemoryBackend,
-        reads: Arc<std::sync::atomic::AtomicUsize>,
-    }
-
-    impl Backend for CountingReads {
-        fn is_durable(&self) -> bool {
-            true
-        }
-        fn put(&mut self, rec: &Record) -> Result<(), StateError> {
-            self.inner.put(rec)
-        }
-        fn get(&mut self, key: &RecordKey) -> Result<Option<Record>, StateError> {
-            self.reads.fetch_add(1, Ordering::SeqCst);
-            self.inner.get(key)
-        }
-        fn delete(&mut self, key: &RecordKey) -> Result<bool, StateError> {
-            self.inner.delete(key)
-        }
-        fn scan(&mut self, kind: Kind) -> Result<Vec<Record>, StateError> {
-            self.inner.scan(kind)
-        }
-        fn total_bytes(&mut self) -> Result<u64, StateError> {
-            self.inner.total_bytes()
-        }
-        fn oldest(
-            &mut self,
-            kinds: &[Kind],
-            limit: usize,
-        ) -> Result<Vec<(RecordKey, u64)>, StateError> {
-            self.inner.oldest(kinds, limit)
-        }
-        fn prune(&mut self, kind: Kind, cutoff: i64) -> Result<usize, StateError> {
-            self.inner.prune(kind, cutoff)
-        }
-        fn changed_elsewhere(&mut self) -> Result<bool, StateError> {
-            Ok(false)
-        }
-    }
-
     /// The failing input: a request echoing many assistant turns with no stored carriers read
     /// the backend once per turn on every request (each read queued behind the writer).
     #[test]
     fn a_key_the_backend_lacks_is_read_once_until_it_is_written() {
-        let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let backend = CountingReads {
-            inner: MemoryBackend::new(),
-            reads: Arc::clone(&reads),
-        };
+        let backend = suite::Instrumented::new();
+        let reads = Arc::clone(&backend.reads);
         let store = Store::with_backend(Box::new(backend), 30, 1 << 20, 1 << 20);
         let key = RecordKey {
             kind: Kind::Carrier,

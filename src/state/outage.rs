@@ -302,53 +302,7 @@ impl Writes {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::state::{Backend, MemoryBackend};
-
-    /// A backend whose writes fail while `broken` is set.
-    struct Flaky {
-        inner: MemoryBackend,
-        broken: bool,
-    }
-
-    impl Backend for Flaky {
-        fn is_durable(&self) -> bool {
-            true
-        }
-        fn put(&mut self, rec: &Record) -> Result<(), StateError> {
-            if self.broken {
-                return Err(StateError::Malformed("broken".into()));
-            }
-            self.inner.put(rec)
-        }
-        fn get(&mut self, key: &RecordKey) -> Result<Option<Record>, StateError> {
-            self.inner.get(key)
-        }
-        fn delete(&mut self, key: &RecordKey) -> Result<bool, StateError> {
-            if self.broken {
-                return Err(StateError::Malformed("broken".into()));
-            }
-            self.inner.delete(key)
-        }
-        fn scan(&mut self, kind: Kind) -> Result<Vec<Record>, StateError> {
-            self.inner.scan(kind)
-        }
-        fn total_bytes(&mut self) -> Result<u64, StateError> {
-            self.inner.total_bytes()
-        }
-        fn oldest(
-            &mut self,
-            kinds: &[Kind],
-            limit: usize,
-        ) -> Result<Vec<(RecordKey, u64)>, StateError> {
-            self.inner.oldest(kinds, limit)
-        }
-        fn prune(&mut self, kind: Kind, cutoff: i64) -> Result<usize, StateError> {
-            self.inner.prune(kind, cutoff)
-        }
-        fn changed_elsewhere(&mut self) -> Result<bool, StateError> {
-            Ok(false)
-        }
-    }
+    use crate::state::Backend;
 
     fn rec(key: &str, v: &[u8]) -> Record {
         Record::new(Kind::Session, "s", key, v.to_vec())
@@ -356,10 +310,8 @@ mod tests {
 
     #[test]
     fn held_writes_are_bounded_the_last_of_a_key_winning_and_written_on_recovery() {
-        let mut b = Flaky {
-            inner: MemoryBackend::new(),
-            broken: true,
-        };
+        let mut b = crate::state::suite::Instrumented::new();
+        b.broken = true;
         b.inner.put(&rec("gone", b"old")).unwrap();
         let durable = AtomicBool::new(true);
         let errors = Counter::default();

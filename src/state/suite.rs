@@ -11,6 +11,69 @@ pub(super) type Fixture = (Box<dyn Backend>, Option<Box<dyn std::any::Any>>);
 
 const WAIT: Duration = Duration::from_secs(10);
 
+/// A [`MemoryBackend`] for the tests of what sits above a backend (the store's read cache, the
+/// outage handling): it counts its reads (`get`) and, while `broken` is set, fails every write
+/// (`put`, `delete`) with [`StateError::Malformed`].
+pub(super) struct Instrumented {
+    pub(super) inner: MemoryBackend,
+    pub(super) reads: Arc<std::sync::atomic::AtomicUsize>,
+    pub(super) broken: bool,
+}
+
+impl Instrumented {
+    pub(super) fn new() -> Self {
+        Self {
+            inner: MemoryBackend::new(),
+            reads: Arc::default(),
+            broken: false,
+        }
+    }
+
+    fn fail_if_broken(&self) -> Result<(), StateError> {
+        if self.broken {
+            return Err(StateError::Malformed("broken".into()));
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Instrumented {
+    fn is_durable(&self) -> bool {
+        true
+    }
+    fn put(&mut self, rec: &Record) -> Result<(), StateError> {
+        self.fail_if_broken()?;
+        self.inner.put(rec)
+    }
+    fn get(&mut self, key: &RecordKey) -> Result<Option<Record>, StateError> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.get(key)
+    }
+    fn delete(&mut self, key: &RecordKey) -> Result<bool, StateError> {
+        self.fail_if_broken()?;
+        self.inner.delete(key)
+    }
+    fn scan(&mut self, kind: Kind) -> Result<Vec<Record>, StateError> {
+        self.inner.scan(kind)
+    }
+    fn total_bytes(&mut self) -> Result<u64, StateError> {
+        self.inner.total_bytes()
+    }
+    fn oldest(
+        &mut self,
+        kinds: &[Kind],
+        limit: usize,
+    ) -> Result<Vec<(RecordKey, u64)>, StateError> {
+        self.inner.oldest(kinds, limit)
+    }
+    fn prune(&mut self, kind: Kind, cutoff: i64) -> Result<usize, StateError> {
+        self.inner.prune(kind, cutoff)
+    }
+    fn changed_elsewhere(&mut self) -> Result<bool, StateError> {
+        Ok(false)
+    }
+}
+
 fn rec(kind: Kind, scope: &str, key: &str, value: &[u8], written_at: i64) -> Record {
     Record {
         key: RecordKey {

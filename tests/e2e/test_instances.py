@@ -55,6 +55,9 @@ READ_TIMEOUT_MS = 500
 # The pause between a verdict learned on A and B's request: over the one second within
 # which B's memory has it (pub/sub invalidation, README "Running N instances").
 VERDICT_PAUSE_S = 1.2
+# What a 400 naming ``reasoning_content`` teaches (``cachekeeper verdicts``' fields column): the
+# whole family of reasoning carriers the route table groups with it.
+REASONING_FAMILY = "message:reasoning,message:reasoning_content,message:reasoning_details"
 # `[state] write_wait_ms`: how long a response's last chunk waits for its turn's carrier and
 # session writes to reach Redis, so the next turn, sent the instant the client has the
 # response, finds them on the other instance (no pause between turns). The default (50 ms)
@@ -193,6 +196,13 @@ def test_a_verdict_learned_through_one_instance_is_honoured_by_the_other(mock: M
             )
             assert r.http_response.status_code == 200
             assert all(b'"reasoning_content"' in s.body for s in sent.requests[-1:]), "the client sends the field"
+        # `cachekeeper verdicts` and `cachekeeper state` against either instance's config read
+        # the one verdict from Redis (README "Running N instances").
+        for p in (a, b):
+            rows = [line.split("\t") for line in cli(p, "verdicts").splitlines()]
+            assert [(r[0], r[1], r[2]) for r in rows] == [(f"127.0.0.1:{mock.port}", model, REASONING_FAMILY)], rows
+            listing = cli(p, "state", "--kind", "verdict")
+            assert listing.startswith(f"redis://127.0.0.1:{redis_port(p)}/0: 1 record(s)"), listing
     ups = mock.matching("POST", "/chat/completions")
     assert [u.response_status for u in ups] == [400, 200, 200, 200, 200], [(u.response_status, u.strict_error) for u in ups]
     assert ups[0].strict_error == sm.REASONING_UNSUPPORTED.format(index=1)
@@ -242,6 +252,30 @@ def test_carriers_captured_by_one_instance_are_restored_by_the_other_and_report_
             report = report_of(p, session, turns)
             assert [t["turn"] for t in report["turns"]] == list(range(1, turns + 1)), report
             assert report["summary"]["turns"] == turns, report["summary"]
+        # So does either instance's dashboard API (the same stored turns, read from Redis).
+        for p in (a, b):
+            listed = [s for s in dashboard_sessions(p) if s["session"] == session]
+            assert [s["turns"] for s in listed] == [turns], listed
+
+
+def cli(p: Proxy, *args: str) -> str:
+    """``cachekeeper ARGS --config`` ``p``'s config: its standard output (the command must succeed)."""
+    out = subprocess.run([str(_binary()), *args, "--config", str(p.config_path)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def redis_port(p: Proxy) -> int:
+    """The port of the Redis ``p``'s config names."""
+    m = re.search(r"rediss?://127\.0\.0\.1:(\d+)/", p.config_path.read_text())
+    assert m, p.config_path.read_text()
+    return int(m.group(1))
+
+
+def dashboard_sessions(p: Proxy) -> list[dict[str, Any]]:
+    """``/_cachekeeper/api/sessions`` on ``p``: the dashboard's session list."""
+    with urllib.request.urlopen(f"{p.base_url}/_cachekeeper/api/sessions", timeout=10) as r:
+        return json.load(r)
 
 
 def report_of(p: Proxy, session: str, turns: int) -> dict[str, Any]:
