@@ -347,11 +347,15 @@ def shared_transcodes(p: Proxy) -> dict[str, float]:
     return out
 
 
-def test_a_screenshot_transcoded_by_one_instance_is_served_to_the_other_from_redis(mock: MockUpstream, tmp_path: Path, sent: Capture) -> None:
+@pytest.mark.parametrize("share", [True, False], ids=["share_transcodes", "default"])
+def test_a_screenshot_transcoded_by_one_instance_is_served_to_the_other_from_redis(
+    mock: MockUpstream, tmp_path: Path, sent: Capture, share: bool
+) -> None:
     """``[state] share_transcodes = true``: A downscales a 1920x1080 screenshot (about 1.5 MB of
     PNG) and writes the transcode to Redis; B, sent the same request with the same API key,
     serves A's transcode without decoding (``/metrics``: A ``written`` 1, B ``read`` 1) and
-    forwards a body byte-identical to A's."""
+    forwards a body byte-identical to A's. By default (off) each instance transcodes for
+    itself: nothing shared is counted, Redis holds no transcode, and the bodies are the same."""
     shot = b64(screenshot_png(1920, 1080, seed=4242))
     # An agent image (a tool result's screenshot): what the proxy downscales (docs/images.md).
     messages = [
@@ -368,7 +372,7 @@ def test_a_screenshot_transcoded_by_one_instance_is_served_to_the_other_from_red
             ],
         },
     ]
-    with two_instances(tmp_path, mock, state_extra="share_transcodes = true") as (a, b):
+    with two_instances(tmp_path, mock, state_extra="share_transcodes = true" if share else "") as (a, b):
         clients = [tr.anthropic_client(p.base_url + tr.ROUTE["anthropic"], sent) for p in (a, b)]
         # No pause: A's transcode was queued before its response ended, so the response's last
         # chunk waited for it too ([state] write_wait_ms).
@@ -378,8 +382,13 @@ def test_a_screenshot_transcoded_by_one_instance_is_served_to_the_other_from_red
             )
             assert r.http_response.status_code == 200
             assert "images_downscaled=1" in r.headers.get("x-cachekeeper-rewrites", ""), dict(r.headers)
-        assert shared_transcodes(a) == {"written": 1.0}, "A computed the transcode and shared it"
-        assert shared_transcodes(b) == {"read": 1.0}, "B served A's transcode from Redis"
+        if share:
+            assert shared_transcodes(a) == {"written": 1.0}, "A computed the transcode and shared it"
+            assert shared_transcodes(b) == {"read": 1.0}, "B served A's transcode from Redis"
+        else:
+            assert shared_transcodes(a) == shared_transcodes(b) == {}
+            listing = cli(b, "state", "--kind", "transcode")
+            assert listing.startswith("no records in redis://127.0.0.1:"), listing
     ups = mock.matching("POST", "/messages")
     assert len(ups) == 2
     assert shot.encode() not in ups[0].body, "the screenshot went upstream downscaled"
