@@ -12,7 +12,7 @@ use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot, Mutex as AsyncMutex};
+use tokio::sync::{mpsc, oneshot};
 
 fn echo_ok() -> Handler {
     Arc::new(|_r: &Recorded| json_response(200, r#"{"ok":true}"#))
@@ -257,21 +257,11 @@ async fn gzip_body_that_needs_no_change_keeps_its_encoding() {
 /// The client gets the first event before the upstream has sent the second.
 #[tokio::test]
 async fn sse_is_streamed_event_by_event() {
-    let (go_tx, go_rx) = mpsc::channel::<()>(1);
-    let go_rx = Arc::new(AsyncMutex::new(go_rx));
-    let handler: Handler = Arc::new(move |_r: &Recorded| {
-        let (tx, body) = channel_body();
-        let go_rx = go_rx.clone();
-        tokio::spawn(async move {
-            let first = "event: message_start\ndata: {\"type\":\"message_start\"}\n\n";
-            tx.send(Ok(Bytes::from(first))).await.unwrap();
-            // Wait until the test has seen the first event at the client.
-            go_rx.lock().await.recv().await;
-            let second = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
-            tx.send(Ok(Bytes::from(second))).await.unwrap();
-        });
-        sse_response(body)
-    });
+    // The test sends on go_tx once it has seen the first event at the client.
+    let (handler, go_tx) = gated_sse(
+        "event: message_start\ndata: {\"type\":\"message_start\"}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
     let mock = start_mock(handler).await;
     let proxy = start_proxy(&config_for(&mock.url(), "")).await;
     let c = client();
@@ -460,22 +450,7 @@ async fn client_token_is_required_when_configured_and_never_forwarded() {
 
 #[tokio::test]
 async fn graceful_shutdown_lets_an_in_flight_stream_finish() {
-    let (go_tx, go_rx) = mpsc::channel::<()>(1);
-    let go_rx = Arc::new(AsyncMutex::new(go_rx));
-    let handler: Handler = Arc::new(move |_r: &Recorded| {
-        let (tx, body) = channel_body();
-        let go_rx = go_rx.clone();
-        tokio::spawn(async move {
-            tx.send(Ok(Bytes::from_static(b"data: 1\n\n")))
-                .await
-                .unwrap();
-            go_rx.lock().await.recv().await;
-            tx.send(Ok(Bytes::from_static(b"data: 2\n\n")))
-                .await
-                .unwrap();
-        });
-        sse_response(body)
-    });
+    let (handler, go_tx) = gated_sse("data: 1\n\n", "data: 2\n\n");
     let mock = start_mock(handler).await;
     let mut proxy = start_proxy(&config_for(&mock.url(), "")).await;
     let c = client();

@@ -59,6 +59,11 @@ fn shape(
     out
 }
 
+/// [`shape`] of an OpenAI Chat Completions `body` (no image edits, no `anthropic-beta`).
+fn chat(route: &ResolvedRoute, omit: &FieldSet, body: &[u8]) -> ShapeOutcome {
+    shape(Dialect::Openai, route, omit, None, None, body)
+}
+
 fn sent(out: &ShapeOutcome, input: &[u8]) -> Vec<u8> {
     out.body.clone().unwrap_or_else(|| input.to_vec())
 }
@@ -225,7 +230,7 @@ fn chat_turn_with_all_carriers_per_profile() {
     for (provider, host, model, kept, pad, last) in cases {
         let route = resolve(*provider, host, "/v1/chat/completions", Some(model), None);
         let body = chat_body(model);
-        let out = shape(Dialect::Openai, &route, &omit, None, None, &body);
+        let out = chat(&route, &omit, &body);
         let v = value(&sent(&out, &body));
         let before = value(&body);
         let what = format!("{provider:?} {host} {model}");
@@ -273,7 +278,7 @@ fn untouched_messages_stay_byte_identical() {
         None,
     );
     let body = chat_body("m");
-    let out = shape(Dialect::Openai, &route, &FieldSet::new(), None, None, &body);
+    let out = chat(&route, &FieldSet::new(), &body);
     let new = String::from_utf8(out.body.expect("strips")).expect("utf8");
     let old = String::from_utf8(body).expect("utf8");
     // The text before the first assistant turn and after the last carrier is the same bytes.
@@ -297,7 +302,7 @@ fn deepseek_with_tools_pads_every_assistant_turn() {
     let mut v = value(&chat_body("deepseek-v4"));
     v["messages"][6] = json!({"role": "assistant", "content": "No reasoning here."});
     let body = v.to_string().into_bytes();
-    let out = shape(Dialect::Openai, &route, &FieldSet::new(), None, None, &body);
+    let out = chat(&route, &FieldSet::new(), &body);
     let v = value(&sent(&out, &body));
     assert_eq!(v["messages"][4]["reasoning_content"], " ");
     assert_eq!(v["messages"][6]["reasoning_content"], " ");
@@ -337,14 +342,7 @@ fn hermes_sequence_learns_once_per_model_and_never_loops() {
     let route = resolve(None, host, "/api/v1/chat/completions", Some(model), None);
     let body = chat_body(model);
 
-    let out = shape(
-        Dialect::Openai,
-        &route,
-        &store.omit(host, model),
-        None,
-        None,
-        &body,
-    );
+    let out = chat(&route, &store.omit(host, model), &body);
     let first = sent(&out, &body);
     assert_eq!(
         carriers_of(&value(&first), 2).0,
@@ -366,14 +364,7 @@ fn hermes_sequence_learns_once_per_model_and_never_loops() {
         ])
     );
     assert!(store.learn(host, model, &verdict.fields), "new: retry once");
-    let out = shape(
-        Dialect::Openai,
-        &route,
-        &store.omit(host, model),
-        None,
-        None,
-        &body,
-    );
+    let out = chat(&route, &store.omit(host, model), &body);
     let retry = sent(&out, &body);
     let v = value(&retry);
     assert_eq!(
@@ -394,27 +385,13 @@ fn hermes_sequence_learns_once_per_model_and_never_loops() {
     }
 
     // 4. A fresh request on the same key omits the fields up front.
-    let out = shape(
-        Dialect::Openai,
-        &route,
-        &store.omit(host, model),
-        None,
-        None,
-        &body,
-    );
+    let out = chat(&route, &store.omit(host, model), &body);
     assert_eq!(sent(&out, &body), retry);
 
     // 5. A sibling model on the same host still gets RD.
     let sib = resolve(None, host, "/api/v1/chat/completions", Some(sibling), None);
     let sb = chat_body(sibling);
-    let out = shape(
-        Dialect::Openai,
-        &sib,
-        &store.omit(host, sibling),
-        None,
-        None,
-        &sb,
-    );
+    let out = chat(&sib, &store.omit(host, sibling), &sb);
     assert!(carriers_of(&value(&sent(&out, &sb)), 2)
         .0
         .contains(&"reasoning_details".to_owned()));
@@ -429,28 +406,11 @@ fn unknown_rc_and_params_sequences() {
     let model = "gpt-5";
     let route = resolve(None, host, "/v1/chat/completions", Some(model), None);
     let body = chat_body(model);
-    let first = sent(
-        &shape(
-            Dialect::Openai,
-            &route,
-            &store.omit(host, model),
-            None,
-            None,
-            &body,
-        ),
-        &body,
-    );
+    let first = sent(&chat(&route, &store.omit(host, model), &body), &body);
     let err = br#"{"error":{"message":"Unknown parameter: 'messages[2].reasoning_content'.","type":"invalid_request_error","param":"messages[2].reasoning_content","code":"unknown_parameter"}}"#;
     let verdict = detect(400, err, &first, &route, &d).expect("verdict");
     assert!(store.learn(host, model, &verdict.fields));
-    let out = shape(
-        Dialect::Openai,
-        &route,
-        &store.omit(host, model),
-        None,
-        None,
-        &body,
-    );
+    let out = chat(&route, &store.omit(host, model), &body);
     let retry = sent(&out, &body);
     let v = value(&retry);
     for i in [2, 4, 6] {
@@ -470,14 +430,7 @@ fn unknown_rc_and_params_sequences() {
         FieldSet::from([Field::param("reasoning_effort")])
     );
     assert!(store.learn(host, model, &verdict.fields));
-    let out = shape(
-        Dialect::Openai,
-        &route,
-        &store.omit(host, model),
-        None,
-        None,
-        &body,
-    );
+    let out = chat(&route, &store.omit(host, model), &body);
     let v = value(&sent(&out, &body));
     assert!(v.get("reasoning_effort").is_none());
     assert_eq!(v["stream_options"], json!({"include_usage": true}));
@@ -493,15 +446,12 @@ fn unknown_rc_and_params_sequences() {
         Some(&forced),
     );
     let body = chat_body("m");
-    let first = sent(
-        &shape(Dialect::Openai, &route, &FieldSet::new(), None, None, &body),
-        &body,
-    );
+    let first = sent(&chat(&route, &FieldSet::new(), &body), &body);
     let err = br#"{"object":"Error","detail":[{"type":"extra_forbidden","loc":["body","messages",2,"assistant","reasoning"],"msg":"Extra inputs are not permitted"}],"type":"invalid_request_error","code":3001}"#;
     let verdict = detect(422, err, &first, &route, &d).expect("verdict");
     let mut omit = FieldSet::new();
     omit.extend(verdict.fields);
-    let out = shape(Dialect::Openai, &route, &omit, None, None, &body);
+    let out = chat(&route, &omit, &body);
     let retry = sent(&out, &body);
     assert!(!route.carriers.is_empty() && route.carriers.contains(&Carrier::Reasoning));
     assert!(carriers_of(&value(&retry), 2).0.is_empty());
@@ -519,10 +469,7 @@ fn must_echo_routes_never_learn_rc() {
         None,
     );
     let body = chat_body("deepseek-v4");
-    let first = sent(
-        &shape(Dialect::Openai, &route, &FieldSet::new(), None, None, &body),
-        &body,
-    );
+    let first = sent(&chat(&route, &FieldSet::new(), &body), &body);
     for err in [
         &br#"{"error":{"message":"The `reasoning_content` in the thinking mode must be passed back to the API.","type":"invalid_request_error"}}"#[..],
         br#"{"error":{"message":"unknown field reasoning_content"}}"#,
@@ -531,7 +478,7 @@ fn must_echo_routes_never_learn_rc() {
     }
     // Even a stray RC verdict in the store cannot strip it there.
     let omit = FieldSet::from([Field::message("reasoning_content")]);
-    let out = shape(Dialect::Openai, &route, &omit, None, None, &body);
+    let out = chat(&route, &omit, &body);
     let v = value(&sent(&out, &body));
     assert_eq!(
         v["messages"][2]["reasoning_content"],
@@ -716,7 +663,7 @@ fn cerebras_gets_reasoning_content_as_reasoning() {
             None,
         );
         assert!(!route.is_strict(), "{host}");
-        let out = shape(Dialect::Openai, &route, &FieldSet::new(), None, None, &body);
+        let out = chat(&route, &FieldSet::new(), &body);
         let v = value(&sent(&out, &body));
         let before = value(&body);
         let turn = &v["messages"][1];

@@ -85,6 +85,29 @@ pub fn sse_response(body: MockBody) -> Response<MockBody> {
         .unwrap()
 }
 
+/// A mock upstream's SSE handler that sends `first`, then waits until the test sends on the
+/// returned channel (one `()` per request) before it sends `second` and ends the stream: for
+/// tests of what the client has while the upstream is still mid-stream.
+pub fn gated_sse(first: &'static str, second: &'static str) -> (Handler, mpsc::Sender<()>) {
+    let (go_tx, go_rx) = mpsc::channel::<()>(1);
+    let go_rx = Arc::new(tokio::sync::Mutex::new(go_rx));
+    let handler: Handler = Arc::new(move |_r: &Recorded| {
+        let (tx, body) = channel_body();
+        let go_rx = go_rx.clone();
+        tokio::spawn(async move {
+            tx.send(Ok(Bytes::from_static(first.as_bytes())))
+                .await
+                .unwrap();
+            go_rx.lock().await.recv().await;
+            tx.send(Ok(Bytes::from_static(second.as_bytes())))
+                .await
+                .unwrap();
+        });
+        sse_response(body)
+    });
+    (handler, go_tx)
+}
+
 /// Start a mock upstream whose responses come from `handler`.
 pub async fn start_mock(handler: Handler) -> Mock {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
