@@ -1,5 +1,6 @@
 //! The one test suite every [`Backend`] runs, directly and under a [`Store`]. A new backend
-//! adds one `backend_suite!` line.
+//! adds one `backend_suite!` line. Also [`Instrumented`], the one test backend for the tests of
+//! what sits above a backend.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
