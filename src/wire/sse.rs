@@ -148,7 +148,7 @@ impl SseFramer {
                 }
             }
         }
-        while let Some(i) = input.iter().position(|&b| b == b'\n' || b == b'\r') {
+        while let Some(i) = memchr::memchr2(b'\n', b'\r', input) {
             let head = &input[..i];
             let mut rest = &input[i + 1..];
             if input[i] == b'\r' {
@@ -290,7 +290,7 @@ impl SseFramer {
         if self.skipping || first == b':' {
             return Ok(());
         }
-        let (name, value) = match line.iter().position(|&b| b == b':') {
+        let (name, value) = match memchr::memchr(b':', line) {
             Some(c) => {
                 let value = &line[c + 1..];
                 (&line[..c], value.strip_prefix(b" ").unwrap_or(value))
@@ -342,7 +342,7 @@ enum LineKind {
 /// Classify `line` (the standard: the field name runs to the first colon; a line without one
 /// is a field named by the whole line).
 fn classify(line: &[u8]) -> LineKind {
-    match line.iter().position(|&b| b == b':') {
+    match memchr::memchr(b':', line) {
         None if b"data".starts_with(line) || b"event".starts_with(line) => LineKind::Undecided,
         None => LineKind::Ignored,
         Some(c) => {
