@@ -284,14 +284,7 @@ def report_of(p: Proxy, session: str, turns: int) -> dict[str, Any]:
     written when its response has ended)."""
     report: dict[str, Any] = {}
     for _ in range(50):
-        out = subprocess.run(
-            [str(_binary()), "report", "--config", str(p.config_path), "--session", session, "--json"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert out.returncode == 0, out.stderr
-        report = json.loads(out.stdout)
+        report = json.loads(cli(p, "report", "--session", session, "--json"))
         if len(report.get("turns", [])) >= turns:
             break
         time.sleep(0.1)
