@@ -6,8 +6,10 @@ Wall-clock requests/s on a 2-core machine shared with builds move 3x run to run;
 instructions a proxy executes per request do not. This script starts the same fixed-response
 upstream as benches/load.sh (Debian nginx `return 200` with Anthropic-shaped bodies), then for
 nginx as a reverse proxy (the pinned config of load.sh, one process: `master_process off`,
-`worker_processes 1`) and for cachekeeper (the release binary, default log level, logging to a
-file), each case (POST /v1/messages with a 130-byte body; the same with `"stream":true` answered
+`worker_processes 1`), for cachekeeper (the release binary, default log level, logging to a
+file) and, with `--floor BIN`, for the floor (examples/floor_proxy.rs: a bare hyper 1 + tokio
+reverse proxy doing nothing but forwarding, started as `BIN 127.0.0.1:PORT 127.0.0.1:UPSTREAM`),
+each case (POST /v1/messages with a 130-byte body; the same with `"stream":true` answered
 by a 50-event SSE stream; GET /v1/models) is measured twice:
 
 1. natively: N requests over C keep-alive connections; from /proc, the proxy's CPU time
@@ -19,6 +21,9 @@ by a 50-event SSE stream; GET /v1/models) is measured twice:
 Usage: python3 benches/instructions.py [--bin target/release/cachekeeper] [-n 4000] [-c 16]
          [--cases post,sse,get] (also: sse-chat, sse-responses: a 50-event OpenAI Chat
          Completions / Responses stream for a streamed request of that dialect) [--targets nginx,cachekeeper] [--keep DIR] [--no-callgrind]
+         [--floor target/release/examples/floor_proxy] (build it: cargo build --release
+         --example floor_proxy; adds the `floor` target, and makes the default targets
+         nginx,floor,cachekeeper)
 Needs: nginx, valgrind (callgrind_control), python3. Runs in a temporary directory, removed on
 exit with every process it started. A measurement run by hand, not a test.
 """
@@ -355,12 +360,20 @@ def main() -> None:
     ap.add_argument("-c", "--conns", type=int, default=16)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--cases", default="post,sse,get")
-    ap.add_argument("--targets", default="nginx,cachekeeper")
+    ap.add_argument("--targets", help="default: nginx,cachekeeper (nginx,floor,cachekeeper with --floor)")
+    ap.add_argument("--floor", help="the floor proxy binary (examples/floor_proxy.rs), for the floor target")
     ap.add_argument("--keep", help="copy the callgrind dumps here (callgrind_annotate FILE)")
     ap.add_argument("--no-callgrind", action="store_true", help="native figures only")
     args = ap.parse_args()
     cases = [c for c in args.cases.split(",") if c]
+    if args.targets is None:
+        args.targets = "nginx,floor,cachekeeper" if args.floor else "nginx,cachekeeper"
     targets = [t for t in args.targets.split(",") if t]
+    for t in targets:
+        if t not in ("nginx", "floor", "cachekeeper"):
+            sys.exit(f"instructions.py: unknown target {t}")
+    if "floor" in targets and not (args.floor and os.access(args.floor, os.X_OK)):
+        sys.exit("instructions.py: the floor target needs --floor BIN (cargo build --release --example floor_proxy)")
     for c in cases:
         if c not in CASES:
             sys.exit(f"instructions.py: unknown case {c}")
@@ -384,7 +397,7 @@ def main() -> None:
                 p.wait()
 
     try:
-        up_port, ngx_port, ck_port = free_port(), free_port(), free_port()
+        up_port, ngx_port, ck_port, floor_port = free_port(), free_port(), free_port(), free_port()
         up_conf, ngx_conf = nginx_confs(tmp, up_port, ngx_port)
         conf = ck_conf(tmp, ck_port, up_port)
         up = subprocess.Popen(["nginx", "-c", str(up_conf), "-p", str(tmp / "up"), "-e", str(tmp / "up/error.log")])
@@ -396,6 +409,9 @@ def main() -> None:
             if target == "nginx":
                 cmd = ["nginx", "-c", str(ngx_conf), "-p", str(tmp / "ngx"), "-e", str(tmp / "ngx/error.log")]
                 port = ngx_port
+            elif target == "floor":
+                cmd = [args.floor, f"127.0.0.1:{floor_port}", f"127.0.0.1:{up_port}"]
+                port = floor_port
             else:
                 cmd = [args.bin, "serve", "--config", str(conf)]
                 port = ck_port
@@ -459,12 +475,14 @@ def main() -> None:
                 r = results[(target, case)]
                 ir = f"{r['ir']:.0f}" if "ir" in r else "-"
                 print(f"{case:<13} {target:<12} {r['cpu_us']:>11.1f} {r['ctxsw']:>10.2f} {ir:>10} {r['errors']:>7}")
-        if {"nginx", "cachekeeper"} <= set(targets):
+        for a, b in (("cachekeeper", "nginx"), ("floor", "nginx"), ("cachekeeper", "floor")):
+            if not {a, b} <= set(targets):
+                continue
             for case in cases:
-                n, k = results[("nginx", case)], results[("cachekeeper", case)]
-                line = f"{case:<13} cachekeeper/nginx: cpu {k['cpu_us'] / n['cpu_us']:.2f}x"
-                if "ir" in n and "ir" in k:
-                    line += f", instructions {k['ir'] / n['ir']:.2f}x"
+                x, y = results[(a, case)], results[(b, case)]
+                line = f"{case:<13} {a}/{b}: cpu {x['cpu_us'] / y['cpu_us']:.2f}x"
+                if "ir" in x and "ir" in y:
+                    line += f", instructions {x['ir'] / y['ir']:.2f}x"
                 print(line)
     finally:
         for p in reversed(procs):

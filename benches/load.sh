@@ -10,14 +10,20 @@
 #   `proxy_http_version 1.1`, `proxy_buffering off`, access log off.
 # - cachekeeper: the release binary, default log level (RUST_LOG unset; logs to a file), a
 #   generated proxy.toml routing /json and /sse to the upstream.
+# - floor (with -f): examples/floor_proxy.rs, a bare hyper 1 + tokio reverse proxy doing nothing
+#   but forwarding, started as `FLOOR_BIN 127.0.0.1:PORT 127.0.0.1:UPSTREAM_PORT`: what the
+#   stack costs before cachekeeper does anything of its own.
 # - Cases: POST /v1/messages with a 130-byte body; the same with `"stream":true` answered by
 #   the 50-event SSE stream; GET /v1/models.
 #
 # Prints, per case and path: requests/s, p50 and p99 latency (ms, wrk's --latency), errors,
-# each proxy's added latency over direct, and cachekeeper's throughput as a multiple of nginx's.
+# each proxy's added latency over direct, and cachekeeper's (and the floor's) throughput as a
+# multiple of nginx's.
 #
-# Usage: benches/load.sh [-c CONNECTIONS] [-d DURATION] [-t THREADS] [-b BINARY]
+# Usage: benches/load.sh [-c CONNECTIONS] [-d DURATION] [-t THREADS] [-b BINARY] [-f FLOOR_BIN]
 #   defaults: -c 16 -d 8s -t 2 -b target/release/cachekeeper (build it: cargo build --release)
+#   -f target/release/examples/floor_proxy adds the floor target (cargo build --release
+#   --example floor_proxy); without -f it is not measured.
 #   PERF_OUT=FILE also records a `perf record --call-graph dwarf` profile of cachekeeper during
 #   one case (PERF_CASE=post|sse|get, default post).
 # Needs: nginx, wrk, python3 (free ports). Everything runs in a temporary directory, removed on
@@ -29,19 +35,26 @@ duration=8s
 threads=2
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin="$repo/target/release/cachekeeper"
-while getopts "c:d:t:b:h" opt; do
+floor_bin=
+while getopts "c:d:t:b:f:h" opt; do
   case $opt in
     c) conns=$OPTARG ;;
     d) duration=$OPTARG ;;
     t) threads=$OPTARG ;;
     b) bin=$OPTARG ;;
-    *) sed -n '2,25p' "$0"; exit 2 ;;
+    f) floor_bin=$OPTARG ;;
+    *) sed -n '2,30p' "$0"; exit 2 ;;
   esac
 done
 for tool in nginx wrk python3; do
   command -v "$tool" >/dev/null || { echo "load.sh: $tool not found" >&2; exit 1; }
 done
 [ -x "$bin" ] || { echo "load.sh: no cachekeeper binary at $bin (cargo build --release)" >&2; exit 1; }
+if [ -n "$floor_bin" ] && [ ! -x "$floor_bin" ]; then
+  echo "load.sh: no floor binary at $floor_bin (cargo build --release --example floor_proxy)" >&2
+  exit 1
+fi
+targets="direct nginx${floor_bin:+ floor} cachekeeper"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cachekeeper-load.XXXXXX")
 pids=()
@@ -69,6 +82,7 @@ wait_port() {
 up_port=$(free_port)
 ngx_port=$(free_port)
 ck_port=$(free_port)
+floor_port=$(free_port)
 
 # --- the fixed responses (Anthropic Messages shapes) ---
 json_reply='{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Hello! How can I help you today?"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":21,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":12}}'
@@ -166,9 +180,14 @@ pids+=($!)
 (unset RUST_LOG; exec "$bin" serve --config "$tmp/proxy.toml") >"$tmp/cachekeeper.log" 2>&1 &
 ck_pid=$!
 pids+=("$ck_pid")
+if [ -n "$floor_bin" ]; then
+  "$floor_bin" "127.0.0.1:$floor_port" "127.0.0.1:$up_port" >"$tmp/floor.log" 2>&1 &
+  pids+=($!)
+fi
 wait_port "$up_port" "upstream nginx"
 wait_port "$ngx_port" "nginx proxy"
 wait_port "$ck_port" "cachekeeper"
+[ -z "$floor_bin" ] || wait_port "$floor_port" "floor proxy"
 
 # --- the request bodies: 130 bytes exactly ---
 pad_to_130() {
@@ -226,6 +245,8 @@ run_wrk() { # run_wrk LUA URL -> "rps p50 p99 errors"
 
 echo "benches/load.sh — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, wrk -t$threads -c$conns -d$duration"
 echo "cachekeeper: $bin ($("$bin" --version 2>/dev/null || echo '?')), $(nginx -v 2>&1 | sed 's/.*: //')"
+[ -z "$floor_bin" ] || echo "floor: $floor_bin"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-28s %-12s %10s %9s %9s %7s %12s %12s\n' case path rps p50_ms p99_ms errors "+p50_ms" "+p99_ms"
 for c in post sse get; do
   case $c in
@@ -234,10 +255,11 @@ for c in post sse get; do
     get) name="GET /v1/models"; lua_file=$tmp/get.lua; route=json; path=/v1/models; body=""; method=GET ;;
   esac
   declare -A res=()
-  for target in direct nginx cachekeeper; do
+  for target in $targets; do
     case $target in
       direct) port=$up_port ;;
       nginx) port=$ngx_port ;;
+      floor) port=$floor_port ;;
       cachekeeper) port=$ck_port ;;
     esac
     url="http://127.0.0.1:$port/$route$path"
@@ -252,7 +274,7 @@ for c in post sse get; do
     fi
   done
   read -r d_rps d_p50 d_p99 d_err <<<"${res[direct]}"
-  for target in direct nginx cachekeeper; do
+  for target in $targets; do
     read -r rps p50 p99 err <<<"${res[$target]}"
     if [ "$target" = direct ]; then
       add50=-; add99=-
@@ -266,5 +288,10 @@ for c in post sse get; do
   read -r k_rps _ k_p99 _ <<<"${res[cachekeeper]}"
   awk -v k="$k_rps" -v n="$n_rps" -v kp="$k_p99" -v np="$n_p99" -v dp="$d_p99" -v name="$name" 'BEGIN {
     printf "%-28s cachekeeper/nginx throughput %.2fx; added p99 %.3f ms vs nginx %.3f ms\n", name, k / n, kp - dp, np - dp }'
+  if [ -n "$floor_bin" ]; then
+    read -r f_rps _ f_p99 _ <<<"${res[floor]}"
+    awk -v f="$f_rps" -v n="$n_rps" -v k="$k_rps" -v fp="$f_p99" -v dp="$d_p99" -v name="$name" 'BEGIN {
+      printf "%-28s floor/nginx throughput %.2fx; cachekeeper/floor %.2fx; floor added p99 %.3f ms\n", name, f / n, k / f, fp - dp }'
+  fi
   unset res
 done
