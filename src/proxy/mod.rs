@@ -25,6 +25,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::HeaderName;
 use tokio::net::TcpListener;
 
 use crate::accounting::pricing::Pricing;
@@ -38,14 +39,15 @@ use crate::wire::body::BufferBudget;
 use crate::wire::stream::Cutoff;
 use crate::wire::upstream::{self, HttpClient};
 
-/// Response header that tells the client what the passes did.
-pub(crate) const REWRITES_HEADER: &str = "x-cachekeeper-rewrites";
+/// Response header that tells the client what the passes did (a [`HeaderName`] constant:
+/// inserting by `&str` parses and lowercases the name on every response).
+pub(crate) const REWRITES_HEADER: HeaderName = HeaderName::from_static("x-cachekeeper-rewrites");
 /// Request header carrying the client token when `[server] client_token` is set.
 pub(crate) const TOKEN_HEADER: &str = "x-cachekeeper-token";
 /// Response header on every response: the request overhead (from receiving the request to
 /// handing it to the upstream client; for the proxy's own answers, to the answer), in ms
 /// with 3 decimals ([`overhead_value`]).
-pub(crate) const OVERHEAD_HEADER: &str = "x-cachekeeper-overhead-ms";
+pub(crate) const OVERHEAD_HEADER: HeaderName = HeaderName::from_static("x-cachekeeper-overhead-ms");
 
 /// The [`OVERHEAD_HEADER`] value of a duration: milliseconds with 3 decimals (`0.412`).
 pub(crate) fn overhead_value(d: Duration) -> String {

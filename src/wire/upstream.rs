@@ -166,17 +166,18 @@ fn with_default_port(dst: Uri) -> Uri {
     }
 }
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded in either direction.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded in either direction. Names, not
+/// strings: removing by `&str` parses the name again on every request and response.
+static HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
 /// Prefix of headers addressed to the proxy itself; they never leave it.
@@ -196,11 +197,11 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     for n in named {
         headers.remove(n);
     }
-    for h in HOP_BY_HOP {
-        if keep_upgrade && (*h == "connection" || *h == "upgrade") {
+    for h in &HOP_BY_HOP {
+        if keep_upgrade && (h == header::CONNECTION || h == header::UPGRADE) {
             continue;
         }
-        headers.remove(*h);
+        headers.remove(h);
     }
 }
 
@@ -241,6 +242,31 @@ mod tests {
         keys.sort();
         assert_eq!(keys, vec!["anthropic-beta", "authorization", "x-api-key"]);
         assert_eq!(h["x-api-key"], "sk-ant-secret");
+    }
+
+    #[test]
+    fn every_hop_by_hop_header_is_dropped_in_any_case() {
+        let mut h = HeaderMap::new();
+        for name in [
+            "Connection",
+            "Keep-Alive",
+            "Proxy-Connection",
+            "Proxy-Authenticate",
+            "Proxy-Authorization",
+            "TE",
+            "Trailer",
+            "Transfer-Encoding",
+            "Upgrade",
+        ] {
+            h.insert(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                "x".parse().unwrap(),
+            );
+        }
+        h.insert("x-kept", "1".parse().unwrap());
+        strip_hop_by_hop(&mut h, false);
+        let keys: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(keys, vec!["x-kept"]);
     }
 
     #[test]
