@@ -105,15 +105,24 @@ fn derived_keys() -> &'static DerivedKeys {
     KEYS.get_or_init(|| DerivedKeys::new(MAX_DERIVED_CREDENTIALS))
 }
 
-/// The first present of `x-api-key`, `authorization`, `x-goog-api-key` (header name, raw
-/// value), else the non-empty `key` query parameter (`query` is the URI's query string,
-/// without `?`), as given.
+/// The first of `x-api-key`, `authorization`, `x-goog-api-key` that holds a credential
+/// (header name, raw value as given), else the non-empty `key` query parameter (`query` is
+/// the URI's query string, without `?`).
+///
+/// A header with nothing in it is no credential ([`is_blank`]): `curl -H "x-api-key: $KEY"
+/// -H "Authorization: Bearer $TOKEN"` with `KEY` unset sends an empty `x-api-key`, and taking
+/// it would put every such client, whatever its token, in one scope (the failing input of a
+/// fresh-user pass: one user's reasoning carriers restored into another's request).
 fn find<'a>(
     headers: &'a http::HeaderMap,
     query: Option<&'a str>,
 ) -> Option<(&'static str, &'a [u8])> {
     for name in ["x-api-key", "authorization", "x-goog-api-key"] {
-        if let Some(v) = headers.get(name) {
+        if let Some(v) = headers
+            .get_all(name)
+            .iter()
+            .find(|v| !is_blank(v.as_bytes()))
+        {
             return Some((name, v.as_bytes()));
         }
     }
@@ -122,6 +131,18 @@ fn find<'a>(
             .find_map(|pair| pair.strip_prefix("key=").filter(|v| !v.is_empty()))
     })?;
     Some(("key", key.as_bytes()))
+}
+
+/// Whether a credential header's value holds no credential: empty or whitespace, or an
+/// authorization scheme with no token after it (`Bearer`, `Bearer  `; any case).
+fn is_blank(value: &[u8]) -> bool {
+    let v = value.trim_ascii();
+    let scheme_only = !v.is_empty()
+        && !v.iter().any(u8::is_ascii_whitespace)
+        && ["bearer", "basic", "token"]
+            .iter()
+            .any(|s| v.eq_ignore_ascii_case(s.as_bytes()));
+    v.is_empty() || scheme_only
 }
 
 /// The request's credential: its scope and its sealing key, HKDF-SHA256 (RFC 5869) with
@@ -247,6 +268,57 @@ mod tests {
         assert_ne!(g, scope(&headers(&[("x-goog-api-key", "AIza1")]), None));
         assert_eq!(scope(&headers(&[]), Some("alt=sse")), NO_CREDENTIAL);
         assert_eq!(scope(&headers(&[]), None), NO_CREDENTIAL);
+    }
+
+    #[test]
+    fn a_blank_credential_header_is_no_credential() {
+        // The failing input: an empty `x-api-key` before two different bearer tokens gave
+        // both requests one scope.
+        for blank in ["", " ", "Bearer", "bearer  ", "Basic"] {
+            let mut h = http::HeaderMap::new();
+            h.insert("x-api-key", http::HeaderValue::from_str(blank).unwrap());
+            h.insert(
+                "authorization",
+                http::HeaderValue::from_static("Bearer tok-a"),
+            );
+            assert_eq!(
+                scope(&h, None),
+                scope(&headers(&[("authorization", "Bearer tok-a")]), None),
+                "{blank:?}"
+            );
+            h.insert(
+                "authorization",
+                http::HeaderValue::from_static("Bearer tok-b"),
+            );
+            assert_eq!(
+                scope(&h, None),
+                scope(&headers(&[("authorization", "Bearer tok-b")]), None),
+                "{blank:?}"
+            );
+            // Blank headers alone: no credential (carriers stay in memory, nothing sealed).
+            let mut only = http::HeaderMap::new();
+            only.insert("authorization", http::HeaderValue::from_str(blank).unwrap());
+            only.insert(
+                "x-goog-api-key",
+                http::HeaderValue::from_str(blank).unwrap(),
+            );
+            assert_eq!(scope(&only, None), NO_CREDENTIAL, "{blank:?}");
+            assert!(identify(&only, None).sealing.is_none(), "{blank:?}");
+            assert_ne!(scope(&only, Some("key=AIza1")), NO_CREDENTIAL);
+        }
+        // A second, non-blank value of the same header is the credential.
+        let mut h = http::HeaderMap::new();
+        h.append("x-api-key", http::HeaderValue::from_static(""));
+        h.append("x-api-key", http::HeaderValue::from_static("sk-1"));
+        assert_eq!(
+            scope(&h, None),
+            scope(&headers(&[("x-api-key", "sk-1")]), None)
+        );
+        // A token that looks like a scheme word inside a value is a credential.
+        assert_ne!(
+            scope(&headers(&[("authorization", "Bearer bearer")]), None),
+            NO_CREDENTIAL
+        );
     }
 
     #[test]
