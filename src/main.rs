@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use cachekeeper::config::Loaded;
 use cachekeeper::proxy::Server;
 use cachekeeper::route::RouteTable;
-use cachekeeper::{state, telemetry};
+use cachekeeper::{outln, state, telemetry};
 
 #[derive(Parser)]
 #[command(
@@ -124,7 +124,7 @@ fn verdicts(path: &std::path::Path, clear: Option<&[String]>) -> ExitCode {
     };
     let opts = state::StoreOptions::from_config(&loaded.config.state, &loaded.base_dir);
     if opts.redis.is_none() && !opts.path.exists() {
-        println!(
+        outln!(
             "no verdicts (no state database at {} yet)",
             opts.path.display()
         );
@@ -146,7 +146,7 @@ fn verdicts(path: &std::path::Path, clear: Option<&[String]>) -> ExitCode {
             eprintln!("error: could not write {}", opts.location());
             return ExitCode::FAILURE;
         }
-        println!(
+        outln!(
             "removed {n} verdict(s) for {host}{}",
             model.map(|m| format!(" / {m}")).unwrap_or_default()
         );
@@ -154,14 +154,14 @@ fn verdicts(path: &std::path::Path, clear: Option<&[String]>) -> ExitCode {
     }
     let all = store.verdicts().all();
     if all.is_empty() {
-        println!("no verdicts in {}", opts.location());
+        outln!("no verdicts in {}", opts.location());
         return ExitCode::SUCCESS;
     }
     // One line per (host, model): host, model, fields (`message:…` / `param:…` /
     // `beta:…` / `model:image_input` / `model:no_restore`), when learned, the provider's
     // wording.
     for (k, v) in all {
-        println!(
+        outln!(
             "{}\t{}\t{}\t{}\t{}",
             k.host,
             k.model,

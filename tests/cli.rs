@@ -1,6 +1,6 @@
 //! The command line as a person meets it, with the real binary: `check` lists routes in the
-//! config file's order and survives a closed pipe (`check | head -1`); `serve` and `check`
-//! (and `report`, `state`, `verdicts`, `replay`) find `./proxy.toml`, then the platform config
+//! config file's order; every printing subcommand survives a closed pipe (`check | head -1`);
+//! `serve` and `check` (and `report`, `state`, `verdicts`, `replay`) find `./proxy.toml`, then the platform config
 //! directory, and say which file they loaded
 //! (or every place they looked); `serve --log-format auto|json|pretty`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -206,6 +206,33 @@ fn check_survives_a_closed_pipe() {
     );
 }
 
+/// The failing input of a fresh-user pass: `report`, `state` and `verdicts` printed with
+/// `println!`, which panics on a closed pipe (`( cachekeeper state ) | true`: exit 101,
+/// "failed printing to stdout: Broken pipe"). Each now stops quietly with exit 0, as `check`.
+#[test]
+fn every_printing_subcommand_survives_a_closed_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &routes(&[("a", "/a")]));
+    let cfg = cfg.to_str().unwrap();
+    for args in [
+        &["report", "--config", cfg][..],
+        &["report", "--json", "--config", cfg],
+        &["state", "--config", cfg],
+        &["verdicts", "--config", cfg],
+    ] {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
 #[test]
 fn the_config_is_found_in_the_working_directory_then_the_config_directory() {
     let cwd = tempfile::tempdir().unwrap();

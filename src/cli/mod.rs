@@ -1,13 +1,42 @@
 //! Subcommands of the `cachekeeper` binary that work on the library's internals (the binary,
 //! `src/main.rs`, parses the command line and dispatches here).
 
+/// `print!` to stdout through [`write_out`]: a closed pipe ends the process quietly.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::write_out(format_args!($($arg)*)) };
+}
+
+/// `println!` to stdout through [`write_out`]: a closed pipe ends the process quietly.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 pub mod replay;
 pub mod report;
 pub mod state;
 pub(crate) mod table;
 
+use std::fmt;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// Write a subcommand's output to stdout. When the reader has gone (`report | head -1`: a
+/// closed pipe) the process exits with 0 at once, silently, since the reader has what it
+/// wanted (`println!` would panic, exit code 101); any other write error is printed
+/// (`error: cannot write to stdout: …`) and exits 1.
+pub fn write_out(args: fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
 
 /// The config file's name, looked for when `--config` is not given.
 pub const CONFIG_FILE: &str = "proxy.toml";

@@ -231,7 +231,7 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         Ok(report) => {
             if args.json {
                 match serde_json::to_string_pretty(&report) {
-                    Ok(s) => println!("{s}"),
+                    Ok(s) => outln!("{s}"),
                     Err(e) => {
                         eprintln!("error: {e}");
                         return ExitCode::FAILURE;
@@ -794,12 +794,17 @@ fn replace_images(dialect: Dialect, v: &mut Value, left: &mut usize) {
 }
 
 fn print_report(r: &ReplayReport) {
-    println!(
+    outln!(
         "{}: {} turns on route {} (provider {}, model {}, {} wire)",
-        r.file, r.turns, r.route, r.provider, r.model, r.dialect
+        r.file,
+        r.turns,
+        r.route,
+        r.provider,
+        r.model,
+        r.dialect
     );
     let ttl = |t: Option<u64>| t.map_or_else(|| "none".to_owned(), |t| format!("{t} s"));
-    println!(
+    outln!(
         "cache model: {} caching, TTL {}{}, minimum {} tokens{}",
         r.rule.activation,
         ttl(r.rule.ttl_s),
@@ -814,7 +819,7 @@ fn print_report(r: &ReplayReport) {
             .unwrap_or_default()
     );
     match &r.multipliers {
-        Some(m) => println!(
+        Some(m) => outln!(
             "billed-input equivalents: read {}x, write {}x{} ({})",
             m.read,
             m.write_5m,
@@ -823,10 +828,10 @@ fn print_report(r: &ReplayReport) {
                 .unwrap_or_default(),
             m.source
         ),
-        None => println!("billed-input equivalents: not priced"),
+        None => outln!("billed-input equivalents: not priced"),
     }
     if r.unparsed_turns > 0 {
-        println!(
+        outln!(
             "{} turn(s) could not be read by the passes (forwarded as sent)",
             r.unparsed_turns
         );
@@ -874,10 +879,10 @@ fn print_report(r: &ReplayReport) {
             c.set_cell_alignment(CellAlignment::Right);
         }
     }
-    println!("{table}");
+    outln!("{table}");
     for (name, v) in variants {
         for e in &v.expiry_writes {
-            println!(
+            outln!(
                 "{name}: turn {} after {} s idle: cache expired, {} written ({} would have been read)",
                 e.turn,
                 e.idle_ms / 1000,
@@ -886,7 +891,7 @@ fn print_report(r: &ReplayReport) {
             );
         }
         if v.collapses.is_empty() {
-            println!("{name}: no collapses");
+            outln!("{name}: no collapses");
             continue;
         }
         let list: Vec<String> = v
@@ -904,7 +909,7 @@ fn print_report(r: &ReplayReport) {
             })
             .collect();
         let more = v.collapses.len().saturating_sub(LISTED_COLLAPSES);
-        println!(
+        outln!(
             "{name}: {} collapse(s): {}{}",
             v.collapses.len(),
             list.join("; "),

@@ -91,10 +91,10 @@ pub fn run(args: &ReportArgs) -> ExitCode {
     } else {
         if args.session.is_none() {
             if args.json {
-                println!("[]");
+                outln!("[]");
                 eprintln!("no sessions recorded yet (no state database at {path})");
             } else {
-                println!("no sessions recorded yet (no state database at {path})");
+                outln!("no sessions recorded yet (no state database at {path})");
             }
             return ExitCode::SUCCESS;
         }
@@ -113,7 +113,7 @@ pub fn run(args: &ReportArgs) -> ExitCode {
         if args.json {
             return print_json(&detail);
         }
-        print!("{}", render_session(&detail, now));
+        out!("{}", render_session(&detail, now));
         return ExitCode::SUCCESS;
     }
     let sessions = summary::sessions(&turns, &pricing, since);
@@ -121,10 +121,10 @@ pub fn run(args: &ReportArgs) -> ExitCode {
         return print_json(&sessions);
     }
     if sessions.is_empty() {
-        println!("no sessions recorded{window} in {path}");
+        outln!("no sessions recorded{window} in {path}");
         return ExitCode::SUCCESS;
     }
-    print!("{}", render_sessions(&sessions, now, &path, &window));
+    out!("{}", render_sessions(&sessions, now, &path, &window));
     ExitCode::SUCCESS
 }
 
@@ -136,7 +136,7 @@ fn pricing_of(config: &Config) -> Pricing {
 fn print_json<T: serde::Serialize>(value: &T) -> ExitCode {
     match serde_json::to_string_pretty(value) {
         Ok(s) => {
-            println!("{s}");
+            outln!("{s}");
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -66,9 +66,9 @@ pub fn run(args: &StateArgs) -> ExitCode {
     let path = opts.location();
     if opts.redis.is_none() && !opts.path.exists() {
         if args.purge {
-            println!("purged 0 records (no state database at {path})");
+            outln!("purged 0 records (no state database at {path})");
         } else {
-            println!("no records (no state database at {path} yet)");
+            outln!("no records (no state database at {path} yet)");
         }
         return ExitCode::SUCCESS;
     }
@@ -89,7 +89,7 @@ pub fn run(args: &StateArgs) -> ExitCode {
                 .into_iter()
                 .filter(|r| kinds.contains(&r.key.kind))
                 .collect();
-            print!("{}", render(&shown, now, &path));
+            out!("{}", render(&shown, now, &path));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -133,9 +133,9 @@ fn purge(
     let age = older_than
         .map(|d| format!(" written more than {d} day(s) ago"))
         .unwrap_or_default();
-    println!("purged {total} record(s){age}{detail} from {path}");
+    outln!("purged {total} record(s){age}{detail} from {path}");
     if total > 0 {
-        println!(
+        outln!(
             "a running proxy forgets them within {} s",
             RELOAD_INTERVAL.as_secs()
         );
