@@ -1,8 +1,8 @@
 //! The command line as a person meets it, with the real binary: `check` lists routes in the
 //! config file's order; every printing subcommand survives a closed pipe (`check | head -1`);
-//! `serve` and `check` (and `report`, `state`, `verdicts`, `replay`) find `./proxy.toml`, then the platform config
-//! directory, and say which file they loaded
-//! (or every place they looked); `serve --log-format auto|json|pretty`.
+//! `serve` and `check` (and `report`, `state`, `verdicts`, `replay`) find `./proxy.toml`,
+//! then the platform config directory, and say which file they loaded (or every place they
+//! looked); `serve --log-format auto|json|pretty`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
