@@ -340,6 +340,10 @@ pub enum StateError {
     /// A stored row that cannot be read back (unknown kind name, ...).
     #[error("malformed stored record: {0}")]
     Malformed(String),
+    /// The file is not a cachekeeper state file (another program's database, or none the
+    /// proxy has migrated yet); it is left unchanged.
+    #[error("{0}")]
+    Foreign(String),
     /// Redis refused or did not answer (unreachable, timeout, out of memory, ...). The text
     /// never holds the URL's password.
     #[error("redis: {0}")]

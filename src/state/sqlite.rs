@@ -105,6 +105,27 @@ fn put_row(conn: &Connection, rec: &Record) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// The tables of another program's database, comma-separated: a file at `user_version` 0
+/// (no cachekeeper migration ran) that holds tables and none of cachekeeper's (`records`, or
+/// the v1 `verdicts`). `None` for a new or empty file and for a cachekeeper file. The failing
+/// input of a fresh-user pass: `cachekeeper state` on another app's SQLite file (one table,
+/// `foo`) added cachekeeper's tables and switched it to WAL.
+fn foreign_tables(conn: &Connection) -> rusqlite::Result<Option<String>> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version != 0 {
+        return Ok(None);
+    }
+    let mut stmt = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+         ORDER BY name",
+    )?;
+    let names = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    let ours = names.iter().any(|n| n == "records" || n == "verdicts");
+    Ok((!names.is_empty() && !ours).then(|| names.join(", ")))
+}
+
 /// Apply every migration past the file's `user_version`, each in its own transaction.
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -143,10 +164,18 @@ pub(crate) struct SqliteBackend {
 
 impl SqliteBackend {
     /// Open (creating and migrating) the file at `path`, capped at [`FILE_CAP_FACTOR`] ×
-    /// `max_bytes`. Errors are SQLite's.
+    /// `max_bytes`. Errors are SQLite's, and [`StateError::Foreign`] for another program's
+    /// database ([`foreign_tables`]), which is left exactly as it was.
     pub(crate) fn open(path: &Path, max_bytes: u64) -> Result<Self, StateError> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        // Before anything writes (WAL mode rewrites the header, the migrations add tables).
+        if let Some(tables) = foreign_tables(&conn)? {
+            return Err(StateError::Foreign(format!(
+                "not a cachekeeper state file: it holds other tables ({tables}) and no \
+                 cachekeeper schema; left unchanged (point [state] path at a file of its own)"
+            )));
+        }
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         let page_size: i64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
@@ -181,7 +210,7 @@ impl SqliteBackend {
             |r| r.get(0),
         )?;
         if tables == 0 {
-            return Err(StateError::Malformed(
+            return Err(StateError::Foreign(
                 "no records table: not a cachekeeper state file (or one the proxy has not \
                  migrated yet: start the proxy once)"
                     .to_owned(),
@@ -509,6 +538,41 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "change not noticed");
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    #[test]
+    fn another_programs_database_is_refused_and_left_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("other.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch("CREATE TABLE foo (x INTEGER); INSERT INTO foo VALUES (1);")
+                .unwrap();
+        }
+        let before = std::fs::read(&path).unwrap();
+        let err = SqliteBackend::open(&path, 1 << 30)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("not a cachekeeper state file"), "{err}");
+        assert!(err.contains("(foo)"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), before, "not a byte changed");
+        assert!(!dir.path().join("other.db-wal").exists());
+        // The proxy runs in memory instead (fail open); the strict open the CLI uses errs.
+        let o = StoreOptions {
+            path: path.clone(),
+            ..opts(dir.path())
+        };
+        assert!(!Store::open(&o).is_durable());
+        assert!(Store::open_strict(&o).is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        // A new file, an empty one and a cachekeeper file open as before.
+        let fresh = dir.path().join("new.db");
+        SqliteBackend::open(&fresh, 1 << 30).unwrap();
+        SqliteBackend::open(&fresh, 1 << 30).unwrap();
+        let empty = dir.path().join("empty.db");
+        std::fs::write(&empty, b"").unwrap();
+        SqliteBackend::open(&empty, 1 << 30).unwrap();
     }
 
     #[test]
