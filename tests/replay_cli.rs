@@ -49,9 +49,15 @@ fn generate(dir: &Path, only: &[&str]) {
 }
 
 fn replay_json(config: &Path, session: &Path) -> Value {
+    replay_json_with(config, session, &[])
+}
+
+/// `replay --json` with `args` too.
+fn replay_json_with(config: &Path, session: &Path, args: &[&str]) -> Value {
     let out = Command::new(BIN)
         .args(["replay", "--json", "--config"])
         .arg(config)
+        .args(args)
         .arg(session)
         .output()
         .unwrap();
@@ -271,6 +277,19 @@ fn clear_errors() {
     assert_eq!(code, Some(1));
     assert!(err.contains("line 3 is not a replay line"), "{err}");
 
+    let one = dir.path().join("one.jsonl");
+    std::fs::write(
+        &one,
+        "{\"ts\":1,\"route\":\"anthropic\",\"body\":{\"messages\":[]}}\n",
+    )
+    .unwrap();
+    let (code, err) = run(&["--only", "openai", one.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("no requests recorded for route \"openai\" (--only)"),
+        "{err}"
+    );
+
     let (code, err) = run(&["--route", "nosuch", bad.to_str().unwrap()]);
     assert_eq!(code, Some(2));
     assert!(
@@ -323,8 +342,14 @@ async fn serve_record_writes_a_private_file_that_replays() {
         "system":[{"type":"text","text":"be brief","cache_control":{"type":"ephemeral"}}],
         "messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},
                     {"role":"user","content":"again"}]}"#;
-    for body in [turn1, turn2] {
-        let (status, _, _) = send(&c, &format!("{base}/anthropic/v1/messages"), &[], body).await;
+    // Another route's request between the two: the file holds every route's requests.
+    let chat = r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}"#;
+    for (path, body) in [
+        ("/anthropic/v1/messages", turn1),
+        ("/openai/v1/chat/completions", chat),
+        ("/anthropic/v1/messages", turn2),
+    ] {
+        let (status, _, _) = send(&c, &format!("{base}{path}"), &[], body).await;
         assert_eq!(status, 200);
     }
     // Not a generation request: not recorded.
@@ -336,11 +361,11 @@ async fn serve_record_writes_a_private_file_that_replays() {
     )
     .await;
     assert_eq!(status, 200);
-    // Lines are flushed one by one, off the request path: wait for both.
+    // Lines are flushed one by one, off the request path: wait for all three.
     let mut text = String::new();
     for _ in 0..100 {
         text = std::fs::read_to_string(&record).unwrap_or_default();
-        if text.lines().count() >= 2 {
+        if text.lines().count() >= 3 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -351,11 +376,12 @@ async fn serve_record_writes_a_private_file_that_replays() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines.len(), 3, "{text}");
     assert_eq!(lines[0]["route"], "anthropic");
     assert_eq!(lines[0]["path"], "/v1/messages");
-    assert_eq!(lines[1]["body"]["messages"][2]["content"], "again");
-    assert!(lines[0]["ts"].as_i64().unwrap() <= lines[1]["ts"].as_i64().unwrap());
+    assert_eq!(lines[1]["route"], "openai");
+    assert_eq!(lines[2]["body"]["messages"][2]["content"], "again");
+    assert!(lines[0]["ts"].as_i64().unwrap() <= lines[2]["ts"].as_i64().unwrap());
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -363,8 +389,47 @@ async fn serve_record_writes_a_private_file_that_replays() {
         assert_eq!(mode & 0o777, 0o600);
     }
 
-    let r = replay_json(&cfg, &record);
+    // The failing input of a fresh-user pass: a two-route file could not be replayed, and
+    // `--route anthropic` replayed the Chat body as an Anthropic turn. A replay is of one
+    // route; `--only` picks its lines.
+    let out = Command::new(BIN)
+        .args(["replay", "--config"])
+        .arg(&cfg)
+        .arg(&record)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 2 is for route \"openai\", earlier lines for \"anthropic\"")
+            && err.contains("--only NAME"),
+        "{err}"
+    );
+    let r = replay_json_with(&cfg, &record, &["--only", "anthropic"]);
     assert_eq!(r["turns"], 2);
+    assert_eq!(r["skipped_lines"], 1);
     assert_eq!(r["as_sent"]["turns"], 2);
     assert!(r["as_sent"]["collapses"].as_array().unwrap().is_empty());
+    // The Chat line alone: on its own route (whose local upstream has no cache rule: the
+    // error shows which route's lines were taken).
+    let out = Command::new(BIN)
+        .args(["replay", "--only", "openai", "--config"])
+        .arg(&cfg)
+        .arg(&record)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("route openai: provider local"), "{err}");
+    // The table says what was skipped.
+    let out = Command::new(BIN)
+        .args(["replay", "--only", "anthropic", "--config"])
+        .arg(&cfg)
+        .arg(&record)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("skipped 1 line(s) of other routes (--only)"),
+        "{table}"
+    );
 }

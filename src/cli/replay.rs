@@ -1,4 +1,4 @@
-//! `cachekeeper replay --config FILE --route NAME SESSION.jsonl [--json]`: run the request
+//! `cachekeeper replay --config FILE [--route NAME] [--only NAME] SESSION.jsonl [--json]`: run the request
 //! passes over a recorded session offline and compare, under the exact-prefix cache model
 //! ([`crate::accounting::cache_model`]), three ways of sending it:
 //!
@@ -11,7 +11,7 @@
 //! The file holds one JSON object per line, `{"ts": <unix ms>, "route": NAME, "body":
 //! <request>}` and optionally `"path"` (the request path after the route's prefix, as
 //! `serve --record` writes it; it picks the dialect when the route does not pin one).
-//! `--route` overrides the lines' route. `docs/replay.md`.
+//! `--route` overrides the lines' route; `--only` takes one route's lines. `docs/replay.md`.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal};
@@ -54,6 +54,10 @@ pub struct ReplayArgs {
     /// Replay every line on this route (default: each line's `route`).
     #[arg(long, value_name = "NAME")]
     pub route: Option<String>,
+    /// Replay only the lines recorded for this route, skipping the others (a `serve
+    /// --record` file holds every route's requests); with `--route`, on that route.
+    #[arg(long, value_name = "NAME")]
+    pub only: Option<String>,
     /// The session: one `{"ts": <unix ms>, "route": NAME, "body": <request>}` per line.
     pub session: PathBuf,
     /// Print JSON (for scripts) instead of tables.
@@ -82,7 +86,7 @@ pub enum ReplayError {
     },
     #[error("{path}: line {line} names no route; pass --route NAME")]
     NoRoute { path: String, line: usize },
-    #[error("{path}: line {line} is for route {found:?}, earlier lines for {first:?}: replay one route at a time (--route)")]
+    #[error("{path}: line {line} is for route {found:?}, earlier lines for {first:?}: a replay is of one route; pick its lines with --only NAME")]
     MixedRoutes {
         path: String,
         line: usize,
@@ -99,6 +103,8 @@ pub enum ReplayError {
     },
     #[error("{path}: no requests")]
     Empty { path: String },
+    #[error("{path}: no requests recorded for route {only:?} (--only)")]
+    NoneForRoute { path: String, only: String },
 }
 
 impl ReplayError {
@@ -179,6 +185,8 @@ pub struct ReplayReport {
     pub multipliers: Option<Multipliers>,
     /// Turns whose body the passes could not read (forwarded as sent).
     pub unparsed_turns: u32,
+    /// Lines of other routes that `--only` skipped.
+    pub skipped_lines: u32,
     pub as_sent: VariantReport,
     pub cachekeeper: VariantReport,
     pub keep_newest_3: VariantReport,
@@ -225,7 +233,15 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         }
         bar
     };
-    let result = replay(&config, args.route.as_deref(), &args.session, &bar);
+    let result = replay(
+        &config,
+        Select {
+            route: args.route.as_deref(),
+            only: args.only.as_deref(),
+        },
+        &args.session,
+        &bar,
+    );
     bar.finish_and_clear();
     match result {
         Ok(report) => {
@@ -361,15 +377,26 @@ impl Variant {
     }
 }
 
-/// Replay `session` on its route (or `route`), reporting progress (bytes read) to `bar`.
+/// Which lines a replay takes and on which route.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Select<'a> {
+    /// Replay on this route (`--route`; default: each line's `route`).
+    pub route: Option<&'a str>,
+    /// Take only the lines whose `route` is this (`--only`); the others are counted in
+    /// [`ReplayReport::skipped_lines`].
+    pub only: Option<&'a str>,
+}
+
+/// Replay `session`'s lines that `select` takes, reporting progress (bytes read) to `bar`.
 ///
 /// Errors: [`ReplayError`]: the config, the file, a line, the route, the provider's rule.
 pub fn replay(
     config: &Path,
-    route: Option<&str>,
+    select: Select<'_>,
     session: &Path,
     bar: &indicatif::ProgressBar,
 ) -> Result<ReplayReport, ReplayError> {
+    let route = select.route;
     let loaded = Config::load(config).map_err(|e| ReplayError::Config(e.to_string()))?;
     let table = RouteTable::new(&loaded.config).map_err(ReplayError::Config)?;
     let path = session.display().to_string();
@@ -381,6 +408,7 @@ pub fn replay(
     let mut state: Option<Session> = None;
     let mut text = String::new();
     let mut n = 0usize;
+    let mut skipped = 0u32;
     loop {
         text.clear();
         let read = reader
@@ -402,6 +430,10 @@ pub fn replay(
             line: n,
             detail: e.to_string(),
         })?;
+        if select.only.is_some() && line.route.as_deref() != select.only {
+            skipped = skipped.saturating_add(1);
+            continue;
+        }
         let name = route
             .map(str::to_owned)
             .or_else(|| line.route.clone())
@@ -429,8 +461,16 @@ pub fn replay(
         s.turn(&line);
         bar.set_message(format!("turn {n}"));
     }
-    let s = state.ok_or(ReplayError::Empty { path: path.clone() })?;
-    Ok(s.finish(path))
+    let Some(s) = state else {
+        return Err(match select.only {
+            Some(only) => ReplayError::NoneForRoute {
+                path,
+                only: only.to_owned(),
+            },
+            None => ReplayError::Empty { path },
+        });
+    };
+    Ok(s.finish(path, skipped))
 }
 
 /// A replay in progress.
@@ -593,7 +633,7 @@ impl Session {
         self.variants = Some(v);
     }
 
-    fn finish(self, file: String) -> ReplayReport {
+    fn finish(self, file: String, skipped_lines: u32) -> ReplayReport {
         let m = self.multipliers.as_ref();
         let rule = self.rule;
         let [as_sent, cachekeeper, keep] = match self.variants {
@@ -623,6 +663,7 @@ impl Session {
                     .then_some(rule.lookback),
             },
             unparsed_turns: self.unparsed,
+            skipped_lines,
             as_sent: as_sent.finish(m),
             cachekeeper: cachekeeper.finish(m),
             keep_newest_3: keep.finish(m),
@@ -803,6 +844,12 @@ fn print_report(r: &ReplayReport) {
         r.model,
         r.dialect
     );
+    if r.skipped_lines > 0 {
+        outln!(
+            "skipped {} line(s) of other routes (--only)",
+            r.skipped_lines
+        );
+    }
     let ttl = |t: Option<u64>| t.map_or_else(|| "none".to_owned(), |t| format!("{t} s"));
     outln!(
         "cache model: {} caching, TTL {}{}, minimum {} tokens{}",
