@@ -94,4 +94,35 @@ async fn one_line_per_request_with_outcome_and_no_credentials_at_any_level() {
     assert_eq!(lines[2]["query"], "alt=sse&key=REDACTED");
     assert_eq!(lines[2]["dialect"], "gemini");
     assert_eq!(lines[2]["model"], "gemini-2.5-pro");
+
+    // A body the proxy cannot decode goes as sent, and the log says why (the failing input
+    // of a fresh-user pass: one wording, no reason, for a bomb, corrupt data and an unknown
+    // coding alike).
+    let proxy = start_proxy(&config_for(&mock.url(), "")).await;
+    for (encoding, reason) in [
+        (
+            "gzip, gzip",
+            "stacked content-encoding \"gzip, gzip\" (more than one coding)",
+        ),
+        ("x-foo", "unsupported content-encoding \"x-foo\""),
+    ] {
+        let (status, _, _) = send(
+            &c,
+            &proxy.url("/anthropic/v1/messages"),
+            &[("content-encoding", encoding)],
+            "not really encoded",
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(mock.last().body, b"not really encoded".as_slice());
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let line = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["message"] == "body could not be decoded; left unchanged")
+            .find(|v| v["encoding"] == encoding)
+            .unwrap_or_else(|| panic!("no decode line for {encoding}: {text}"));
+        assert_eq!(line["reason"], reason, "{line}");
+    }
+    proxy.stop().await;
 }

@@ -256,9 +256,10 @@ fn string_value_follows(rest: &[u8]) -> bool {
     it.find(|b| !ws(b)) == Some(&b'"')
 }
 
-/// What one run of the passes computed, before it is turned into a [`Passed`]: `None` when the
-/// body could not be decoded, `Err` when the dialect does not describe it.
-type Ran = Option<
+/// What one run of the passes computed, before it is turned into a [`Passed`]: the outer
+/// `Err` when the body could not be decoded (why), the inner one when the dialect does not
+/// describe it.
+type Ran = Result<
     Result<
         (
             RewriteOutcome,
@@ -267,6 +268,7 @@ type Ran = Option<
         ),
         crate::dialect::ParseError,
     >,
+    crate::wire::decode::DecodeError,
 >;
 
 /// Run the passes on `original` (the client's body as received, still encoded) and decide
@@ -305,7 +307,7 @@ pub(crate) async fn run(
         memo.clone(),
     )
     .await;
-    if matches!(&joined, Ok(Some(Ok((o, _, _)))) if o.report.images.deferred > 0) {
+    if matches!(&joined, Ok(Ok(Ok((o, _, _)))) if o.report.images.deferred > 0) {
         // Some image needs a decode: the whole run again on the image lane (the deferred run
         // committed nothing), so what is sent never depends on the lane.
         joined = in_lane(
@@ -322,13 +324,13 @@ pub(crate) async fn run(
     }
     let route = &plan.route.name;
     let (outcome, (turn, forwarded_prefix), memo) = match joined {
-        Ok(Some(Ok(done))) => done,
-        Ok(Some(Err(e))) => {
+        Ok(Ok(Ok(done))) => done,
+        Ok(Ok(Err(e))) => {
             tracing::info!(target: "cachekeeper::rewrite", route = %route, reason = %e, "body left unchanged");
             return Passed::unchanged(original, BodyFate::Unparsed);
         }
-        Ok(None) => {
-            tracing::info!(target: "cachekeeper::rewrite", route = %route, "body could not be decoded; left unchanged");
+        Ok(Err(e)) => {
+            tracing::info!(target: "cachekeeper::rewrite", route = %route, encoding = plan.encoding.as_deref().unwrap_or(""), reason = %e, "body could not be decoded; left unchanged");
             return Passed::unchanged(original, BodyFate::Unparsed);
         }
         Err(e) => {
@@ -457,7 +459,7 @@ fn passes_on(
         cold: m.cold && route.images.cold_eviction,
         key,
     });
-    Some(run_passes(plan, decoded, recovery, cold, defer).map(|outcome| {
+    Ok(run_passes(plan, decoded, recovery, cold, defer).map(|outcome| {
         if outcome.report.images.deferred > 0 {
             return (outcome, (None, None), memo);
         }

@@ -145,7 +145,7 @@ fn line(
     encoding: Option<&str>,
     body: &[u8],
 ) -> Option<String> {
-    let decoded = crate::wire::body::decode(encoding, body, DECODE_LIMIT)?;
+    let decoded = crate::wire::body::decode(encoding, body, DECODE_LIMIT).ok()?;
     let text = std::str::from_utf8(&decoded).ok()?;
     // A JSON text holds no raw line break inside a string (control characters are escaped),
     // so breaks are whitespace between tokens: spaces keep the line one line.

@@ -119,7 +119,7 @@ pub(crate) async fn on_error_status(
         return as_it_came(head, rest);
     };
     let limit = MAX_ERROR_BODY_BYTES as u64;
-    let Some(error_body) = body::decode(encoding.as_deref(), &head, limit) else {
+    let Ok(error_body) = body::decode(encoding.as_deref(), &head, limit) else {
         return as_it_came(head, rest);
     };
     let Some(lesson) = learn(
@@ -202,8 +202,8 @@ async fn learn(
     } else {
         let plan = &replay.plan;
         match body::decode(plan.encoding.as_deref(), &replay.first.sent, plan.limit) {
-            Some(d) => Bytes::from(d),
-            None => return None,
+            Ok(d) => Bytes::from(d),
+            Err(_) => return None,
         }
     };
     let route_name = ctx.route_name();

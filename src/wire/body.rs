@@ -1,7 +1,6 @@
 //! Request bodies: a bounded read that never refuses (an oversized body is streamed through
 //! with the part already read), and `content-encoding` decoding for the passes.
 
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +12,7 @@ use hyper::body::Incoming;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use crate::wire::decode::{Coding, DecodeError, Decoder, PushError};
 use crate::wire::upstream::{BoxError, UpstreamBody};
 
 /// Result of [`read_bounded`].
@@ -321,33 +321,34 @@ pub(crate) fn prepend(head: Vec<Bytes>, rest: UpstreamBody) -> UpstreamBody {
     StreamBody::new(head.chain(BodyStream::new(rest))).boxed_unsync()
 }
 
-/// Decode a body by its `content-encoding` (`gzip`, `x-gzip`, `deflate`, `br`, `zstd`;
-/// `identity` or none returns it as is), reading at most `limit` decoded bytes.
+/// Decode a whole body by its `content-encoding`, at most `limit` decoded bytes: the codings
+/// and rules of [`crate::wire::decode`] (the one decoder of both directions; `identity`,
+/// empty or no header returns the body as is).
 ///
-/// `None` when the coding is unknown, the data is corrupt, or the decoded body is larger than
-/// `limit` (a decompression bomb): the caller then forwards the original bytes.
-pub(crate) fn decode(encoding: Option<&str>, data: &[u8], limit: u64) -> Option<Vec<u8>> {
-    let enc = encoding.map(|e| e.trim().to_ascii_lowercase());
-    let reader: Box<dyn Read + '_> = match enc.as_deref() {
-        None | Some("") | Some("identity") => return Some(data.to_vec()),
-        Some("gzip") | Some("x-gzip") => Box::new(flate2::read::MultiGzDecoder::new(data)),
-        Some("deflate") => {
-            // HTTP "deflate" is zlib-wrapped; some clients send raw deflate.
-            if data.len() >= 2 && (u16::from(data[0]) << 8 | u16::from(data[1])) % 31 == 0 {
-                Box::new(flate2::read::ZlibDecoder::new(data))
-            } else {
-                Box::new(flate2::read::DeflateDecoder::new(data))
-            }
-        }
-        Some("br") => Box::new(brotli::Decompressor::new(data, 64 * 1024)),
-        Some("zstd") => Box::new(zstd::stream::read::Decoder::new(data).ok()?),
-        Some(_) => return None,
+/// Errors: [`DecodeError`]: a coding it does not decode, stacked codings, corrupt or truncated
+/// data, or a decoded body over `limit` (a decompression bomb stops there): the caller then
+/// forwards the original bytes, and logs why.
+pub(crate) fn decode(
+    encoding: Option<&str>,
+    data: &[u8],
+    limit: u64,
+) -> Result<Vec<u8>, DecodeError> {
+    let Some(coding) = Coding::from_header(encoding)? else {
+        return Ok(data.to_vec());
     };
     let mut out = Vec::new();
-    let read = reader.take(limit.saturating_add(1)).read_to_end(&mut out);
-    match read {
-        Ok(n) if (n as u64) <= limit => Some(out),
-        _ => None,
+    let mut collect = |piece: &[u8]| {
+        out.extend_from_slice(piece);
+        Ok::<(), std::convert::Infallible>(())
+    };
+    let mut decoder = Decoder::new(coding, limit);
+    let decoded = decoder
+        .push(data, &mut collect)
+        .and_then(|()| decoder.finish(&mut collect));
+    match decoded {
+        Ok(()) => Ok(out),
+        Err(PushError::Decode(e)) => Err(e),
+        Err(PushError::Output(never)) => match never {},
     }
 }
 
@@ -399,10 +400,29 @@ mod tests {
         enc.write_all(plain).unwrap();
         let gz = enc.finish().unwrap();
         assert_eq!(decode(Some("gzip"), &gz, 1024).unwrap(), plain);
-        assert!(decode(Some("gzip"), &gz, 5).is_none());
-        assert!(decode(Some("gzip"), b"not gzip", 1024).is_none());
-        assert!(decode(Some("compress"), &gz, 1024).is_none());
+        // Each failure says why (the log line's `reason`: a fresh-user pass found one
+        // wording for a bomb, corrupt data and an unknown coding alike).
+        let why = |enc: &str, data: &[u8], limit: u64| {
+            decode(Some(enc), data, limit).unwrap_err().to_string()
+        };
+        assert_eq!(why("gzip", &gz, 5), "decoded body exceeds 5 bytes");
+        let corrupt = why("gzip", b"not gzip data, not gzip data", 1024);
+        assert!(corrupt.starts_with("corrupt gzip data"), "{corrupt}");
+        assert_eq!(
+            why("compress", &gz, 1024),
+            "unsupported content-encoding \"compress\""
+        );
+        assert_eq!(
+            why("gzip, gzip", &gz, 1024),
+            "stacked content-encoding \"gzip, gzip\" (more than one coding)"
+        );
+        assert_eq!(
+            why("gzip", &gz[..gz.len() - 4], 1024),
+            "gzip stream ends before its end marker"
+        );
         assert_eq!(decode(None, plain, 1024).unwrap(), plain);
+        assert_eq!(decode(Some("identity"), plain, 1024).unwrap(), plain);
+        assert_eq!(decode(Some(" GZIP "), &gz, 1024).unwrap(), plain);
     }
 
     #[test]
