@@ -190,20 +190,25 @@ fn check_survives_a_closed_pipe() {
     assert_eq!(stdout.lines().count(), 1);
     assert!(stdout.starts_with("config OK: "), "{stdout}");
     // The reading end closed before anything is written.
-    let mut child = Command::new(BIN)
-        .args(["check", "--config", cfg.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
+    let out = into_closed_pipe(&["check", "--config", cfg.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
     assert!(
         out.stderr.is_empty(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `cachekeeper ARGS` with its stdout a pipe whose reading end is closed before it writes.
+fn into_closed_pipe(args: &[&str]) -> std::process::Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
 }
 
 /// The failing input of a fresh-user pass: `report`, `state` and `verdicts` printed with
@@ -220,14 +225,7 @@ fn every_printing_subcommand_survives_a_closed_pipe() {
         &["state", "--config", cfg],
         &["verdicts", "--config", cfg],
     ] {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        drop(child.stdout.take());
-        let out = child.wait_with_output().unwrap();
+        let out = into_closed_pipe(args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{args:?}: {out:?}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");

@@ -52,15 +52,21 @@ fn replay_json(config: &Path, session: &Path) -> Value {
     replay_json_with(config, session, &[])
 }
 
-/// `replay --json` with `args` too.
-fn replay_json_with(config: &Path, session: &Path, args: &[&str]) -> Value {
-    let out = Command::new(BIN)
-        .args(["replay", "--json", "--config"])
-        .arg(config)
+/// `replay ARGS --config CONFIG SESSION`.
+fn replay_out(config: &Path, session: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("replay")
         .args(args)
+        .arg("--config")
+        .arg(config)
         .arg(session)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// `replay --json` with `args` too.
+fn replay_json_with(config: &Path, session: &Path, args: &[&str]) -> Value {
+    let out = replay_out(config, session, &[&["--json"][..], args].concat());
     assert!(
         out.status.success(),
         "{}",
@@ -392,12 +398,7 @@ async fn serve_record_writes_a_private_file_that_replays() {
     // The failing input of a fresh-user pass: a two-route file could not be replayed, and
     // `--route anthropic` replayed the Chat body as an Anthropic turn. A replay is of one
     // route; `--only` picks its lines.
-    let out = Command::new(BIN)
-        .args(["replay", "--config"])
-        .arg(&cfg)
-        .arg(&record)
-        .output()
-        .unwrap();
+    let out = replay_out(&cfg, &record, &[]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -412,21 +413,11 @@ async fn serve_record_writes_a_private_file_that_replays() {
     assert!(r["as_sent"]["collapses"].as_array().unwrap().is_empty());
     // The Chat line alone: on its own route (whose local upstream has no cache rule: the
     // error shows which route's lines were taken).
-    let out = Command::new(BIN)
-        .args(["replay", "--only", "openai", "--config"])
-        .arg(&cfg)
-        .arg(&record)
-        .output()
-        .unwrap();
+    let out = replay_out(&cfg, &record, &["--only", "openai"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("route openai: provider local"), "{err}");
     // The table says what was skipped.
-    let out = Command::new(BIN)
-        .args(["replay", "--only", "anthropic", "--config"])
-        .arg(&cfg)
-        .arg(&record)
-        .output()
-        .unwrap();
+    let out = replay_out(&cfg, &record, &["--only", "anthropic"]);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
         table.contains("skipped 1 line(s) of other routes (--only)"),
