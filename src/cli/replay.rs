@@ -1,4 +1,4 @@
-//! `cachekeeper replay --config FILE [--route NAME] [--only NAME] SESSION.jsonl [--json]`: run the request
+//! `cachekeeper replay --config FILE [--route NAME] [--only NAME] SESSION.jsonl [--json]`: run
 //! passes over a recorded session offline and compare, under the exact-prefix cache model
 //! ([`crate::accounting::cache_model`]), three ways of sending it:
 //!
