@@ -1,5 +1,7 @@
-//! Push-based `content-encoding` decoding of a copy of a response body: compressed bytes in,
-//! in any split, decoded bytes out through a callback, never more than a fixed total.
+//! Push-based `content-encoding` decoding, the one decoder of both directions (a copy of a
+//! response body for its observer; a whole request body for the passes, through
+//! [`crate::wire::body::decode`]): compressed bytes in, in any split, decoded bytes out through
+//! a callback, never more than a fixed total.
 //!
 //! Codings (RFC 9110 §8.4.1 and the IANA HTTP Content Coding Registry): `gzip` / `x-gzip`
 //! (RFC 1952, every member of a multi-member stream), `deflate` (RFC 1950 zlib-wrapped; raw
@@ -167,7 +169,7 @@ enum State {
     },
 }
 
-/// A push-based decoder of one response body.
+/// A push-based decoder of one body (a response copy, or a request body for the passes).
 ///
 /// Shape: [`Decoder::push`] each chunk of compressed bytes as it arrives, then
 /// [`Decoder::finish`] once at the body's end; decoded bytes reach the callback in order, in
