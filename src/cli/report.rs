@@ -217,6 +217,22 @@ fn clean(s: &str) -> String {
     s.replace(|c: char| c.is_control(), " ")
 }
 
+/// Longest model name a table shows, characters; a longer one is cut, ending in `…` (the
+/// client names the model: a 200-character name made every row 300 columns wide). `--json`
+/// and the session ids keep every character (an id is what `--session` takes).
+const MAX_MODEL_CHARS: usize = 48;
+
+/// A model name for a table cell: [`clean`], at most [`MAX_MODEL_CHARS`] characters.
+fn model_cell(s: &str) -> String {
+    let cleaned = clean(s);
+    if cleaned.chars().count() <= MAX_MODEL_CHARS {
+        return cleaned;
+    }
+    let mut cut: String = cleaned.chars().take(MAX_MODEL_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
 /// One row per session, then its collapses by cause.
 fn sessions_table(out: &mut String, sessions: &[SessionSummary], now: i64) {
     let mut t = table(
@@ -239,14 +255,14 @@ fn sessions_table(out: &mut String, sessions: &[SessionSummary], now: i64) {
     );
     for s in sessions {
         let model = if s.models.len() > 1 {
-            format!("{} (+{})", s.model, s.models.len() - 1)
+            format!("{} (+{})", model_cell(&s.model), s.models.len() - 1)
         } else {
-            s.model.clone()
+            model_cell(&s.model)
         };
         t.add_row(vec![
             clean(&s.session),
             clean(&s.route),
-            clean(&model),
+            model,
             format!("{} ago", age((now - s.last_ts_ms) / 1000)),
             s.turns.to_string(),
             tokens(s.uncached_input_tokens),
@@ -345,7 +361,7 @@ fn render_session(d: &SessionDetail, now: i64) -> String {
         t.add_row(vec![
             r.turn.to_string(),
             time(r.ts_ms),
-            clean(&r.model),
+            model_cell(&r.model),
             tokens(r.uncached_input_tokens),
             tokens(r.cache_read_tokens),
             tokens(r.cache_write_tokens),
@@ -381,5 +397,11 @@ mod tests {
         assert_eq!(share(Some(0.3374)), "33.7%");
         assert_eq!(time(1_764_614_400_000), "2025-12-01T18:40:00Z");
         assert_eq!(clean("a\nb\tc"), "a b c");
+        assert_eq!(model_cell("claude-sonnet-4-5"), "claude-sonnet-4-5");
+        let long = "m".repeat(200);
+        let cell = model_cell(&long);
+        assert_eq!(cell.chars().count(), MAX_MODEL_CHARS);
+        assert!(cell.ends_with('…') && cell.starts_with("mmm"));
+        assert_eq!(model_cell(&"é".repeat(48)), "é".repeat(48));
     }
 }
