@@ -2,7 +2,9 @@
 //!
 //! Shapes (`docs/architecture.md#errors-the-proxy-produces`, `docs/wire-formats.md#error-bodies`):
 //! - Anthropic: `{"type":"error","error":{"type":…,"message":…}}`
-//! - OpenAI (also when the dialect is unknown): `{"error":{"message":…,"type":…,"code":…}}`
+//! - OpenAI (also when the dialect is unknown): `{"error":{"message":…,"type":…,"param":null,"code":…}}`
+//!   (OpenAI's error object always has the four members; `param` names no request parameter
+//!   here)
 //! - Gemini: `{"error":{"code":…,"message":…,"status":…}}`
 //!
 //! Every message starts with `cachekeeper:` so a user can tell the proxy's errors from the
@@ -159,7 +161,7 @@ impl ProxyError {
                 "error": {"code": status.as_u16(), "message": message, "status": gemini_status(status)},
             }),
             Some(Dialect::Openai) | Some(Dialect::OpenaiResponses) | None => serde_json::json!({
-                "error": {"message": message, "type": openai_type(status), "code": self.label()},
+                "error": {"message": message, "type": openai_type(status), "param": null, "code": self.label()},
             }),
         };
         Bytes::from(v.to_string())
@@ -243,8 +245,7 @@ pub(crate) fn midstream_error_event(
             Some(Bytes::from(format!("event: error\ndata: {v}\n\n")))
         }
         Some(Dialect::Openai) | None => {
-            let v =
-                serde_json::json!({"error":{"message":message,"type":"server_error","code":code}});
+            let v = serde_json::json!({"error":{"message":message,"type":"server_error","param":null,"code":code}});
             Some(Bytes::from(format!("data: {v}\n\n")))
         }
     }
@@ -269,6 +270,7 @@ mod tests {
         assert!(msg.contains("/anthropic, /openai"));
         let o: serde_json::Value = serde_json::from_slice(&e.body(None)).unwrap();
         assert_eq!(o["error"]["code"], "no_route");
+        assert!(o["error"]["param"].is_null() && o["error"].get("param").is_some());
         let g: serde_json::Value = serde_json::from_slice(&e.body(Some(Dialect::Gemini))).unwrap();
         assert_eq!(g["error"]["code"], 404);
         assert_eq!(g["error"]["status"], "NOT_FOUND");
@@ -328,6 +330,9 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_str(o.trim_start_matches("data: ").trim()).unwrap();
         assert_eq!(v["error"]["code"], "shutdown");
+        assert!(v["error"]
+            .get("param")
+            .is_some_and(serde_json::Value::is_null));
         assert_eq!(
             v["error"]["message"],
             "cachekeeper: the proxy is shutting down; the stream was ended after its last complete event"
