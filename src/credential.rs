@@ -275,26 +275,16 @@ mod tests {
         // The failing input: an empty `x-api-key` before two different bearer tokens gave
         // both requests one scope.
         for blank in ["", " ", "Bearer", "bearer  ", "Basic"] {
-            let mut h = http::HeaderMap::new();
-            h.insert("x-api-key", http::HeaderValue::from_str(blank).unwrap());
-            h.insert(
-                "authorization",
-                http::HeaderValue::from_static("Bearer tok-a"),
-            );
-            assert_eq!(
-                scope(&h, None),
-                scope(&headers(&[("authorization", "Bearer tok-a")]), None),
-                "{blank:?}"
-            );
-            h.insert(
-                "authorization",
-                http::HeaderValue::from_static("Bearer tok-b"),
-            );
-            assert_eq!(
-                scope(&h, None),
-                scope(&headers(&[("authorization", "Bearer tok-b")]), None),
-                "{blank:?}"
-            );
+            for token in ["Bearer tok-a", "Bearer tok-b"] {
+                let mut h = http::HeaderMap::new();
+                h.insert("x-api-key", http::HeaderValue::from_str(blank).unwrap());
+                h.insert("authorization", http::HeaderValue::from_static(token));
+                assert_eq!(
+                    scope(&h, None),
+                    scope(&headers(&[("authorization", token)]), None),
+                    "{blank:?}"
+                );
+            }
             // Blank headers alone: no credential (carriers stay in memory, nothing sealed).
             let mut only = http::HeaderMap::new();
             only.insert("authorization", http::HeaderValue::from_str(blank).unwrap());
