@@ -339,7 +339,8 @@ fn serve(
     listen: Option<SocketAddr>,
     record: Option<&std::path::Path>,
 ) -> ExitCode {
-    telemetry::init_with(log_format);
+    // Held until `serve` returns: the lines still queued are written then.
+    let (_, _log) = telemetry::init_with(log_format);
     let path = match config_path(config) {
         Ok(p) => p,
         Err(code) => return code,

@@ -352,6 +352,17 @@ impl Metrics {
         self
     }
 
+    /// Also serve the log's counter of lines dropped because stderr's reader did not keep up
+    /// as `cachekeeper_log_lines_dropped_total` ([`crate::telemetry::init_with`]).
+    pub(crate) fn with_log_lines_dropped(mut self, dropped: Counter) -> Self {
+        self.registry.register(
+            "cachekeeper_log_lines_dropped",
+            "Log lines dropped because the log's reader (stderr) did not keep up; requests never wait for the log",
+            dropped,
+        );
+        self
+    }
+
     /// Also serve the state store's counter of writes held during an outage and dropped for
     /// the bound as `cachekeeper_state_writes_dropped_total` (`src/state/outage.rs`).
     pub(crate) fn with_state_writes_dropped(mut self, dropped: Counter) -> Self {

@@ -114,6 +114,10 @@ pub struct RewriteContext<'a> {
     /// cheap first run that needs no image permit. The proxy runs again without it, on the
     /// image lane, when anything was deferred, so the bytes sent never depend on it.
     pub defer_image_work: bool,
+    /// Most bytes one image's transcode may allocate: what the proxy reserved in its memory
+    /// budget for the run ([`crate::images::passes::Settings::decode_allowance`]); `u64::MAX`
+    /// outside the proxy.
+    pub decode_allowance: u64,
     /// Reasoning shaping inputs; `None` skips pass 6.
     pub reasoning: Option<ReasoningInputs<'a>>,
     /// The route's `usage_in_streams`: ask an OpenAI Chat stream for its usage chunk
@@ -143,6 +147,7 @@ impl<'a> RewriteContext<'a> {
             credential_scope: "",
             image_recovery: None,
             defer_image_work: false,
+            decode_allowance: u64::MAX,
             reasoning: None,
             usage_in_streams: false,
             cache: &crate::caching::CACHE_OFF,
@@ -637,6 +642,7 @@ fn image_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> (Vec<Edit>, RewriteO
             scope: ctx.credential_scope,
             recovery: ctx.image_recovery,
             defer_image_work: ctx.defer_image_work,
+            decode_allowance: ctx.decode_allowance,
             cold: ctx.cold,
             text: doc.text,
         },

@@ -8,6 +8,10 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::io::IsTerminal as _;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
 
 use tracing::{Event, Level, Subscriber};
 use tracing_log::NormalizeEvent as _;
@@ -54,29 +58,126 @@ impl LogFormat {
     }
 }
 
+/// Most log lines waiting for the log's writer thread ([`init_with`]); past it new lines are
+/// dropped and counted (`cachekeeper_log_lines_dropped_total`). A request's JSON line is
+/// about 1.5 KiB, so the queue holds about 3 MiB at most: half a second of request lines at
+/// 4,000 requests/s (the pass-through rate in `docs/performance.md`), on top of the pipe's
+/// own buffer. A power of two, as tracing-appender recommends.
+pub(crate) const LOG_QUEUE_LINES: usize = 2048;
+
+/// How often the drop monitor reads the dropped-lines count; once a check finds no new drop
+/// after some, one line says how many were lost.
+const DROP_CHECK: Duration = Duration::from_secs(1);
+
+/// `cachekeeper_log_lines_dropped_total`: log lines dropped because the log's reader (what
+/// stderr is connected to) did not keep up. One process-wide log, so one process-wide count.
+static LINES_DROPPED: LazyLock<Counter> = LazyLock::new(Counter::default);
+
+/// The counter of dropped log lines (`cachekeeper_log_lines_dropped_total`,
+/// [`crate::metrics::Metrics::with_log_lines_dropped`]).
+pub(crate) fn lines_dropped() -> Counter {
+    LINES_DROPPED.clone()
+}
+
+/// Keeps the log's writer thread: dropping it writes the lines still queued (within a
+/// second) and stops it. Hold it until the process ends.
+#[must_use = "dropping the guard stops the log's writer thread"]
+pub struct LogGuard {
+    _worker: Option<tracing_appender::non_blocking::WorkerGuard>,
+}
+
 /// Install the global JSON subscriber (`--log-format json`). `RUST_LOG` overrides the
 /// default level (`info`).
-pub fn init() {
-    init_with(LogFormat::Json);
+pub fn init() -> LogGuard {
+    init_with(LogFormat::Json).1
 }
 
 /// Install the global subscriber writing `format` to stderr; `RUST_LOG` overrides the default
-/// level (`info`). Returns the formatter used. A second call does nothing (the first
-/// subscriber stays).
-pub fn init_with(format: LogFormat) -> Resolved {
+/// level (`info`). Returns the formatter used and the guard of the log's writer thread. A
+/// second call does nothing (the first subscriber stays).
+///
+/// Lines never block the thread that logs them: they are queued ([`LOG_QUEUE_LINES`]) for a
+/// writer thread of their own (tracing-appender's lossy non-blocking writer). When stderr's
+/// reader is slower than the proxy (a stopped pipe reader, a slow terminal), new lines are
+/// dropped, counted (`cachekeeper_log_lines_dropped_total`), and once the drops stop one
+/// line says how many were lost.
+pub fn init_with(format: LogFormat) -> (Resolved, LogGuard) {
     let terminal = std::io::stderr().is_terminal();
     let resolved = format.resolve(terminal);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let (writer, worker) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .thread_name("cachekeeper-log")
+        .finish(std::io::stderr());
+    let drops = writer.error_counter();
     let builder = tracing_subscriber::fmt()
         .with_target(true)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_env_filter(filter);
-    let _ = match resolved {
+    let installed = match resolved {
         Resolved::Json => builder.event_format(JsonLines).try_init(),
         Resolved::Compact => builder.compact().with_ansi(terminal).try_init(),
         Resolved::Pretty => builder.pretty().with_ansi(terminal).try_init(),
     };
-    resolved
+    if installed.is_err() {
+        return (resolved, LogGuard { _worker: None });
+    }
+    let monitor = std::thread::Builder::new()
+        .name("cachekeeper-log-drops".into())
+        .spawn(move || {
+            let mut said = DropReport::default();
+            loop {
+                std::thread::sleep(DROP_CHECK);
+                said.check(
+                    u64::try_from(drops.dropped_lines()).unwrap_or(u64::MAX),
+                    &LINES_DROPPED,
+                );
+            }
+        });
+    if let Err(e) = monitor {
+        tracing::warn!(target: "cachekeeper::server", error = %e, "cannot start the log-drop monitor; dropped log lines are not counted");
+    }
+    (
+        resolved,
+        LogGuard {
+            _worker: Some(worker),
+        },
+    )
+}
+
+/// The drop monitor's memory: how many drops it has counted and said.
+#[derive(Debug, Default)]
+struct DropReport {
+    /// Dropped lines counted into the metric so far.
+    counted: u64,
+    /// Dropped lines the log has been told of so far.
+    said: u64,
+}
+
+impl DropReport {
+    /// One check with the writer's total of dropped lines `total`: count what is new in
+    /// `metric`; when nothing new was dropped since the last check but some drops were never
+    /// said, say how many (the reader keeps up again, so the line gets through). Returns the
+    /// number said, if a line was written.
+    fn check(&mut self, total: u64, metric: &Counter) -> Option<u64> {
+        if total > self.counted {
+            metric.inc_by(total - self.counted);
+            self.counted = total;
+            return None;
+        }
+        let unsaid = self.counted - self.said;
+        if unsaid == 0 {
+            return None;
+        }
+        self.said = self.counted;
+        tracing::warn!(
+            target: "cachekeeper::server",
+            dropped = unsaid,
+            "log lines dropped: stderr's reader did not keep up, so lines were dropped instead of stalling requests (cachekeeper_log_lines_dropped_total)"
+        );
+        Some(unsaid)
+    }
 }
 
 /// The JSON line of an event: what tracing-subscriber's JSON formatter writes with
@@ -334,6 +435,24 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::testing::LogBuf as Buf;
+
+    /// The drop monitor counts every dropped line once, and says how many once the drops stop
+    /// (the check after the last new drop), then nothing until new drops.
+    #[test]
+    fn dropped_lines_are_counted_then_said_once_the_drops_stop() {
+        let metric = Counter::default();
+        let mut r = DropReport::default();
+        assert_eq!(r.check(0, &metric), None);
+        assert_eq!(r.check(5, &metric), None, "still dropping");
+        assert_eq!(metric.get(), 5);
+        assert_eq!(r.check(9, &metric), None, "still dropping");
+        assert_eq!(metric.get(), 9);
+        assert_eq!(r.check(9, &metric), Some(9), "the drops stopped");
+        assert_eq!(r.check(9, &metric), None, "said once");
+        assert_eq!(r.check(12, &metric), None);
+        assert_eq!(r.check(12, &metric), Some(3), "only the new ones");
+        assert_eq!(metric.get(), 12);
+    }
 
     /// Events with every kind of field value a line can hold.
     fn events() {

@@ -978,3 +978,235 @@ async fn sigterm_answers_a_request_still_waiting_for_headers_with_a_503() {
         served.log_text()
     );
 }
+
+/// The `cachekeeper::state` log lines whose message starts with `start`.
+fn state_messages(start: &str) -> Vec<serde_json::Value> {
+    log_text()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["target"] == "cachekeeper::state"
+                && v["message"].as_str().is_some_and(|m| m.starts_with(start))
+        })
+        .collect()
+}
+
+/// Issue 27: a state store that stops answering (its writer blocked, as on a Redis under
+/// `kill -STOP`) stalls no request. 50 requests in flight, each a new session whose record the
+/// proxy must look for in the store: `/healthz` answers meanwhile and every request completes
+/// whole. The first request's load phase times out (an async wait) and says so once; the
+/// others read memory only, without waiting. Once the store answers again, one line says so
+/// and requests read it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_store_that_stops_answering_stalls_no_request() {
+    const IN_FLIGHT: usize = 50;
+    const STALL_MS: u64 = 3000;
+    logs();
+    // The upstream answers each request's head at once and holds its body until released, so
+    // the requests stay in flight.
+    type Held = tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>;
+    let held: Arc<std::sync::Mutex<Vec<Held>>> = Arc::default();
+    let h = held.clone();
+    let mock = start_mock(Arc::new(move |_r: &Recorded| {
+        let (tx, body) = channel_body();
+        h.lock().unwrap().push(tx);
+        http::Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(body)
+            .unwrap()
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let proxy = start_proxy(&config_for(
+        &mock.url(),
+        &format!("[state]\npath = {:?}\n", path.display().to_string()),
+    ))
+    .await;
+    let stalled = "the state store did not answer a request's reads in time";
+    let again = "the state store answers again";
+    assert!(state_messages(stalled).is_empty());
+
+    assert_eq!(
+        proxy
+            .store
+            .inject_fault(cachekeeper::state::Fault::StallMs(STALL_MS)),
+        Some(i64::try_from(STALL_MS).unwrap())
+    );
+    let proxy = Arc::new(proxy);
+    let turn = |session: String| {
+        let proxy = proxy.clone();
+        async move {
+            let body = format!(
+                r#"{{"model":"claude-x","max_tokens":8,"messages":[{{"role":"user","content":"{TURN_TEXT}"}}]}}"#
+            );
+            send(
+                &client(),
+                &proxy.url("/anthropic/v1/messages"),
+                &[("x-api-key", TURN_KEY), ("x-cachekeeper-session", &session)],
+                body,
+            )
+            .await
+        }
+    };
+    let tasks: Vec<_> = (0..IN_FLIGHT)
+        .map(|i| tokio::spawn(turn(format!("stalled-{i}"))))
+        .collect();
+    // A guard against a hang, not a latency bound.
+    let guard = Duration::from_secs(30);
+    tokio::time::timeout(guard, async {
+        while held.lock().unwrap().len() < IN_FLIGHT {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("every request reached the upstream while the store was stalled");
+    let healthz = http::Request::get(proxy.url("/healthz"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = tokio::time::timeout(guard, client().request(healthz))
+        .await
+        .expect("/healthz answers with the requests in flight")
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    for tx in held.lock().unwrap().drain(..) {
+        tx.try_send(Ok(Bytes::from_static(TURN_REPLY.as_bytes())))
+            .unwrap();
+    }
+    for t in tasks {
+        let (status, _, body) = tokio::time::timeout(guard, t).await.unwrap().unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(&body[..], TURN_REPLY.as_bytes(), "served whole");
+    }
+    // One load timed out; the others did not wait (one warning), and the store is still stalled.
+    let warned = state_messages(stalled);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(warned[0]["level"], "WARN");
+    assert_eq!(warned[0]["wait_ms"], 50, "the session read's bound");
+    assert!(state_messages(again).is_empty());
+
+    // Once the writer answers again (its next successful write), one line says so.
+    let released = tokio::time::timeout(guard, async {
+        let mut i = 0;
+        loop {
+            let h = held.clone();
+            let t = tokio::spawn(turn(format!("after-{i}")));
+            loop {
+                if let Some(tx) = h.lock().unwrap().pop() {
+                    tx.try_send(Ok(Bytes::from_static(TURN_REPLY.as_bytes())))
+                        .unwrap();
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(t.await.unwrap().0, 200);
+            proxy.store.flush();
+            if !state_messages(again).is_empty() {
+                return;
+            }
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(released.is_ok(), "the store never answered again");
+    assert_eq!(state_messages(again).len(), 1);
+    assert_eq!(state_messages(stalled).len(), 1);
+}
+
+/// Issue 27: a log reader that stops reading never stalls a request. The real binary with
+/// stderr a pipe nobody reads, every level logged (`RUST_LOG=trace`: about 9 lines a request,
+/// so the log's queue of 2,048 lines fills): 500 requests complete whole, `/healthz` answers, the lines that
+/// did not fit are dropped and counted (`cachekeeper_log_lines_dropped_total`), and once the
+/// pipe is read again one line says how many were dropped. Before, the 64 KiB pipe buffer
+/// filled after about 48 requests and every request (`/healthz` too) hung.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_reader_that_stops_reading_stalls_no_request() {
+    use std::io::BufRead as _;
+    const REQUESTS: usize = 500;
+    let mock = start_mock(Arc::new(|_r: &Recorded| json_response(200, TURN_REPLY))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("proxy.toml");
+    std::fs::write(&file, config_for(&mock.url(), "")).unwrap();
+    let mut served = Served::spawn(
+        &file,
+        std::process::Stdio::piped(),
+        &[("RUST_LOG", "trace")],
+    );
+    // Nobody reads it until the end.
+    let stderr = served.child.stderr.take().unwrap();
+    assert!(served.ready().await);
+    let url = served.url("/anthropic/v1/messages");
+    let guard = Duration::from_secs(60);
+    let c = client();
+    let body = format!(
+        r#"{{"model":"claude-x","max_tokens":8,"messages":[{{"role":"user","content":"{TURN_TEXT}"}}]}}"#
+    );
+    for i in 0..REQUESTS {
+        let sent = send(&c, &url, &[("x-api-key", TURN_KEY)], body.clone());
+        let (status, _, resp) = tokio::time::timeout(guard, sent)
+            .await
+            .unwrap_or_else(|_| panic!("request {i} hung behind the log"));
+        assert_eq!(status, 200);
+        assert_eq!(&resp[..], TURN_REPLY.as_bytes());
+    }
+    let get = |path: &str| {
+        let req = http::Request::get(served.url(path))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let c = c.clone();
+        async move {
+            let resp = tokio::time::timeout(guard, c.request(req))
+                .await
+                .expect("a reserved path hung behind the log")
+                .unwrap();
+            let status = resp.status();
+            let text = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8(text.to_vec()).unwrap())
+        }
+    };
+    assert_eq!(get("/healthz").await.0, 200);
+    // The drop monitor counts once a second.
+    let series = "cachekeeper_log_lines_dropped_total ";
+    let dropped = tokio::time::timeout(guard, async {
+        loop {
+            let (status, text) = get("/metrics").await;
+            assert_eq!(status, 200);
+            let n = text
+                .lines()
+                .find_map(|l| l.strip_prefix(series))
+                .map(|v| v.trim().parse::<f64>().unwrap());
+            if let Some(n) = n.filter(|n| *n > 0.0) {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("no dropped line was counted");
+    assert!(dropped >= 1.0);
+    // The reader comes back: one line says how many were dropped.
+    let (found_tx, found_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("log lines dropped"))
+            {
+                let _ = found_tx.send(v);
+            }
+        }
+    });
+    let said = tokio::task::spawn_blocking(move || found_rx.recv_timeout(guard))
+        .await
+        .unwrap()
+        .expect("no line said how many log lines were dropped");
+    assert_eq!(said["level"], "WARN");
+    assert!(said["dropped"].as_u64().unwrap() >= 1, "{said}");
+}

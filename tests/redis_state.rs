@@ -391,6 +391,11 @@ async fn a_response_waits_for_its_turns_writes_at_most_write_wait_ms() {
     assert_eq!(metric(&proxy, &waits("written")).await, Some(1.0));
     assert_eq!(metric(&proxy, &waits("late")).await, None);
 
+    // The writer idle first (the first turn's usage record written): the next turn's reads
+    // are answered, its writes are what waits. (A read queued behind a paused write would
+    // time out, and the store would count as not answering: then no response waits at all,
+    // `tests/faults.rs`.)
+    proxy.store.flush();
     let _: () = ::redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(10_000)

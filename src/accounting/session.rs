@@ -39,6 +39,7 @@ use crate::json::scan;
 use crate::provider::{CacheActivation, ResolvedProvider};
 use crate::response::Usage;
 use crate::rewrite::RewriteReport;
+use crate::state::load::Reads;
 use crate::state::{Kind, Record, RecordKey, Store};
 
 /// The request header that names a session (read, never forwarded).
@@ -65,9 +66,9 @@ struct ResponseLink {
     session: String,
 }
 
-/// How long a turn waits for its session's stored record on a memory miss (after a restart),
-/// and with a shared store on every turn ([`Store::get_latest`]), ms. Runs on the passes'
-/// blocking thread.
+/// How long a turn's load phase waits for its session's stored record on a memory miss (after
+/// a restart), and with a shared store on every turn ([`Reads::latest`]), ms: an async wait
+/// ([`Store::load`]), never on the passes' thread.
 pub(crate) const SESSION_READ_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Payload of a [`Kind::Session`] record (and the in-memory state): the previous turn.
@@ -215,18 +216,45 @@ impl SessionTracker {
         }
     }
 
+    /// The store the tracker keeps sessions in.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// Start a turn: [`Self::open`] then [`Self::commit`] (for callers whose passes do not
     /// need the session first). `None` when the body is not a JSON object.
-    pub(crate) fn begin(&self, t: &TurnInput<'_>) -> Option<(TurnAccount, Prefix)> {
-        let opened = self.open(t)?;
+    /// `reads`: the turn's view of the store ([`Reads`]).
+    pub(crate) fn begin(
+        &self,
+        t: &TurnInput<'_>,
+        reads: &Reads<'_>,
+    ) -> Option<(TurnAccount, Prefix)> {
+        let opened = self.open(t, reads)?;
         Some(self.commit(opened, t))
+    }
+
+    /// Tests: [`Self::begin`] with a load phase ([`crate::state::load::with_load`]).
+    #[cfg(test)]
+    pub(crate) fn begin_loaded(&self, t: &TurnInput<'_>) -> Option<(TurnAccount, Prefix)> {
+        let opened = self.open_loaded(t)?;
+        Some(self.commit(opened, t))
+    }
+
+    /// Tests: [`Self::open`] with a load phase ([`crate::state::load::with_load`]).
+    #[cfg(test)]
+    pub(crate) fn open_loaded(&self, t: &TurnInput<'_>) -> Option<Opened> {
+        crate::state::load::with_load(&self.store, |r| self.open(t, r))
     }
 
     /// Name the request's session and read its previous turn, before the passes run (they
     /// need its idle time and retired-image set). Reads `dialect`, `route`, `model`, `scope`,
     /// `key`, `client_session`, `client` and `now_ms` of `t`. `None` when the body is not a
     /// JSON object.
-    pub(crate) fn open(&self, t: &TurnInput<'_>) -> Option<Opened> {
+    ///
+    /// The stored records (the session's state, a response's session) are read through
+    /// `reads`: before the request's load phase a record not in memory is wanted by it
+    /// ([`Reads::wanting`]), and the turn is opened again on what the load read.
+    pub(crate) fn open(&self, t: &TurnInput<'_>, reads: &Reads<'_>) -> Option<Opened> {
         let parsed = crate::json::parse(t.client).ok()?;
         let client = Prefix::of_parsed(t.dialect, &parsed, t.key);
         let chained = (t.dialect == Dialect::OpenaiResponses)
@@ -247,13 +275,17 @@ impl SessionTracker {
         let session = match (named, &chained) {
             (Some(s), _) => s,
             (None, Some(prev)) => self
-                .response_session(t.scope, prev)
+                .response_session(t.scope, prev, reads)
                 .unwrap_or_else(|| hex(&t.key.digest(b"chain", &[prev.as_bytes()])[..8])),
             (None, None) => {
                 let anchor = client.session_anchor(t.key, t.route, &model)?;
                 hex(&anchor[..8])
             }
         };
+        if reads.wanting() {
+            // The session is named by a response link the load phase reads first.
+            return None;
+        }
         let map_key = (t.scope.to_owned(), session.clone());
         let cached = self
             .inner
@@ -264,9 +296,9 @@ impl SessionTracker {
         // turn may have been answered by another instance: its stored state, not this
         // process's copy, is the previous turn (else two instances number the same turn).
         let prev = if self.store.is_shared() {
-            self.load(t.scope, &session).or(cached)
+            self.load(t.scope, &session, reads).or(cached)
         } else {
-            cached.or_else(|| self.load(t.scope, &session))
+            cached.or_else(|| self.load(t.scope, &session, reads))
         };
         let idle_ms = prev
             .as_ref()
@@ -443,13 +475,13 @@ impl SessionTracker {
         g.sessions.insert(key, restored);
     }
 
-    fn load(&self, scope: &str, session: &str) -> Option<SessionState> {
+    fn load(&self, scope: &str, session: &str, reads: &Reads<'_>) -> Option<SessionState> {
         let key = RecordKey {
             kind: Kind::Session,
             scope: scope.to_owned(),
             key: session.to_owned(),
         };
-        let rec = self.store.get_latest(&key, SESSION_READ_TIMEOUT)?;
+        let rec = reads.latest(&key, SESSION_READ_TIMEOUT)?;
         serde_json::from_slice(&rec.value).ok()
     }
 
@@ -458,7 +490,7 @@ impl SessionTracker {
     /// with a shared store read from the backend, waiting at most [`SESSION_READ_TIMEOUT`]).
     /// A record found is kept in the map. `None`: the id is unknown (or the store did not
     /// answer in time), and the request starts a session of its own.
-    fn response_session(&self, scope: &str, id: &str) -> Option<String> {
+    fn response_session(&self, scope: &str, id: &str, reads: &Reads<'_>) -> Option<String> {
         let k = (scope.to_owned(), id.to_owned());
         if let Some(s) = self.inner.lock().ok()?.responses.get(&k).cloned() {
             return Some(s);
@@ -468,7 +500,7 @@ impl SessionTracker {
             scope: scope.to_owned(),
             key: id.to_owned(),
         };
-        let rec = self.store.get_latest(&key, SESSION_READ_TIMEOUT)?;
+        let rec = reads.latest(&key, SESSION_READ_TIMEOUT)?;
         let link: ResponseLink = serde_json::from_slice(&rec.value).ok()?;
         self.remember_response(k, link.session.clone());
         Some(link.session)
@@ -762,7 +794,7 @@ mod tests {
             now_ms: i64,
         ) -> TurnAccount {
             self.tracker
-                .begin(&TurnInput {
+                .begin_loaded(&TurnInput {
                     dialect: Dialect::Anthropic,
                     route: "anthropic",
                     provider: &self.provider,
@@ -857,7 +889,7 @@ mod tests {
                 .unwrap_or_default();
             let body = format!(r#"{{"model":"gpt-5","input":"hi {now_ms}"{extra}}}"#);
             tracker
-                .begin(&TurnInput {
+                .begin_loaded(&TurnInput {
                     dialect: Dialect::OpenaiResponses,
                     route: "openai",
                     provider: &openai,
@@ -932,7 +964,7 @@ mod tests {
                 scope,
                 ..opened_input(&p, &key, &b, &none, 0, None)
             };
-            let (account, _) = tracker.begin(&t).unwrap();
+            let (account, _) = tracker.begin_loaded(&t).unwrap();
             end_turn(
                 &tracker,
                 scope,
@@ -1174,7 +1206,7 @@ mod tests {
             now_ms: 0,
             retired: None,
         };
-        let (a, _) = tracker.begin(&named("  my\tsession ")).unwrap();
+        let (a, _) = tracker.begin_loaded(&named("  my\tsession ")).unwrap();
         assert_eq!(a.session, "mysession");
         // A Responses chain: the response id links the next request.
         let openai = ResolvedProvider::resolve(None, "api.openai.com", None);
@@ -1187,7 +1219,7 @@ mod tests {
         let first = chained(None);
         let begin = |b: &[u8]| {
             tracker
-                .begin(&TurnInput {
+                .begin_loaded(&TurnInput {
                     dialect: Dialect::OpenaiResponses,
                     route: "openai",
                     provider: &openai,
@@ -1261,14 +1293,14 @@ mod tests {
         {
             let tracker = SessionTracker::new(s.clone());
             let o = tracker
-                .open(&opened_input(&p, &key, &b1, &none, 0, None))
+                .open_loaded(&opened_input(&p, &key, &b1, &none, 0, None))
                 .unwrap();
             assert!(o.retired().is_none(), "a new session has no record");
             assert!(!o.cold_memo(None, &p, &b1).1);
             tracker.commit(o, &opened_input(&p, &key, &b1, &none, 0, Some(&set)));
             // A turn that changes nothing keeps the set.
             let o = tracker
-                .open(&opened_input(&p, &key, &b2, &none, MIN, None))
+                .open_loaded(&opened_input(&p, &key, &b2, &none, MIN, None))
                 .unwrap();
             assert_eq!(o.retired(), Some(&set));
             tracker.commit(o, &opened_input(&p, &key, &b2, &none, MIN, None));
@@ -1276,7 +1308,7 @@ mod tests {
         s.flush();
         let tracker = SessionTracker::new(s.clone());
         let o = tracker
-            .open(&opened_input(&p, &key, &b3, &none, 20 * MIN, None))
+            .open_loaded(&opened_input(&p, &key, &b3, &none, 20 * MIN, None))
             .unwrap();
         assert_eq!(o.retired(), Some(&set), "the set survives a restart");
         assert_eq!(o.idle_ms, Some(19 * MIN as u64));

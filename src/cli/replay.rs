@@ -36,6 +36,7 @@ use crate::images::retired::{ColdInputs, RetiredSet};
 use crate::provider::CacheActivation;
 use crate::rewrite::{rewrite_with_restore, ReasoningInputs, RewriteContext, RewriteReport};
 use crate::route::{Route, RouteTable};
+use crate::state::load::{Reads, Snapshot};
 use crate::state::{MemoryBackend, Store};
 
 /// Images the `keep_newest_3` comparison keeps.
@@ -328,7 +329,11 @@ impl Variant {
         let input = s.turn_input(self.name, sent, retired);
         let account = match opened {
             Some(o) => Some(s.tracker.commit(o, &input)),
-            None => s.tracker.begin(&input),
+            None => {
+                let memory = Snapshot::memory_only();
+                s.tracker
+                    .begin(&input, &Reads::new(s.tracker.store(), &memory))
+            }
         };
         let r = &mut self.report;
         r.turns += 1;
@@ -595,11 +600,12 @@ impl Session {
             .path
             .clone()
             .unwrap_or_else(|| default_path(dialect).to_owned());
-        let opened = self.tracker.open(&self.turn_input(
-            v[1].name,
-            &sent(dialect, body, body, &none, ts),
-            None,
-        ));
+        // Replay's store is in memory: nothing to load.
+        let memory = Snapshot::memory_only();
+        let opened = self.tracker.open(
+            &self.turn_input(v[1].name, &sent(dialect, body, body, &none, ts), None),
+            &Reads::new(self.tracker.store(), &memory),
+        );
         let memo = opened.as_ref().map(|o| {
             o.cold_memo(self.route.cache.ttl, &self.route.provider, body)
                 .0
@@ -747,6 +753,7 @@ fn forward(
         credential_scope: "",
         image_recovery: None,
         defer_image_work: false,
+        decode_allowance: u64::MAX,
         reasoning: Some(ReasoningInputs {
             provider: &route.provider,
             upstream_path: &upstream_path,

@@ -286,7 +286,10 @@ impl<'a> Transcodes<'a> {
             .as_ref()
             .filter(|s| s.is_durable())
             .zip(self.sealing);
-        if let Some((store, sealing)) = share {
+        // A store that stopped answering (a load timed out, [`Store::load`]) is not waited
+        // for: the transcode is computed here.
+        let read_from = share.filter(|(s, _)| s.answers());
+        if let Some((store, sealing)) = read_from {
             let rk = record_key(scope, &key);
             let found = store
                 .read(&rk, Duration::from_millis(SHARED_READ_WAIT_MS))

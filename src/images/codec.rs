@@ -37,6 +37,36 @@ pub(crate) const MAX_FRAMES: usize = 100;
 /// Most bytes the decoder may allocate (the `image` crate's default, 512 MiB).
 pub(crate) const MAX_ALLOC: u64 = 512 * 1024 * 1024;
 
+/// Bytes per pixel charged for the decoded frame and for its working copy
+/// ([`decode_cost`]): RGBA8, what a screenshot (8-bit RGB or RGBA) decodes to at most. A
+/// 16-bit image decodes to twice that; the frame and its copy together still fit the charge.
+pub(crate) const FRAME_BYTES_PER_PIXEL: u64 = 4;
+
+/// Bytes per pixel of the resize's working buffer ([`decode_cost`]): the `image` crate's
+/// separable resize filters through an `f32` RGBA buffer of width × new height (4 × 4 bytes).
+pub(crate) const RESIZE_BYTES_PER_PIXEL: u64 = 16;
+
+/// What transcoding an image of `dims` (width, height, px, from its header) to `target` may
+/// allocate at once, bytes: the decoded frame and one working copy
+/// ([`FRAME_BYTES_PER_PIXEL`] each: the flattened RGB copy, or the clone a lossless repair
+/// keeps), the resize's working buffer (width × fitted height, [`RESIZE_BYTES_PER_PIXEL`]) and
+/// the resized frame. 0 for an image over [`MAX_PIXELS`] (never decoded). An image over its
+/// mode's own bound ([`Mode::max_pixels`]) is charged as a repair, since a downscale the bound
+/// refuses may be retried as one. Known before any pixel is decoded; the proxy reserves it in
+/// its memory budget (`[server] max_buffered_bytes`) before the decode, and the decoder runs
+/// with it as its allocation limit ([`transcode_within`]).
+pub(crate) fn decode_cost((w, h): (u32, u32), target: &Target) -> u64 {
+    let pixels = u64::from(w) * u64::from(h);
+    if pixels > MAX_PIXELS {
+        return 0;
+    }
+    let (fw, fh) = fit((w, h), target.max_side);
+    let frame = pixels * FRAME_BYTES_PER_PIXEL;
+    let resize = u64::from(w) * u64::from(fh) * RESIZE_BYTES_PER_PIXEL;
+    let resized = u64::from(fw) * u64::from(fh) * FRAME_BYTES_PER_PIXEL;
+    2 * frame + resize + resized
+}
+
 /// What the transcode must achieve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Target {
@@ -106,6 +136,11 @@ pub enum TranscodeError {
     TooManyPixels { pixels: u64, limit: u64 },
     #[error("more than {MAX_FRAMES} frames")]
     TooManyFrames,
+    /// Decoding would allocate `need` bytes ([`decode_cost`]), more than the proxy's memory
+    /// budget let it reserve (`allowed`; `[server] max_buffered_bytes`). Never cached: room
+    /// may come later.
+    #[error("decoding would take {need} bytes of memory, more than the {allowed} bytes the memory budget (max_buffered_bytes) has for it")]
+    OverBudget { need: u64, allowed: u64 },
     #[error("decode failed: {0}")]
     Decode(String),
     #[error("encode failed: {0}")]
@@ -127,14 +162,29 @@ pub(crate) fn header_len(format: Format) -> u64 {
 /// Errors: [`TranscodeError`]; [`TranscodeError::TooManyPixels`] when the header's size is
 /// over [`Mode::max_pixels`] of `target.mode`.
 pub fn transcode(raw_b64: &str, target: &Target) -> Result<Transcoded, TranscodeError> {
-    let bytes = decode_all(raw_b64).ok_or(TranscodeError::Base64)?;
-    transcode_bytes(&bytes, target)
+    transcode_within(raw_b64, target, MAX_ALLOC)
 }
 
-/// [`transcode`] on decoded bytes.
-pub(crate) fn transcode_bytes(bytes: &[u8], target: &Target) -> Result<Transcoded, TranscodeError> {
+/// [`transcode`] with the decoder's allocation limit at `max_alloc` bytes (at most
+/// [`MAX_ALLOC`]): what the proxy reserved for it ([`decode_cost`]). A frame larger than that
+/// is [`TranscodeError::Decode`] (the `image` crate's limit error), nothing allocated.
+pub(crate) fn transcode_within(
+    raw_b64: &str,
+    target: &Target,
+    max_alloc: u64,
+) -> Result<Transcoded, TranscodeError> {
+    let bytes = decode_all(raw_b64).ok_or(TranscodeError::Base64)?;
+    transcode_bytes(&bytes, target, max_alloc)
+}
+
+/// [`transcode_within`] on decoded bytes.
+pub(crate) fn transcode_bytes(
+    bytes: &[u8],
+    target: &Target,
+    max_alloc: u64,
+) -> Result<Transcoded, TranscodeError> {
     let format = sniff(bytes).ok_or(TranscodeError::Format)?;
-    let img = decode(bytes, format, target.mode.max_pixels())?;
+    let img = decode_within(bytes, format, target.mode.max_pixels(), max_alloc)?;
     let from = img.dimensions();
     let fitted = fit(from, target.max_side);
     let lossless = matches!(
@@ -225,9 +275,20 @@ pub(crate) fn decode(
     format: Format,
     max_pixels: u64,
 ) -> Result<DynamicImage, TranscodeError> {
+    decode_within(bytes, format, max_pixels, MAX_ALLOC)
+}
+
+/// [`decode`] with the decoder's allocation limit at `max_alloc` bytes (at most
+/// [`MAX_ALLOC`]).
+pub(crate) fn decode_within(
+    bytes: &[u8],
+    format: Format,
+    max_pixels: u64,
+    max_alloc: u64,
+) -> Result<DynamicImage, TranscodeError> {
     let codec = format.codec().ok_or(TranscodeError::Format)?;
     let mut limits = image::Limits::default();
-    limits.max_alloc = Some(MAX_ALLOC);
+    limits.max_alloc = Some(max_alloc.min(MAX_ALLOC));
     let mut reader = ImageReader::with_format(Cursor::new(bytes), codec);
     reader.limits(limits.clone());
     let (w, h) = reader
@@ -464,7 +525,7 @@ mod tests {
             png.len()
         );
 
-        let out = transcode_bytes(&png, &downscale(262_144)).unwrap();
+        let out = transcode_bytes(&png, &downscale(262_144), MAX_ALLOC).unwrap();
         assert_eq!(
             (out.format, out.from, out.to),
             (Format::Png, (9000, 300), (1568, 52))
@@ -477,7 +538,10 @@ mod tests {
         );
         assert!(bytes.len() < old_jpeg.len() && bytes.len() < png.len());
         // Deterministic.
-        assert_eq!(transcode_bytes(&png, &downscale(262_144)).unwrap(), out);
+        assert_eq!(
+            transcode_bytes(&png, &downscale(262_144), MAX_ALLOC).unwrap(),
+            out
+        );
     }
 
     #[test]
@@ -490,7 +554,7 @@ mod tests {
             image::Rgb([(x >> 8) as u8, (x >> 16) as u8, (x >> 24) as u8])
         });
         let png = png_of(&noisy);
-        let out = transcode_bytes(&png, &downscale(4 << 20)).unwrap();
+        let out = transcode_bytes(&png, &downscale(4 << 20), MAX_ALLOC).unwrap();
         assert_eq!((out.format, out.to), (Format::Jpeg, (800, 600)));
         assert!(decode_all(&out.b64).unwrap().len() < png.len());
     }
@@ -528,7 +592,7 @@ mod tests {
                 mode,
                 ..downscale(262_144)
             };
-            match transcode_bytes(&header_only_png(w, h), &target) {
+            match transcode_bytes(&header_only_png(w, h), &target, MAX_ALLOC) {
                 Err(TranscodeError::TooManyPixels { pixels, limit }) => {
                     assert_eq!(pixels, u64::from(w) * u64::from(h));
                     assert_eq!(limit, mode.max_pixels());
@@ -556,5 +620,33 @@ mod tests {
             image::Rgba([0, 0, 0, 0]),
         ));
         assert_eq!(flatten_onto_white(&img).get_pixel(0, 0).0, [255, 255, 255]);
+    }
+
+    /// The decode's memory charge (issue 27), from the header's size alone: a screenshot
+    /// downscaled, a 100 MP image repaired to Anthropic's 8000 px (the head-of-line benchmark's
+    /// 10000 × 10000 PNG: 2.3 GB, more than the default 1 GiB budget), and one over the repair
+    /// bound (never decoded: 0).
+    #[test]
+    fn the_decode_cost_is_the_frame_its_copy_and_the_resize() {
+        let target = |max_side, mode| Target {
+            max_side,
+            max_len: 262_144,
+            data_url: false,
+            mode,
+        };
+        // 2560×1440 to 1568×882: 2 × 14,745,600 + 2560 × 882 × 16 + 1568 × 882 × 4.
+        assert_eq!(
+            decode_cost((2560, 1440), &target(1568, Mode::Downscale)),
+            29_491_200 + 36_126_720 + 5_531_904
+        );
+        // 10000×10000 to 8000×8000: 2 × 400 MB + 10000 × 8000 × 16 + 8000 × 8000 × 4.
+        assert_eq!(
+            decode_cost((10_000, 10_000), &target(8000, Mode::Repair)),
+            800_000_000 + 1_280_000_000 + 256_000_000
+        );
+        assert_eq!(
+            decode_cost((20_000, 10_000), &target(8000, Mode::Repair)),
+            0
+        );
     }
 }

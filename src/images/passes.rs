@@ -57,6 +57,11 @@ pub(crate) struct Settings<'a> {
     /// check) as sent and count it in [`ImageReport::deferred`]
     /// ([`crate::rewrite::RewriteContext::defer_image_work`]).
     pub defer_image_work: bool,
+    /// Most bytes one image's transcode may allocate ([`codec::decode_cost`]): what the proxy
+    /// reserved in its memory budget for this run. An image that needs more is left as sent
+    /// ([`TranscodeError::OverBudget`], counted in [`ImageReport::failed_open`]). `u64::MAX`
+    /// outside the proxy.
+    pub decode_allowance: u64,
     /// Cold-cache eviction inputs (`docs/images.md#cold-cache-eviction`); `None` runs the
     /// step function alone.
     pub cold: Option<ColdInputs<'a>>,
@@ -92,6 +97,10 @@ pub struct ImageReport {
     /// Images whose work was deferred: it needs a decode and the run was told not to decode
     /// ([`Settings::defer_image_work`]). A run with any is discarded and run again.
     pub deferred: usize,
+    /// The most one deferred image's transcode may allocate ([`codec::decode_cost`]), bytes:
+    /// what the proxy reserves in its memory budget before the run that decodes (0: no
+    /// deferred image, or sizes unknown).
+    pub decode_bytes: u64,
     /// One line per rewrite, with its position and reason.
     pub reasons: Vec<String>,
 }
@@ -353,28 +362,48 @@ fn data_url(payload: &Payload<'_>) -> bool {
     matches!(payload, Payload::DataUrl(_))
 }
 
-/// The transcode of `raw_b64` to `target`, from the cache or computed; `None` (counted in
-/// [`ImageReport::deferred`]) when it is not cached and the run defers image work.
+/// The transcode of `raw_b64` (an image of `dims` px, from its header, when known) to
+/// `target`, from the cache or computed; `None` (counted in [`ImageReport::deferred`], its
+/// decode's cost in [`ImageReport::decode_bytes`]) when it is not cached and the run defers
+/// image work. An image whose decode would allocate more than [`Settings::decode_allowance`]
+/// is not decoded: [`TranscodeError::OverBudget`], never cached. The decoder's allocation
+/// limit is the image's cost ([`codec::decode_cost`]), a function of the image alone, so
+/// what is cached never depends on the budget.
 fn transcode(
     raw_b64: &str,
+    dims: Option<(u32, u32)>,
     target: &Target,
     s: &Settings<'_>,
     report: &mut ImageReport,
 ) -> Option<Arc<Entry>> {
-    let found = match (s.cache, s.defer_image_work) {
-        (Some(c), false) => Some(c.get_or_compute(
-            cache::key(s.scope, target, raw_b64),
-            s.scope,
-            || codec::transcode(raw_b64, target),
-        )),
-        (Some(c), true) => c.peek(&cache::key(s.scope, target, raw_b64)),
-        (None, false) => Some(Arc::new(codec::transcode(raw_b64, target))),
-        (None, true) => None,
-    };
-    if found.is_none() {
-        report.deferred += 1;
+    let cost = dims.map_or(0, |d| codec::decode_cost(d, target));
+    let cached = s.cache.map(|c| (c, cache::key(s.scope, target, raw_b64)));
+    if s.defer_image_work {
+        let found = cached.and_then(|(c, k)| c.peek(&k));
+        if found.is_none() {
+            report.deferred += 1;
+            report.decode_bytes = report.decode_bytes.max(cost);
+        }
+        return found;
     }
-    found
+    let max_alloc = if cost == 0 { codec::MAX_ALLOC } else { cost };
+    let compute = || codec::transcode_within(raw_b64, target, max_alloc);
+    let over = cost > s.decode_allowance;
+    let over_budget = || {
+        Arc::new(Err(TranscodeError::OverBudget {
+            need: cost,
+            allowed: s.decode_allowance,
+        }))
+    };
+    Some(match cached {
+        Some((c, k)) => match c.peek(&k) {
+            Some(hit) => hit,
+            None if over => over_budget(),
+            None => c.get_or_compute(k, s.scope, compute),
+        },
+        None if over => over_budget(),
+        None => Arc::new(compute()),
+    })
 }
 
 fn longest(dims: Option<(u32, u32)>) -> u32 {
@@ -490,7 +519,7 @@ fn repair_and_downscale(
     };
     let mut over_soft = over_soft;
     let mut entry = match target {
-        Some(t) => match transcode(b64, &t, s, report) {
+        Some(t) => match transcode(b64, st.dims, &t, s, report) {
             Some(e) => Some(e),
             None => return,
         },
@@ -509,7 +538,7 @@ fn repair_and_downscale(
                 data_url: is_data_url,
                 mode: Mode::Repair,
             };
-            entry = transcode(b64, &repair, s, report);
+            entry = transcode(b64, st.dims, &repair, s, report);
             if entry.is_none() {
                 return;
             }
@@ -567,6 +596,12 @@ fn repair_and_downscale(
                 return;
             }
             Ok(_) => {}
+            Err(e @ TranscodeError::OverBudget { .. }) => {
+                report.failed_open += 1;
+                report
+                    .reasons
+                    .push(format!("left image {} as sent: {e}", site.path));
+            }
             Err(e) => {
                 report.failed_open += 1;
                 if !accepted {
@@ -631,7 +666,7 @@ fn many_image_rule(
             data_url: is_data_url,
             mode: Mode::Repair,
         };
-        let Some(entry) = transcode(b64, &target, s, report) else {
+        let Some(entry) = transcode(b64, st.dims, &target, s, report) else {
             continue;
         };
         match entry.as_ref() {

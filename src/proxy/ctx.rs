@@ -589,6 +589,7 @@ pub(crate) mod tests {
                 cold_retired: 32,
                 failed_open: 7,
                 deferred: 0,
+                decode_bytes: 0,
                 reasons: Vec::new(),
             },
             shape: crate::reasoning::ShapeCounts {

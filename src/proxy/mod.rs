@@ -208,19 +208,21 @@ impl Server {
             TranscodeCache::new(cfg.images.transcode_cache_bytes)
         });
         store.set_write_wait(cfg.state.write_wait_ms());
+        let buffers = Arc::new(BufferBudget::new(cfg.server.max_buffered_bytes));
         let shared = Shared {
-            passes: Arc::new(passes::Pools::new(cpus())),
+            passes: Arc::new(passes::Pools::new(cpus(), Arc::clone(&buffers))),
             metrics: Arc::new(
                 Metrics::new()
                     .with_state_write_errors(store.write_errors())
                     .with_state_writes_dropped(store.writes_dropped())
+                    .with_log_lines_dropped(crate::telemetry::lines_dropped())
                     .with_shared_transcodes(transcodes.shared_counts())
                     .with_state_write_waits(store.write_waits()),
             ),
             transcodes,
             sessions: Arc::new(SessionTracker::new(store.clone())),
             record: None,
-            buffers: Arc::new(BufferBudget::new(cfg.server.max_buffered_bytes)),
+            buffers,
             cutoff: Cutoff::new(),
             store,
         };

@@ -514,18 +514,19 @@ mod tests {
         // Sealed under the request credential's key: not JSON.
         assert!(serde_json::from_slice::<serde_json::Value>(&rec.value).is_err());
         use carriers::TurnLookup;
-        let found =
-            carriers::StoreLookup::new(&store, "scope-a", Some(&sealing), "api.anthropic.com")
+        let found = crate::state::load::with_load(&store, |r| {
+            carriers::StoreLookup::new(r, "scope-a", Some(&sealing), "api.anthropic.com")
                 .find(model, &fp)
-                .expect("the lookup opens it");
+        })
+        .expect("the lookup opens it");
         assert!(!found.carriers.is_empty());
         // Another credential does not see it.
         let other = crate::state::seal::SealKey::from_bytes([4; 32]);
-        assert!(
-            carriers::StoreLookup::new(&store, "scope-b", Some(&other), "api.anthropic.com")
+        assert!(crate::state::load::with_load(&store, |r| {
+            carriers::StoreLookup::new(r, "scope-b", Some(&other), "api.anthropic.com")
                 .find(model, &fp)
-                .is_none()
-        );
+        })
+        .is_none());
     }
 
     /// Garbage instead of JSON: the client's bytes are untouched (the observer only reads),

@@ -26,8 +26,10 @@ use crate::rewrite::{
     VerdictLookup,
 };
 use crate::route::Route;
+use crate::state::load::{Reads, Snapshot, Want, MAX_LOADS};
 use crate::state::rejected::ScopedRejections;
 use crate::state::{Field, Store};
+use crate::wire::body::BufferBudget;
 
 /// What the passes read besides the body, for one request (phase "plan"). Owned, so a run
 /// can move to a blocking thread; built once and reused by the one retry.
@@ -61,6 +63,9 @@ pub(crate) struct Plan {
     pub transcodes: Arc<TranscodeCache>,
     /// `[server] max_rewrite_bytes`: the most a body may decode to.
     pub limit: u64,
+    /// `[server] buffer_wait_ms`: the longest an image decode waits for room in the memory
+    /// budget, as a body does.
+    pub decode_wait: std::time::Duration,
     /// Sessions and turns (cache accounting), for a generation request; `None` for the
     /// other parsed paths (`count_tokens`, ...).
     pub sessions: Option<Arc<SessionTracker>>,
@@ -137,7 +142,7 @@ impl Passed {
 /// Bodies up to this many bytes (as received, identity-encoded) with no image data
 /// ([`may_carry_images`]) run their passes inline on the async thread: a pass run over 64 KiB
 /// of JSON text takes tens of microseconds, less than a hop to the blocking pool and back
-/// (measured with `benches/load.sh`, README "Performance"). Larger bodies run on the blocking
+/// (measured with `benches/load.sh`, `docs/performance.md`). Larger bodies run on the blocking
 /// pool so a multi-megabyte parse never stalls the async thread.
 pub(crate) const INLINE_MAX_BYTES: usize = 64 * 1024;
 
@@ -154,16 +159,21 @@ pub(crate) struct Pools {
     /// images included): two per CPU (bounds the parse memory of concurrent large bodies).
     /// A decode never holds one, so these never wait for image work.
     text: tokio::sync::Semaphore,
+    /// The memory budget the bodies are read into (`[server] max_buffered_bytes`): an image
+    /// decode reserves what it will allocate ([`crate::images::codec::decode_cost`]) in it
+    /// before it runs.
+    budget: Arc<BufferBudget>,
 }
 
 impl Pools {
     /// Lanes for a machine with `cpus` CPUs (at least 1): `cpus` image runs, `2 × cpus`
-    /// text runs at once.
-    pub(crate) fn new(cpus: usize) -> Self {
+    /// text runs at once; image decodes reserve their memory in `budget`.
+    pub(crate) fn new(cpus: usize, budget: Arc<BufferBudget>) -> Self {
         let cpus = cpus.max(1);
         Self {
             images: tokio::sync::Semaphore::new(cpus),
             text: tokio::sync::Semaphore::new(cpus * 2),
+            budget,
         }
     }
 }
@@ -198,9 +208,10 @@ impl Schedule {
     ///   waits for an image permit.
     fn of(encoding: Option<&str>, body: &[u8]) -> Schedule {
         if !is_identity(encoding) {
+            // Deferring too: the images' decode memory is then known and reserved first.
             return Schedule {
                 first: Lane::Images,
-                defer: false,
+                defer: true,
             };
         }
         let first = if body.len() <= INLINE_MAX_BYTES {
@@ -259,17 +270,25 @@ fn string_value_follows(rest: &[u8]) -> bool {
 /// What one run of the passes computed, before it is turned into a [`Passed`]: the outer
 /// `Err` when the body could not be decoded (why), the inner one when the dialect does not
 /// describe it.
-type Ran = Result<
-    Result<
-        (
-            RewriteOutcome,
-            (Option<TurnAccount>, Option<Prefix>),
-            Option<ColdMemo>,
-        ),
-        crate::dialect::ParseError,
-    >,
-    crate::wire::decode::DecodeError,
->;
+type Ran = Result<Result<Step, crate::dialect::ParseError>, crate::wire::decode::DecodeError>;
+
+/// A completed run of the passes: its outcome, the turn's accounting and the cold-cache inputs
+/// it used.
+type Done = (
+    RewriteOutcome,
+    (Option<TurnAccount>, Option<Prefix>),
+    Option<ColdMemo>,
+);
+
+/// A run of the passes that completed, or one that stopped for the load phase.
+enum Step {
+    /// The passes' outcome, the turn's accounting and the cold-cache inputs used (boxed: the
+    /// outcome is large, a load is not).
+    Done(Box<Done>),
+    /// The run needs records the store's memory does not hold ([`Reads::wanting`]): it
+    /// committed nothing; the passes run again on what the load phase reads.
+    Load(Vec<Want>),
+}
 
 /// Run the passes on `original` (the client's body as received, still encoded) and decide
 /// which bytes go upstream. `recovery` is set when rebuilding after an image rejection;
@@ -296,35 +315,58 @@ pub(crate) async fn run(
     memo: Option<ColdMemo>,
 ) -> Passed {
     let schedule = Schedule::of(plan.encoding.as_deref(), &original);
-    let mut joined = in_lane(
-        schedule.first,
-        schedule.defer,
-        plan,
-        pools,
-        &original,
+    let before = Arc::new(Snapshot::before_load());
+    let mut run_for = RunFor {
         recovery,
         begin_turn,
-        memo.clone(),
-    )
-    .await;
-    if matches!(&joined, Ok(Ok(Ok((o, _, _)))) if o.report.images.deferred > 0) {
-        // Some image needs a decode: the whole run again on the image lane (the deferred run
-        // committed nothing), so what is sent never depends on the lane.
-        joined = in_lane(
-            Lane::Images,
-            false,
-            plan,
-            pools,
-            &original,
-            recovery,
-            begin_turn,
-            memo,
-        )
-        .await;
+        memo,
+        defer: schedule.defer,
+        decode_allowance: u64::MAX,
+    };
+    let mut joined = in_lane(schedule.first, plan, pools, &original, &run_for, &before).await;
+    let mut snapshot = before;
+    let mut round = 0;
+    while let Ok(Ok(Ok(Step::Load(wants)))) = &joined {
+        // The load phase: what the run wanted, with one bounded async wait (none while the
+        // store does not answer); then the passes again on it (after the last round, reading
+        // memory only for anything else).
+        round += 1;
+        let read = plan.store.load(wants).await;
+        snapshot = Arc::new(Snapshot::clone(&snapshot).after(read, round));
+        joined = in_lane(schedule.first, plan, pools, &original, &run_for, &snapshot).await;
+    }
+    let decode = match &joined {
+        Ok(Ok(Ok(Step::Done(done)))) if done.0.report.images.deferred > 0 => {
+            Some(done.0.report.images.decode_bytes)
+        }
+        _ => None,
+    };
+    if let Some(need) = decode {
+        // Some image needs a decode: its memory first, reserved in the budget the bodies use
+        // (`max_buffered_bytes`), waiting for room as a body does; no room in time, or more
+        // than the whole budget, leaves the images that need it as sent.
+        let deadline = tokio::time::Instant::now() + plan.decode_wait;
+        let reserved = pools.budget.reserve_working(need, deadline).await;
+        if reserved.is_none() {
+            tracing::info!(target: "cachekeeper::rewrite", route = %plan.route.name, need_bytes = need, budget_bytes = pools.budget.total_bytes(), "no room in the memory budget (max_buffered_bytes) for an image decode; images that need one are left as sent");
+        }
+        run_for.defer = false;
+        run_for.decode_allowance = if reserved.is_some() { need } else { 0 };
+        // Memory and what was loaded only: this run never stops for a load.
+        let snapshot = Arc::new(Snapshot::clone(&snapshot).after(Snapshot::default(), MAX_LOADS));
+        // The whole run again on the image lane (the deferred run committed nothing), so what
+        // is sent never depends on the lane.
+        joined = in_lane(Lane::Images, plan, pools, &original, &run_for, &snapshot).await;
+        drop(reserved);
     }
     let route = &plan.route.name;
     let (outcome, (turn, forwarded_prefix), memo) = match joined {
-        Ok(Ok(Ok(done))) => done,
+        Ok(Ok(Ok(Step::Done(done)))) => *done,
+        Ok(Ok(Ok(Step::Load(_)))) => {
+            // Cannot happen: a run after the load reads memory only and wants nothing.
+            tracing::warn!(target: "cachekeeper::rewrite", route = %route, "the passes wanted records after the load phase; forwarding the original request");
+            return Passed::unchanged(original, BodyFate::PassFailed);
+        }
         Ok(Ok(Err(e))) => {
             tracing::info!(target: "cachekeeper::rewrite", route = %route, reason = %e, "body left unchanged");
             return Passed::unchanged(original, BodyFate::Unparsed);
@@ -361,24 +403,37 @@ pub(crate) async fn run(
     }
 }
 
-/// One run of the passes in `lane` ([`passes_on`]); `Err` carries a panic's or a failed
-/// blocking task's message.
-#[allow(clippy::too_many_arguments)]
+/// What a run of the passes is for (see [`run`]).
+#[derive(Clone)]
+struct RunFor {
+    /// The image rejection it recovers from.
+    recovery: Option<ImageRejectionKind>,
+    /// It begins the turn (opens and commits the session).
+    begin_turn: bool,
+    /// The first run's cold-cache inputs (a retry's).
+    memo: Option<ColdMemo>,
+    /// Defer image work that needs a decode ([`crate::rewrite::RewriteContext::defer_image_work`]).
+    defer: bool,
+    /// Most bytes one image's decode may allocate: what was reserved in the memory budget
+    /// ([`crate::rewrite::RewriteContext::decode_allowance`]).
+    decode_allowance: u64,
+}
+
+/// One run of the passes in `lane` ([`passes_on`]) on `snapshot` (what the load phase read,
+/// or [`Snapshot::before_load`]); `Err` carries a panic's or a failed blocking task's message.
 async fn in_lane(
     lane: Lane,
-    defer: bool,
     plan: &Arc<Plan>,
     pools: &Pools,
     original: &Bytes,
-    recovery: Option<ImageRejectionKind>,
-    begin_turn: bool,
-    memo: Option<ColdMemo>,
+    run_for: &RunFor,
+    snapshot: &Arc<Snapshot>,
 ) -> Result<Ran, String> {
     if lane == Lane::Inline {
         // The same fail-open as a blocking run's `JoinError`: a panicking pass sends the
         // original bytes.
         return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            passes_on(plan, original, recovery, begin_turn, memo, defer)
+            passes_on(plan, original, run_for.clone(), snapshot)
         }))
         .map_err(|p| panic_text(p.as_ref()));
     }
@@ -391,7 +446,9 @@ async fn in_lane(
     let _permit = pool.acquire().await.ok();
     let job = Arc::clone(plan);
     let input = original.clone();
-    tokio::task::spawn_blocking(move || passes_on(&job, &input, recovery, begin_turn, memo, defer))
+    let snapshot = Arc::clone(snapshot);
+    let run_for = run_for.clone();
+    tokio::task::spawn_blocking(move || passes_on(&job, &input, run_for, &snapshot))
         .await
         .map_err(|e| e.to_string())
 }
@@ -406,17 +463,19 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// One run's work, wherever it runs: decode the body, open the session (first run), the
-/// passes, the accounting. A run that deferred image work (`defer`, and an image needed a
-/// decode: [`crate::images::ImageReport::deferred`]) only reads: it commits no turn, since
-/// its result is discarded and the passes run again.
-fn passes_on(
-    plan: &Plan,
-    input: &[u8],
-    recovery: Option<ImageRejectionKind>,
-    begin_turn: bool,
-    memo: Option<ColdMemo>,
-    defer: bool,
-) -> Ran {
+/// passes, the accounting, reading the store through `snapshot` ([`Reads`]: no I/O). A run
+/// that deferred image work (`run_for.defer`, and an image needed a decode:
+/// [`crate::images::ImageReport::deferred`]) or wanted records the load phase must read
+/// ([`Step::Load`]) only reads: it commits no turn, since its result is discarded and the
+/// passes run again.
+fn passes_on(plan: &Plan, input: &[u8], run_for: RunFor, snapshot: &Snapshot) -> Ran {
+    let RunFor {
+        recovery,
+        begin_turn,
+        memo,
+        defer,
+        decode_allowance,
+    } = run_for;
     let decoded: std::borrow::Cow<'_, [u8]> = if is_identity(plan.encoding.as_deref()) {
         std::borrow::Cow::Borrowed(input)
     } else {
@@ -428,11 +487,16 @@ fn passes_on(
     };
     let decoded = decoded.as_ref();
     let key = &plan.digest_key;
+    let reads = Reads::new(&plan.store, snapshot);
     let opened = if begin_turn {
-        open(plan, decoded, key)
+        open(plan, decoded, key, &reads)
     } else {
         None
     };
+    if reads.wanting() {
+        // The session's record first: the passes read its retired images.
+        return Ok(Ok(Step::Load(reads.wants())));
+    }
     let route = &plan.route;
     // A session with no record (new, or its record purged or unreadable) makes no
     // cold-cache decision on this turn.
@@ -459,16 +523,23 @@ fn passes_on(
         cold: m.cold && route.images.cold_eviction,
         key,
     });
-    Ok(run_passes(plan, decoded, recovery, cold, defer).map(|outcome| {
+    let images = ImageWork {
+        defer,
+        decode_allowance,
+    };
+    Ok(run_passes(plan, decoded, recovery, cold, images, &reads).map(|outcome| {
+        if reads.wanting() {
+            return Step::Load(reads.wants());
+        }
         if outcome.report.images.deferred > 0 {
-            return (outcome, (None, None), memo);
+            return Step::Done(Box::new((outcome, (None, None), memo)));
         }
         if let Some(session) = unrecorded.filter(|_| outcome.report.images.seen > 0) {
             // A lost record costs one collapse: say why the images changed.
             tracing::info!(target: "cachekeeper::rewrite", route = %route.name, session = %session, "cold-cache eviction: no record of this session (new, or purged or unreadable): the eviction step function alone decided which images to retire");
         }
         let accounted = account(plan, decoded, &outcome, key, opened);
-        (outcome, accounted, memo)
+        Step::Done(Box::new((outcome, accounted, memo)))
     }))
 }
 
@@ -519,10 +590,10 @@ fn turn_input<'a>(
 
 /// Open the session of a generation request (before its passes); `None` for other paths and
 /// for a body whose positions cannot be read.
-fn open(plan: &Plan, decoded: &[u8], key: &DigestKey) -> Option<Opened> {
+fn open(plan: &Plan, decoded: &[u8], key: &DigestKey, reads: &Reads<'_>) -> Option<Opened> {
     let sessions = plan.sessions.as_ref()?;
     let none = RewriteReport::default();
-    sessions.open(&turn_input(plan, key, decoded, decoded, &none, None))
+    sessions.open(&turn_input(plan, key, decoded, decoded, &none, None), reads)
 }
 
 /// Cache accounting of a generation request (in the passes' lane): the first run
@@ -552,6 +623,13 @@ fn account(
     (Some(turn), Some(prefix))
 }
 
+/// How a run does image work that needs a decode (see [`RunFor`]).
+#[derive(Debug, Clone, Copy)]
+struct ImageWork {
+    defer: bool,
+    decode_allowance: u64,
+}
+
 /// The pure part: the passes on the decoded body, and the rerun for a model known to see no
 /// images.
 fn run_passes(
@@ -559,12 +637,13 @@ fn run_passes(
     decoded: &[u8],
     recovery: Option<ImageRejectionKind>,
     cold: Option<ColdInputs<'_>>,
-    defer: bool,
+    images: ImageWork,
+    reads: &Reads<'_>,
 ) -> Result<RewriteOutcome, crate::dialect::ParseError> {
     let route = &plan.route;
     let rejected = ScopedRejections::new(&plan.store, &plan.credential_scope);
     let carriers = StoreLookup::new(
-        &plan.store,
+        reads,
         &plan.credential_scope,
         plan.sealing.as_ref(),
         &route.provider.host,
@@ -578,7 +657,8 @@ fn run_passes(
         )),
         credential_scope: &plan.credential_scope,
         image_recovery: recovery,
-        defer_image_work: defer,
+        defer_image_work: images.defer,
+        decode_allowance: images.decode_allowance,
         reasoning: Some(ReasoningInputs {
             provider: &route.provider,
             upstream_path: &plan.upstream_path,
@@ -651,7 +731,7 @@ mod tests {
             Schedule::of(Some(" Identity "), small),
             at(Lane::Inline, false)
         );
-        assert_eq!(Schedule::of(Some("gzip"), small), at(Lane::Images, false));
+        assert_eq!(Schedule::of(Some("gzip"), small), at(Lane::Images, true));
         let large = format!(r#"{{"content":"{}"}}"#, "a".repeat(INLINE_MAX_BYTES));
         assert_eq!(Schedule::of(None, large.as_bytes()), at(Lane::Text, false));
         let image = br#"{"source":{"type":"base64","data":"iVBORw0KGgo="}}"#;
@@ -695,6 +775,7 @@ mod tests {
             store: store.clone(),
             transcodes: Arc::new(TranscodeCache::new(0)),
             limit: 1 << 26,
+            decode_wait: std::time::Duration::from_secs(30),
             sessions: None,
             client_session: None,
             arrived_ms: 0,
@@ -705,7 +786,7 @@ mod tests {
     async fn text_requests_never_wait_for_image_permits() {
         let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 20);
         let plan = plan(&store);
-        let pools = Pools::new(1);
+        let pools = Pools::new(1, Arc::new(BufferBudget::new(1 << 30)));
         // Every image permit is held, as by requests decoding images.
         let _held = pools.images.try_acquire_many(1).unwrap();
         let small = Bytes::from_static(
@@ -741,9 +822,14 @@ mod tests {
 
     /// An Anthropic request with one user image of `format` (8×8 pixels, one colour).
     fn image_request(format: image::ImageFormat) -> Bytes {
+        sized_image_request(format, 8)
+    }
+
+    /// An Anthropic request with one user image of `format`, `side` × `side` px, one colour.
+    fn sized_image_request(format: image::ImageFormat, side: u32) -> Bytes {
         use base64::Engine as _;
         let mut out = std::io::Cursor::new(Vec::new());
-        image::RgbImage::from_pixel(8, 8, image::Rgb([200, 30, 30]))
+        image::RgbImage::from_pixel(side, side, image::Rgb([200, 30, 30]))
             .write_to(&mut out, format)
             .unwrap();
         let b64 = base64::engine::general_purpose::STANDARD.encode(out.into_inner());
@@ -757,7 +843,7 @@ mod tests {
     async fn images_that_need_no_decode_never_wait_for_image_permits() {
         let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 20);
         let plan = plan(&store);
-        let pools = Pools::new(1);
+        let pools = Pools::new(1, Arc::new(BufferBudget::new(1 << 30)));
         let held = pools.images.try_acquire_many(1).unwrap();
         // A PNG within every limit: nothing to decode, done inline on the first poll.
         let png = image_request(image::ImageFormat::Png);
@@ -793,12 +879,64 @@ mod tests {
         assert!(std::str::from_utf8(&passed.sent)
             .unwrap()
             .contains(r#""media_type":"image/png""#));
-        let direct = in_lane(Lane::Images, false, &plan, &pools, &bmp, None, true, None)
+        let before = Arc::new(Snapshot::before_load());
+        let run_for = RunFor {
+            recovery: None,
+            begin_turn: true,
+            memo: None,
+            defer: false,
+            decode_allowance: u64::MAX,
+        };
+        let direct = in_lane(Lane::Images, &plan, &pools, &bmp, &run_for, &before)
             .await
             .unwrap()
             .unwrap()
             .unwrap();
+        let Step::Done(direct) = direct else {
+            panic!("the run wanted records of a memory store");
+        };
         assert_eq!(direct.0.body.as_deref(), Some(&passed.sent[..]));
+    }
+
+    /// Issue 27: an image decode charges the memory budget by what it will allocate, known
+    /// from the header before decoding. A 1000×1000 BMP (which Anthropic does not accept: it
+    /// needs a decode to be converted) costs 28,000,000 bytes (two 4-byte frames, the resize's
+    /// 16-byte buffer and the 4-byte result, each 1,000,000 px): with a 16 MiB budget it could
+    /// never fit and is forwarded as sent, with the reason; with 64 MiB it is converted, and
+    /// the reservation is returned.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_image_decode_is_charged_to_the_memory_budget() {
+        let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 20);
+        let plan = plan(&store);
+        let bmp = sized_image_request(image::ImageFormat::Bmp, 1000);
+        let small = Arc::new(BufferBudget::new(16 << 20));
+        let passed = run(
+            &plan,
+            &Pools::new(1, small.clone()),
+            bmp.clone(),
+            None,
+            true,
+            None,
+        )
+        .await;
+        assert_eq!(passed.fate, BodyFate::Unchanged);
+        assert_eq!(passed.sent, bmp);
+        assert_eq!(passed.report.images.failed_open, 1);
+        assert_eq!(passed.report.images.repaired, 0);
+        assert!(
+            passed.report.reasons.iter().any(|r| r.contains(
+                "decoding would take 28000000 bytes of memory, more than the 0 bytes the memory budget"
+            )),
+            "{:?}",
+            passed.report.reasons
+        );
+        assert_eq!(small.reserved_bytes(), 0);
+        let large = Arc::new(BufferBudget::new(64 << 20));
+        let passed = run(&plan, &Pools::new(1, large.clone()), bmp, None, true, None).await;
+        assert_eq!(passed.fate, BodyFate::Rewritten);
+        assert_eq!(passed.report.images.repaired, 1);
+        assert_eq!(passed.report.images.failed_open, 0);
+        assert_eq!(large.reserved_bytes(), 0, "returned after the decode");
     }
 
     #[test]

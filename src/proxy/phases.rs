@@ -332,6 +332,7 @@ fn plan(
         store: state.store.clone(),
         transcodes: Arc::clone(&state.transcodes),
         limit: state.server.max_rewrite_bytes,
+        decode_wait: Duration::from_millis(state.server.buffer_wait_ms),
         upstream_uri,
         route,
         sessions: (ctx.endpoint == Some(Endpoint::Generate)).then(|| Arc::clone(&state.sessions)),

@@ -8,21 +8,18 @@
 //! sealed ([`crate::state::seal`], under the credential's own key) and stored (memory and
 //! disk); without one it stays in memory only. See `docs/state.md#carrier-records`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::response::fingerprint::Fingerprint;
 use crate::response::turn::CapturedTurn;
+use crate::state::load::Reads;
 use crate::state::seal::{self, SealKey};
 use crate::state::{Kind, Record, RecordKey, Store};
 
-/// Longest one backend read of a carrier may wait, ms. The lookup runs on the passes'
-/// blocking thread, so this bounds how long a request can wait on a busy writer thread for
-/// one turn (a SQLite point read by primary key takes well under a millisecond).
-pub(crate) const BACKEND_READ_TIMEOUT_MS: u64 = 50;
-
-/// Longest all backend reads of one [`StoreLookup`] (one request) may wait together, ms:
-/// after it, turns are looked up in memory only (a long conversation echoing many unknown
-/// turns must not stall its request).
+/// Longest the load phase of a request waits for its captured turns, ms (all of them, read in
+/// one op of the writer: [`crate::state::Store::load`]); after it they are looked up in memory
+/// only (a long conversation echoing many unknown turns must not stall its request). A SQLite
+/// point read by primary key takes well under a millisecond, a Redis GET one round trip.
 pub(crate) const BACKEND_BUDGET_MS: u64 = 200;
 
 /// Where the restore pass finds captured turns: one request's view (its credential scope
@@ -128,60 +125,54 @@ pub(crate) fn save(
 }
 
 /// One request's view of the captured turns: its credential (scope and sealing key) and its
-/// upstream host. Reads memory first, then (with a credential) the backend, waiting at most
-/// [`BACKEND_READ_TIMEOUT_MS`] per turn and [`BACKEND_BUDGET_MS`] in all. Runs on a blocking
-/// thread (the passes'), never on the async runtime.
+/// upstream host. Reads memory, then (with a credential) what the request's load phase read
+/// from the backend ([`Reads`]); a turn in neither is wanted by the load phase, which reads
+/// them all within [`BACKEND_BUDGET_MS`]. Never waits.
 ///
 /// Fail open: a record that does not open (another key, altered bytes) or does not parse
 /// is unknown (`None`).
 pub(crate) struct StoreLookup<'a> {
-    store: &'a Store,
+    reads: &'a Reads<'a>,
     scope: &'a str,
     sealing: Option<&'a SealKey>,
     host: &'a str,
-    /// Backend reads stop after this.
-    deadline: Instant,
 }
 
 impl<'a> StoreLookup<'a> {
     /// The view of credential `scope` (with its `sealing` key; `None` without a credential)
-    /// through upstream `host` (`route.provider.host`).
+    /// through upstream `host` (`route.provider.host`), reading through `reads`.
     pub(crate) fn new(
-        store: &'a Store,
+        reads: &'a Reads<'a>,
         scope: &'a str,
         sealing: Option<&'a SealKey>,
         host: &'a str,
     ) -> Self {
         Self {
-            store,
+            reads,
             scope,
             sealing,
             host,
-            deadline: Instant::now() + Duration::from_millis(BACKEND_BUDGET_MS),
         }
     }
 }
 
 impl StoreLookup<'_> {
-    /// The record at `key`: memory, then (with a credential) the backend within the budget.
+    /// The record at `key`: memory, then (with a credential: without one nothing was
+    /// written to the backend) the load phase's.
     fn read(&self, key: &RecordKey) -> Option<Record> {
-        if let Some(r) = self.store.get_cached(key) {
-            return Some(r);
+        if self.sealing.is_none() {
+            return self.reads.store().get_cached(key);
         }
-        self.sealing?;
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        let wait = left.min(Duration::from_millis(BACKEND_READ_TIMEOUT_MS));
-        self.store.get(key, wait)
+        self.reads
+            .get(key, Duration::from_millis(BACKEND_BUDGET_MS))
     }
 }
 
 impl TurnLookup for StoreLookup<'_> {
     fn may_know(&self, model: &str) -> bool {
-        self.read(&index_key(self.scope, self.host, model))
-            .is_some()
+        let index = index_key(self.scope, self.host, model);
+        // Not known before the load phase: the turns are wanted with it.
+        self.read(&index).is_some() || self.reads.is_wanted(&index)
     }
 
     fn find(&self, model: &str, fp: &Fingerprint) -> Option<CapturedTurn> {
@@ -201,8 +192,10 @@ impl TurnLookup for StoreLookup<'_> {
 mod tests {
     use super::*;
     use crate::response::turn::{Call, Carrier};
+    use crate::state::load::with_load;
     use crate::state::{StoreOptions, DEFAULT_CACHE_BYTES, RELOAD_INTERVAL};
     use std::path::Path;
+    use std::time::Instant;
 
     /// Reasoning text with non-ASCII, escapes and U+2028.
     const THOUGHT: &str = "The user wants Paris weather; call get_weather. \u{e9}t\u{e9} \"q\" \\n \u{2028} end-of-thought-7f3a";
@@ -223,6 +216,37 @@ mod tests {
                     signature: Some("EqQBCkYIARgCIkA=".into()),
                 },
             ],
+        }
+    }
+
+    /// A request's lookup, with its load phase ([`crate::state::load::with_load`]).
+    struct Lk<'a> {
+        s: &'a Store,
+        scope: &'a str,
+        sealing: Option<&'a SealKey>,
+        host: &'a str,
+    }
+
+    fn lk<'a>(s: &'a Store, scope: &'a str, sealing: Option<&'a SealKey>, host: &'a str) -> Lk<'a> {
+        Lk {
+            s,
+            scope,
+            sealing,
+            host,
+        }
+    }
+
+    impl Lk<'_> {
+        fn find(&self, model: &str, fp: &Fingerprint) -> Option<CapturedTurn> {
+            with_load(self.s, |r| {
+                StoreLookup::new(r, self.scope, self.sealing, self.host).find(model, fp)
+            })
+        }
+
+        fn may_know(&self, model: &str) -> bool {
+            with_load(self.s, |r| {
+                StoreLookup::new(r, self.scope, self.sealing, self.host).may_know(model)
+            })
         }
     }
 
@@ -276,7 +300,7 @@ mod tests {
             &fp(1),
             &turn()
         ));
-        let same = StoreLookup::new(&s, "scope-a", Some(&k), "api.deepseek.com");
+        let same = lk(&s, "scope-a", Some(&k), "api.deepseek.com");
         assert_eq!(same.find("deepseek-chat", &fp(1)), Some(turn()));
         assert_eq!(same.find("deepseek-chat", &fp(2)), None, "another turn");
         assert_eq!(
@@ -287,22 +311,19 @@ mod tests {
         // The index says which models have captured turns at all (restore skips the rest).
         assert!(same.may_know("deepseek-chat"));
         assert!(!same.may_know("deepseek-reasoner"));
-        let other_host = StoreLookup::new(&s, "scope-a", Some(&k), "api.moonshot.ai");
+        let other_host = lk(&s, "scope-a", Some(&k), "api.moonshot.ai");
         assert_eq!(other_host.find("deepseek-chat", &fp(1)), None);
         assert!(!other_host.may_know("deepseek-chat"));
-        assert!(
-            !StoreLookup::new(&s, "scope-b", Some(&key(2)), "api.deepseek.com")
-                .may_know("deepseek-chat")
-        );
+        assert!(!lk(&s, "scope-b", Some(&key(2)), "api.deepseek.com").may_know("deepseek-chat"));
         // Another credential: another scope, another key.
         let k2 = key(2);
-        let other = StoreLookup::new(&s, "scope-b", Some(&k2), "api.deepseek.com");
+        let other = lk(&s, "scope-b", Some(&k2), "api.deepseek.com");
         assert_eq!(other.find("deepseek-chat", &fp(1)), None);
         // Even one that claims the scope but has another key (a forged scope) opens nothing.
-        let forged = StoreLookup::new(&s, "scope-a", Some(&k2), "api.deepseek.com");
+        let forged = lk(&s, "scope-a", Some(&k2), "api.deepseek.com");
         assert_eq!(forged.find("deepseek-chat", &fp(1)), None);
         // No credential sees nothing of a credential's records.
-        let anon = StoreLookup::new(&s, "scope-a", None, "api.deepseek.com");
+        let anon = lk(&s, "scope-a", None, "api.deepseek.com");
         assert_eq!(anon.find("deepseek-chat", &fp(1)), None);
         // The stored value is sealed, not the JSON.
         let rec = s
@@ -332,13 +353,13 @@ mod tests {
             &fp(3),
             &turn()
         ));
-        let l = StoreLookup::new(&s, "", None, "127.0.0.1:8080");
+        let l = lk(&s, "", None, "127.0.0.1:8080");
         assert_eq!(l.find("qwen3", &fp(3)), Some(turn()));
         s.flush();
         assert_eq!(rows(&o.path), 0, "never reaches the backend");
         drop(s);
         let s = Store::open(&o);
-        let l = StoreLookup::new(&s, "", None, "127.0.0.1:8080");
+        let l = lk(&s, "", None, "127.0.0.1:8080");
         assert_eq!(l.find("qwen3", &fp(3)), None, "gone on restart");
     }
 
@@ -395,10 +416,10 @@ mod tests {
         drop(s);
         // A restarted proxy (same file, same credential) finds it; another key does not.
         let s = Store::open(&o);
-        let l = StoreLookup::new(&s, "scope-a", Some(&k), "api.deepseek.com");
+        let l = lk(&s, "scope-a", Some(&k), "api.deepseek.com");
         assert_eq!(l.find("deepseek-chat", &fp(7)), Some(turn()));
         let k2 = key(8);
-        let other = StoreLookup::new(&s, "scope-a", Some(&k2), "api.deepseek.com");
+        let other = lk(&s, "scope-a", Some(&k2), "api.deepseek.com");
         assert_eq!(other.find("deepseek-chat", &fp(8)), None);
     }
 
@@ -417,7 +438,7 @@ mod tests {
             bad_turn,
         ] {
             s.put(Record::new(Kind::Carrier, &rk.scope, &rk.key, value));
-            let l = StoreLookup::new(&s, "scope-a", Some(&k), "h");
+            let l = lk(&s, "scope-a", Some(&k), "h");
             assert_eq!(l.find("m", &fp(1)), None);
         }
         // A sealed value moved to another record's key does not open there.
@@ -427,12 +448,9 @@ mod tests {
             .unwrap()
             .value;
         s.put(Record::new(Kind::Carrier, &rk.scope, &rk.key, moved));
+        assert_eq!(lk(&s, "scope-a", Some(&k), "h").find("m", &fp(1)), None);
         assert_eq!(
-            StoreLookup::new(&s, "scope-a", Some(&k), "h").find("m", &fp(1)),
-            None
-        );
-        assert_eq!(
-            StoreLookup::new(&s, "scope-a", Some(&k), "h").find("m", &fp(2)),
+            lk(&s, "scope-a", Some(&k), "h").find("m", &fp(2)),
             Some(turn())
         );
         // Without a credential, a record that is not JSON is unknown.
@@ -442,7 +460,7 @@ mod tests {
             &rk.key,
             b"not json".to_vec(),
         ));
-        assert_eq!(StoreLookup::new(&s, "", None, "h").find("m", &fp(1)), None);
+        assert_eq!(lk(&s, "", None, "h").find("m", &fp(1)), None);
     }
 
     #[test]
@@ -453,7 +471,7 @@ mod tests {
         let k = key(5);
         assert!(save(&proxy, "scope-a", Some(&k), "h", "m", &fp(1), &turn()));
         proxy.flush();
-        let l = StoreLookup::new(&proxy, "scope-a", Some(&k), "h");
+        let l = lk(&proxy, "scope-a", Some(&k), "h");
         assert_eq!(l.find("m", &fp(1)), Some(turn()), "cached");
         // The CLI deletes every carrier from the file.
         {
@@ -466,7 +484,7 @@ mod tests {
         }
         let deadline = Instant::now() + RELOAD_INTERVAL * 3;
         loop {
-            let l = StoreLookup::new(&proxy, "scope-a", Some(&k), "h");
+            let l = lk(&proxy, "scope-a", Some(&k), "h");
             if l.find("m", &fp(1)).is_none() {
                 break;
             }

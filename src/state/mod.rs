@@ -30,7 +30,9 @@
 //!
 //! `docs/state.md` describes the kinds, retention, eviction order and the verdicts' namespaces.
 
+mod backlog;
 mod cache;
+pub(crate) mod load;
 pub(crate) mod memory;
 mod outage;
 pub(crate) mod redis;
@@ -371,7 +373,7 @@ pub(crate) trait Backend: Send {
     fn is_durable(&self) -> bool;
     /// Other processes write the same records while this one runs (one Redis shared by
     /// several instances): a record this process cached may have been replaced since, so what
-    /// the next turn builds on is read from the backend ([`Store::get_latest`]). Default
+    /// the next turn builds on is read from the backend ([`load::Reads::latest`]). Default
     /// false (a SQLite file is one instance's; the CLI's changes are caught by the reload).
     fn is_shared(&self) -> bool {
         false
@@ -509,6 +511,12 @@ enum Op {
     Delete(RecordKey),
     /// Read through to the backend; the answer goes to the sender (`None`: the read failed).
     Get(RecordKey, mpsc::Sender<Option<Option<Record>>>),
+    /// The load phase ([`Store::load`]): read each key as [`Op::Get`] does; the answers, in
+    /// order, go to the async receiver.
+    Load(
+        Vec<RecordKey>,
+        tokio::sync::oneshot::Sender<Vec<Option<Option<Record>>>>,
+    ),
     /// Every stored record of the kind ([`Backend::scan`]) goes to the sender (`None`: the
     /// read failed).
     Scan(Kind, mpsc::Sender<Option<Vec<Record>>>),
@@ -536,13 +544,24 @@ struct Inner {
     /// request. Locked after `cache` when both are held.
     absent: Mutex<Absent>,
     durable: AtomicBool,
+    /// [`Backend::is_durable`] of the backend the store opened with: a backend whose
+    /// `durable` turning false is an outage (a memory backend never is durable).
+    persistent: bool,
+    /// A load phase timed out and no backend call has succeeded since ([`Store::load`]):
+    /// loads read memory only. Cleared by the writer on its next successful backend call.
+    stalled: AtomicBool,
+    /// The load phase said once that it reads memory only during this write outage.
+    outage_noted: AtomicBool,
     /// [`Backend::is_shared`] of the backend the store opened with.
     shared: bool,
     /// `cachekeeper_state_write_errors_total`: backend writes that failed ([`outage`]).
     write_errors: prometheus_client::metrics::counter::Counter,
     /// `cachekeeper_state_writes_dropped_total`: writes held in an outage and dropped for
-    /// [`outage::MAX_PENDING_RECORDS`].
+    /// [`outage::MAX_PENDING_RECORDS`], and queued writes dropped for the queue's bounds
+    /// ([`backlog`]).
     writes_dropped: prometheus_client::metrics::counter::Counter,
+    /// The writer queue's size and bounds ([`backlog`]).
+    backlog: backlog::Backlog,
     /// `[state] write_wait_ms` ([`Store::set_write_wait`]); 0: responses never wait.
     write_wait_ms: AtomicU64,
     /// `cachekeeper_state_write_waits_total{result}` ([`settle`]).
@@ -746,9 +765,13 @@ impl Store {
             cache: Mutex::new(Cache::new(cache_bytes)),
             absent: Mutex::new(Absent::default()),
             durable: AtomicBool::new(backend.is_durable() && !limits.unreached),
+            persistent: backend.is_durable(),
+            stalled: AtomicBool::new(false),
+            outage_noted: AtomicBool::new(false),
             shared: backend.is_shared(),
             write_errors: prometheus_client::metrics::counter::Counter::default(),
             writes_dropped: prometheus_client::metrics::counter::Counter::default(),
+            backlog: backlog::Backlog::default(),
             write_wait_ms: AtomicU64::new(0),
             write_waits: settle::WaitCounters::default(),
             epoch: AtomicU64::new(0),
@@ -826,6 +849,15 @@ impl Store {
         if !self.inner.shared || ms == 0 {
             return None;
         }
+        if !self.answers() {
+            // An outage, or a store that stopped answering: the writes are held or late
+            // whatever the wait, so the response does not wait for them.
+            self.inner
+                .write_waits
+                .get_or_create(&[("result", settle::WaitResult::Held.as_str())])
+                .inc();
+            return None;
+        }
         let tx = self.tx.as_ref()?;
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         // A writer that is gone drops the sender: the wait ends at once, counted `held`.
@@ -855,6 +887,9 @@ impl Store {
 
     fn send(&self, op: Op) {
         if let Some(tx) = &self.tx {
+            if let Op::Put(rec) = &op {
+                self.inner.backlog.queued(rec);
+            }
             // The writer only stops when the store is dropped.
             let _ = tx.send(op);
         }
@@ -872,6 +907,10 @@ impl Store {
     /// A key the backend answered it does not have is remembered as absent (up to
     /// [`MAX_ABSENT_KEYS`]) until a write of it or a change by another process: the next
     /// `get` of it answers `None` at once. A timeout or a failed read is not remembered.
+    ///
+    /// A blocking wait, for tests: a request reads through a [`load::Reads`] and its load
+    /// phase ([`Store::load`]).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn get(&self, key: &RecordKey, timeout: Duration) -> Option<Record> {
         self.read_through(key, timeout, true)
     }
@@ -887,7 +926,7 @@ impl Store {
         if let Some(r) = self.get_cached(key) {
             return Some(r);
         }
-        if self.inner.absent.lock().ok()?.keys.contains(key) {
+        if self.known_absent(key) {
             return None;
         }
         let tx = self.tx.as_ref()?;
@@ -895,16 +934,36 @@ impl Store {
         let (reply_tx, reply_rx) = mpsc::channel();
         tx.send(Op::Get(key.clone(), reply_tx)).ok()?;
         let answer = reply_rx.recv_timeout(timeout).ok()??;
+        self.take_answer(key, answer, epoch, keep, false)
+    }
+
+    /// Whether the backend is known not to have `key` (it said so, and nothing wrote or
+    /// changed the key since): no read is needed.
+    pub(crate) fn known_absent(&self, key: &RecordKey) -> bool {
+        self.inner.absent.lock().is_ok_and(|a| a.keys.contains(key))
+    }
+
+    /// What a read of `key` through the writer answered (`answer`; the read began at
+    /// `epoch`): a record newer than this build reads as `None`; a record is kept in the
+    /// read cache when `keep`, unless another process changed records since the read began
+    /// (what it read may be older than that change). A key the backend does not have gives
+    /// this process's own copy (a write queued after the read, a memory-only record), else
+    /// `None`, remembered as absent unless `latest` (another instance may write it any time).
+    fn take_answer(
+        &self,
+        key: &RecordKey,
+        answer: Option<Record>,
+        epoch: u64,
+        keep: bool,
+        latest: bool,
+    ) -> Option<Record> {
         let mut cache = self.cache()?;
-        // Another process changed records since the read began: what it read may be older
-        // than that change, so it is not kept.
         let fresh = self.inner.epoch.load(Ordering::SeqCst) == epoch;
         let Some(rec) = answer else {
-            // Written meanwhile (the write is queued after this read): the memory has it.
             if let Some(r) = cache.get(key) {
                 return Some(r);
             }
-            if fresh {
+            if fresh && !latest {
                 if let Ok(mut a) = self.inner.absent.lock() {
                     a.insert(key.clone());
                 }
@@ -915,46 +974,80 @@ impl Store {
             return None;
         }
         if keep && fresh {
+            if let Ok(mut a) = self.inner.absent.lock() {
+                a.remove(&rec.key);
+            }
             cache.insert(rec.clone());
         }
         Some(rec)
     }
 
-    /// The record at `key` as the backend holds it now, for a record other instances may
-    /// have replaced since this process cached it (a session's last turn, when the turns of
-    /// one conversation alternate between instances). With a shared backend
-    /// ([`Backend::is_shared`]) the backend is asked first, waiting at most `timeout`, behind
-    /// this process's own queued writes; its answer replaces the cached copy. No answer in
-    /// time (or a failed read) gives the cached copy. With any other backend: [`Store::get`].
-    pub(crate) fn get_latest(&self, key: &RecordKey, timeout: Duration) -> Option<Record> {
-        if !self.inner.shared {
-            return self.get(key, timeout);
-        }
-        let epoch = self.inner.epoch.load(Ordering::SeqCst);
-        let asked = self.tx.as_ref().and_then(|tx| {
-            let (reply_tx, reply_rx) = mpsc::channel();
-            tx.send(Op::Get(key.clone(), reply_tx)).ok()?;
-            reply_rx.recv_timeout(timeout).ok()?
-        });
-        match asked {
-            Some(Some(rec)) if rec.version <= rec.key.kind.version() => {
-                // Not kept when another process changed records since the read began (what
-                // it read may be older than that change; see `Store::get`).
-                if let Some(mut c) = self.cache() {
-                    if self.inner.epoch.load(Ordering::SeqCst) == epoch {
-                        if let Ok(mut a) = self.inner.absent.lock() {
-                            a.remove(&rec.key);
-                        }
-                        c.insert(rec.clone());
-                    }
-                }
-                Some(rec)
+    /// Whether a request may wait for the backend now: there is a writer, the backend is not
+    /// in a write outage, and no load timed out since the writer's last successful backend
+    /// call ([`load`](self::load)).
+    pub(crate) fn answers(&self) -> bool {
+        self.tx.is_some() && !self.in_outage() && !self.inner.stalled.load(Ordering::Relaxed)
+    }
+
+    /// A durable backend that stopped taking writes ([`outage`]), or was never reached.
+    fn in_outage(&self) -> bool {
+        self.inner.persistent && !self.inner.durable.load(Ordering::Relaxed)
+    }
+
+    /// The load phase of one request ([`load`](self::load)): read `wants` from the backend,
+    /// all in one op of the writer, waiting at most the longest of their waits: an async
+    /// wait (a timer over a oneshot), never a blocking one. Returns what was answered in
+    /// time, as a [`load::Snapshot`] that reads memory only for the rest.
+    ///
+    /// Does not wait at all while the store does not answer ([`Store::answers`]): in a write
+    /// outage (said once per outage), or after a load that timed out (said once), until the
+    /// writer's next successful backend call (said too). What is read enters the read cache
+    /// as [`Store::get`]'s reads do (a `latest` want's record replaces the cached copy).
+    pub(crate) async fn load(&self, wants: &[load::Want]) -> load::Snapshot {
+        let mut snapshot = load::Snapshot::memory_only();
+        let Some(tx) = self.tx.as_ref().filter(|_| !wants.is_empty()) else {
+            return snapshot;
+        };
+        if self.in_outage() {
+            if !self.inner.outage_noted.swap(true, Ordering::Relaxed) {
+                tracing::warn!(target: "cachekeeper::state", "state store in an outage: requests read what this process holds in memory, without waiting for the store, until it takes writes again");
             }
-            Some(Some(_)) => None,
-            // Not in the backend (or no answer): what this process holds, if anything (a write
-            // queued after the read, a memory-only record).
-            Some(None) | None => self.get_cached(key),
+            return snapshot;
         }
+        self.inner.outage_noted.store(false, Ordering::Relaxed);
+        if self.inner.stalled.load(Ordering::Relaxed) {
+            return snapshot;
+        }
+        let wait = wants.iter().map(|w| w.wait).max().unwrap_or_default();
+        let epoch = self.inner.epoch.load(Ordering::SeqCst);
+        let (reply_tx, reply_rx) = tokio::sync::oneshot::channel();
+        let keys = wants.iter().map(|w| w.key.clone()).collect();
+        if tx.send(Op::Load(keys, reply_tx)).is_err() {
+            return snapshot;
+        }
+        let answers = match tokio::time::timeout(wait, reply_rx).await {
+            Ok(Ok(answers)) => answers,
+            // The writer is gone: memory only.
+            Ok(Err(_)) => return snapshot,
+            Err(_) => {
+                if !self.inner.stalled.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        target: "cachekeeper::state",
+                        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        "the state store did not answer a request's reads in time: requests read what this process holds in memory, without waiting, until the store answers again"
+                    );
+                }
+                return snapshot;
+            }
+        };
+        for (want, answer) in wants.iter().zip(answers) {
+            // `None`: the read failed; memory only for that key.
+            if let Some(answer) = answer {
+                let rec = self.take_answer(&want.key, answer, epoch, true, want.latest);
+                snapshot.insert(want.key.clone(), rec);
+            }
+        }
+        snapshot
     }
 
     /// True when other processes write the same records ([`Backend::is_shared`]).
@@ -1168,6 +1261,32 @@ pub(crate) fn evict(
     Ok((removed, total))
 }
 
+/// One read of the writer ([`Op::Get`], [`Op::Load`]): the write of `key` held in an outage,
+/// else the backend's answer (`None`: the read failed).
+fn read_one(
+    backend: &mut dyn Backend,
+    writes: &outage::Writes,
+    inner: &Inner,
+    key: &RecordKey,
+) -> Option<Option<Record>> {
+    if let Some(held) = writes.held(key) {
+        return Some(held);
+    }
+    let read = backend.get(key).ok();
+    if read.is_some() {
+        answered(inner);
+    }
+    read
+}
+
+/// A backend call succeeded: the store answers again after a load that timed out
+/// ([`Store::load`]); said once.
+fn answered(inner: &Inner) {
+    if inner.stalled.swap(false, Ordering::Relaxed) {
+        tracing::info!(target: "cachekeeper::state", "the state store answers again: requests read it again");
+    }
+}
+
 fn writer_loop(
     mut backend: Box<dyn Backend>,
     rx: mpsc::Receiver<Op>,
@@ -1208,18 +1327,21 @@ fn writer_loop(
         };
         match op {
             Ok(Op::Put(rec)) => {
-                let batch = put_batch(
-                    rec,
-                    &rx,
-                    &mut next,
-                    Duration::from_millis(GATHER_MS),
-                    &dequeued,
-                );
+                // Past the queue's bounds the oldest puts are dropped as they are taken.
+                let take = |rec: &Record| {
+                    dequeued(&rec.key);
+                    !inner.backlog.take(rec, &inner.writes_dropped)
+                };
+                let batch = put_batch(rec, &rx, &mut next, Duration::from_millis(GATHER_MS), &take);
+                if batch.is_empty() {
+                    continue;
+                }
                 if writes.failing() {
                     writes.hold_puts(batch);
                 } else {
                     match backend.put_all(&batch) {
                         Ok(()) => {
+                            answered(&inner);
                             approx_bytes = approx_bytes
                                 .saturating_add(batch.iter().map(Record::size).sum::<u64>());
                             if approx_bytes > limits.max_bytes {
@@ -1260,11 +1382,14 @@ fn writer_loop(
                 }
             }
             Ok(Op::Get(key, reply)) => {
-                let answer = match writes.held(&key) {
-                    Some(held) => Some(held),
-                    None => backend.get(&key).ok(),
-                };
-                let _ = reply.send(answer);
+                let _ = reply.send(read_one(backend.as_mut(), &writes, &inner, &key));
+            }
+            Ok(Op::Load(keys, reply)) => {
+                let answers = keys
+                    .iter()
+                    .map(|key| read_one(backend.as_mut(), &writes, &inner, key))
+                    .collect();
+                let _ = reply.send(answers);
             }
             Ok(Op::Scan(kind, reply)) => {
                 let _ = reply.send(backend.scan(kind).ok().map(|s| writes.overlay(kind, s)));
@@ -1280,6 +1405,10 @@ fn writer_loop(
             }
             Ok(Op::Settled(done)) => {
                 let _ = done.send(!writes.failing());
+            }
+            Ok(Op::Fault(Fault::StallMs(ms), reply)) => {
+                let _ = reply.send(i64::try_from(ms).ok());
+                std::thread::sleep(Duration::from_millis(ms));
             }
             Ok(Op::Fault(fault, reply)) => {
                 let _ = reply.send(backend.inject_fault(fault).ok());
@@ -1334,7 +1463,7 @@ const MAX_PUT_BATCH: usize = 256;
 /// queued meanwhile ends the window at the next step. Costs a write at most this long in
 /// memory before it reaches the backend (reads are served from memory meanwhile). Measured
 /// on the 130-byte POST load of `benches/load.sh`: the writer thread was 30 % of the
-/// proxy's CPU with a commit per put (README "Pass-through load").
+/// proxy's CPU with a commit per put (`docs/performance.md#pass-through-load-benchesloadsh`).
 pub(crate) const GATHER_MS: u64 = 5;
 
 /// The writer's sleep between two looks at the queue while gathering, ms ([`GATHER_MS`]).
@@ -1345,22 +1474,26 @@ const GATHER_STEP_MS: u64 = 1;
 /// session's record: only the last state matters). The first op that is not a put goes to
 /// `next`, to be handled after the batch, and ends the gathering. Which puts share a batch
 /// depends on timing; what the backend holds after it does not.
-/// `taken` sees the key of every put taken from the queue, `first` included.
+/// `take` sees every put taken from the queue, `first` included, and says whether to keep it
+/// (false: dropped for the queue's bounds, [`backlog`]).
 fn put_batch(
     first: Record,
     rx: &mpsc::Receiver<Op>,
     next: &mut Option<Op>,
     gather: Duration,
-    taken: &dyn Fn(&RecordKey),
+    take: &dyn Fn(&Record) -> bool,
 ) -> Vec<Record> {
     let start = Instant::now();
-    taken(&first.key);
-    let mut batch = vec![first];
+    let mut batch = Vec::new();
+    if take(&first) {
+        batch.push(first);
+    }
     'gather: while batch.len() < MAX_PUT_BATCH {
         match rx.try_recv() {
             Ok(Op::Put(rec)) => {
-                taken(&rec.key);
-                batch.push(rec);
+                if take(&rec) {
+                    batch.push(rec);
+                }
             }
             Ok(op) => {
                 *next = Some(op);
@@ -1451,7 +1584,7 @@ mod tests {
         tx.send(Op::Delete(rec("a", b"").key)).unwrap();
         tx.send(Op::Put(rec("c", b"3"))).unwrap();
         let mut next = None;
-        let batch = put_batch(rec("a", b"0"), &rx, &mut next, Duration::ZERO, &|_| {});
+        let batch = put_batch(rec("a", b"0"), &rx, &mut next, Duration::ZERO, &|_| true);
         let got: Vec<(&str, &[u8])> = batch
             .iter()
             .map(|r| (r.key.key.as_str(), r.value.as_slice()))
@@ -1509,7 +1642,9 @@ mod tests {
         });
         let mut next = None;
         // An hour's window: only the flush marker can end it.
-        let batch = put_batch(rec("a"), &rx, &mut next, Duration::from_secs(3600), &|_| {});
+        let batch = put_batch(rec("a"), &rx, &mut next, Duration::from_secs(3600), &|_| {
+            true
+        });
         sender.join().unwrap();
         let keys: Vec<&str> = batch.iter().map(|r| r.key.key.as_str()).collect();
         assert_eq!(keys, vec!["a", "b"]);

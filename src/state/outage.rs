@@ -41,6 +41,10 @@ pub enum Fault {
     /// `PRAGMA max_page_count`: the file may not grow past this many pages (SQLite keeps it at
     /// least the current size), so a write that needs a page fails with `SQLITE_FULL`.
     MaxPageCount(u64),
+    /// The writer thread stops answering for this many ms (it sleeps, as a writer blocked on
+    /// a backend that stopped answering: a Redis under `kill -STOP`), after replying with the
+    /// value. Any backend.
+    StallMs(u64),
 }
 
 /// The last write of each key that did not reach the backend: a record to put, or `None` to

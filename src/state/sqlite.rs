@@ -418,6 +418,10 @@ impl Backend for SqliteBackend {
             super::Fault::MaxPageCount(pages) => {
                 ("max_page_count", i64::try_from(pages).unwrap_or(i64::MAX))
             }
+            // The writer's own (`writer_loop`).
+            super::Fault::StallMs(_) => {
+                return Err(StateError::Malformed("a stall is the writer's".to_owned()))
+            }
         };
         self.conn.pragma_update(None, name, value)?;
         Ok(self.conn.pragma_query_value(None, name, |r| r.get(0))?)

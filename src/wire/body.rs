@@ -88,14 +88,42 @@ impl BufferBudget {
         self.total.saturating_sub(free) * BUDGET_UNIT
     }
 
+    /// The whole budget, bytes.
+    pub(crate) fn total_bytes(&self) -> u64 {
+        self.total.saturating_mul(BUDGET_UNIT)
+    }
+
+    /// Reserve `bytes` of working memory (an image decode's, measured before it runs, not a
+    /// body's: no [`BODY_MEMORY_FACTOR`]), waiting until `deadline` for room, first come first
+    /// served with the bodies. `None` when the deadline passed first, or when `bytes` is more
+    /// than the whole budget (it could never fit).
+    pub(crate) async fn reserve_working(
+        &self,
+        bytes: u64,
+        deadline: Instant,
+    ) -> Option<BudgetPermit> {
+        if bytes > self.total_bytes() {
+            return None;
+        }
+        let mut permit = BudgetPermit::default();
+        self.reserve_units(&mut permit, bytes.div_ceil(BUDGET_UNIT), deadline)
+            .await
+            .then_some(permit)
+    }
+
     /// Grow `permit` to cover a body of `bytes` ([`BODY_MEMORY_FACTOR`] times its size, at
     /// most the whole budget), waiting until `deadline` for room. `false` when the deadline
     /// passed first (the permit keeps what it had).
     async fn reserve(&self, permit: &mut BudgetPermit, bytes: u64, deadline: Instant) -> bool {
         let need = bytes
             .saturating_mul(BODY_MEMORY_FACTOR)
-            .div_ceil(BUDGET_UNIT)
-            .min(self.total);
+            .div_ceil(BUDGET_UNIT);
+        self.reserve_units(permit, need, deadline).await
+    }
+
+    /// Grow `permit` to `need` units (at most the whole budget), waiting until `deadline`.
+    async fn reserve_units(&self, permit: &mut BudgetPermit, need: u64, deadline: Instant) -> bool {
+        let need = need.min(self.total);
         let more = need.saturating_sub(permit.units());
         if more == 0 {
             return true;

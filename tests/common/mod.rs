@@ -359,6 +359,17 @@ pub struct Served {
 
 impl Served {
     pub fn start(config: &std::path::Path, log: &std::path::Path) -> Self {
+        let mut served = Self::spawn(config, std::fs::File::create(log).unwrap().into(), &[]);
+        served.log = log.to_owned();
+        served
+    }
+
+    /// [`Served::start`] with stderr to `stderr` and `env` set (no log file: `log` is empty).
+    pub fn spawn(
+        config: &std::path::Path,
+        stderr: std::process::Stdio,
+        env: &[(&str, &str)],
+    ) -> Self {
         let port = free_port();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_cachekeeper"))
             .args([
@@ -368,14 +379,15 @@ impl Served {
                 "--config",
             ])
             .arg(config)
-            .stderr(std::fs::File::create(log).unwrap())
+            .envs(env.iter().copied())
+            .stderr(stderr)
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
         Self {
             child,
             port,
-            log: log.to_owned(),
+            log: std::path::PathBuf::new(),
         }
     }
 
