@@ -19,7 +19,11 @@ then, in one run:
 Target (issue 12): the text request completes in under 100 ms while the six image requests are
 processed on a 2-core machine. This is a measurement run by hand, not a test.
 
+With --wait it also prints the proxy's peak RSS (VmHWM): image decodes are charged to
+`[server] max_buffered_bytes` (--budget BYTES sets it) by what they will allocate (issue 27).
+
 Usage: python3 benches/hol.py [--bin target/release/cachekeeper] [--images 6] [--probes 10] [--wait]
+                              [--budget BYTES]
 """
 
 from __future__ import annotations
@@ -104,6 +108,14 @@ def post(port: int, key: str, body: bytes) -> tuple[float, int, str]:
     return took, resp.status, resp.getheader("x-cachekeeper-rewrites") or ""
 
 
+def peak_rss_kb(pid: int) -> int:
+    """The process's peak resident set size (`VmHWM` of /proc/PID/status), kB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=None, help="cachekeeper binary (default: target/release, else target/debug)")
@@ -111,6 +123,12 @@ def main() -> int:
     ap.add_argument("--side", type=int, default=10000, help="PNG side in px (default 10000)")
     ap.add_argument("--probes", type=int, default=10, help="text requests sent during the image work (default 10)")
     ap.add_argument("--wait", action="store_true", help="wait for the image requests to finish (minutes on 2 cores)")
+    ap.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="[server] max_buffered_bytes (default: the proxy's, 1 GiB); the proxy's peak RSS (VmHWM) is printed either way",
+    )
     args = ap.parse_args()
 
     binary = Path(args.bin) if args.bin else REPO / "target" / "release" / "cachekeeper"
@@ -142,7 +160,9 @@ def main() -> int:
         wait_port(mock_port, procs[-1], "nginx upstream")
         config = tmp / "proxy.toml"
         config.write_text(
-            f'[server]\nlisten = "127.0.0.1:{proxy_port}"\n\n[state]\npath = "{tmp / "state.db"}"\n\n'
+            f'[server]\nlisten = "127.0.0.1:{proxy_port}"\n'
+            + (f"max_buffered_bytes = {args.budget}\n" if args.budget else "")
+            + f'\n[state]\npath = "{tmp / "state.db"}"\n\n'
             f'[[routes]]\nname = "anthropic"\nprefix = "/anthropic"\nupstream = "http://127.0.0.1:{mock_port}"\n'
         )
         env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
@@ -219,6 +239,9 @@ def main() -> int:
             statuses = sorted({r[1] for r in results})
             repaired = sum("images_repaired=1" in r[2] for r in results)
             print(f"{args.images} image requests: all done after {images_took:.1f} s, statuses {statuses}, {repaired} repaired")
+        hwm = peak_rss_kb(procs[-1].pid)
+        budget = args.budget or 1 << 30
+        print(f"proxy peak RSS (VmHWM): {hwm} kB = {hwm * 1024 / 1e6:.0f} MB; max_buffered_bytes {budget / 1e6:.0f} MB")
         return 0
     finally:
         for p in reversed(procs):
