@@ -296,7 +296,14 @@ impl SessionTracker {
         // turn may have been answered by another instance: its stored state, not this
         // process's copy, is the previous turn (else two instances number the same turn).
         let prev = if self.store.is_shared() {
-            self.load(t.scope, &session, reads).or(cached)
+            // The later of the two: another instance's turn is in the store, a turn this
+            // process committed since the load read it is in memory (the failing input of a
+            // break-it pass: turns of one session in parallel on one instance took one
+            // number).
+            match (self.load(t.scope, &session, reads), cached) {
+                (Some(stored), Some(mine)) if mine.turn > stored.turn => Some(mine),
+                (stored, mine) => stored.or(mine),
+            }
         } else {
             cached.or_else(|| self.load(t.scope, &session, reads))
         };
@@ -832,6 +839,45 @@ mod tests {
         })
         .unwrap();
         Store::with_backend(Box::new(b), 0, u64::MAX, 1 << 20)
+    }
+
+    /// The failing input of a break-it pass: on one instance with Redis, a turn whose load
+    /// read the session's record before a parallel turn of the same session committed took
+    /// that turn's number too (the stored record was preferred to the newer one in memory).
+    /// The later of the two is the previous turn.
+    #[test]
+    fn a_turn_committed_while_another_loaded_is_not_numbered_twice() {
+        use crate::state::load::{Reads, Snapshot};
+        let server = crate::state::redis::test_server::RedisServer::start();
+        let s = redis_store(&server);
+        let tracker = SessionTracker::new(s.clone());
+        let p = anthropic();
+        let key = DigestKey::for_credential(None);
+        let none = RewriteReport::default();
+        let b1 = body(r#""S""#, 1, None);
+        let t = opened_input(&p, &key, &b1, &none, 0, None);
+        let (first, _) = tracker.begin_loaded(&t).unwrap();
+        assert_eq!(first.turn, 1);
+        s.flush();
+        // Turn B's load phase reads the record (turn 1) ...
+        let before = Snapshot::before_load();
+        let reads = Reads::new(&s, &before);
+        assert!(tracker.open(&t, &reads).is_some());
+        assert!(
+            reads.wanting(),
+            "with Redis every turn reads its session's record"
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let loaded = Snapshot::before_load().after(rt.block_on(s.load(&reads.wants())), 1);
+        // ... then turn C, in parallel, commits turn 2 before B runs on what it loaded.
+        let (c, _) = tracker.begin_loaded(&t).unwrap();
+        assert_eq!(c.turn, 2);
+        let opened = tracker.open(&t, &Reads::new(&s, &loaded)).unwrap();
+        let (b, _) = tracker.commit(opened, &t);
+        assert_eq!(b.turn, 3);
     }
 
     /// Two instances on one Redis, a conversation alternating between them on every turn:

@@ -60,7 +60,14 @@ pub(crate) fn decode_cost((w, h): (u32, u32), target: &Target) -> u64 {
     if pixels > MAX_PIXELS {
         return 0;
     }
-    let (fw, fh) = fit((w, h), target.max_side);
+    // Over its mode's own bound a downscale is not decoded but may be retried as a repair,
+    // whose size cap is not known here: charged as the largest resize (to the same size).
+    let max_side = if pixels > target.mode.max_pixels() {
+        u32::MAX
+    } else {
+        target.max_side
+    };
+    let (fw, fh) = fit((w, h), max_side);
     let frame = pixels * FRAME_BYTES_PER_PIXEL;
     let resize = u64::from(w) * u64::from(fh) * RESIZE_BYTES_PER_PIXEL;
     let resized = u64::from(fw) * u64::from(fh) * FRAME_BYTES_PER_PIXEL;
@@ -139,12 +146,21 @@ pub enum TranscodeError {
     /// Decoding would allocate `need` bytes ([`decode_cost`]), more than the proxy's memory
     /// budget let it reserve (`allowed`; `[server] max_buffered_bytes`). Never cached: room
     /// may come later.
-    #[error("decoding would take {need} bytes of memory, more than the {allowed} bytes the memory budget (max_buffered_bytes) has for it")]
+    #[error("decoding would take {need} bytes of memory, and the memory budget (max_buffered_bytes) could not reserve that much for it{}", reserved_note(*allowed))]
     OverBudget { need: u64, allowed: u64 },
     #[error("decode failed: {0}")]
     Decode(String),
     #[error("encode failed: {0}")]
     Encode(String),
+}
+
+/// What [`TranscodeError::OverBudget`] adds about the reservation: nothing when there was none.
+fn reserved_note(allowed: u64) -> String {
+    if allowed > 0 {
+        format!(" (it reserved {allowed} bytes)")
+    } else {
+        String::new()
+    }
 }
 
 /// Length of `data:<mime>;base64,`.
@@ -648,5 +664,10 @@ mod tests {
             decode_cost((20_000, 10_000), &target(8000, Mode::Repair)),
             0
         );
+        // 9000×3000 (27 MP) is over the downscale bound: charged as a repair at full size,
+        // 2 × 108 MB + 9000 × 3000 × 16 + 9000 × 3000 × 4, which covers its repair to 8000 px.
+        let over = decode_cost((9000, 3000), &target(1568, Mode::Downscale));
+        assert_eq!(over, 216_000_000 + 432_000_000 + 108_000_000);
+        assert!(over >= decode_cost((9000, 3000), &target(8000, Mode::Repair)));
     }
 }

@@ -596,22 +596,20 @@ fn repair_and_downscale(
                 return;
             }
             Ok(_) => {}
-            Err(e @ TranscodeError::OverBudget { .. }) => {
-                report.failed_open += 1;
-                report
-                    .reasons
-                    .push(format!("left image {} as sent: {e}", site.path));
-            }
             Err(e) => {
                 report.failed_open += 1;
-                if !accepted {
-                    // The provider will reject it as sent; say so (the bytes are left alone).
-                    report.reasons.push(format!(
-                        "left image {} as sent: {} needs converting but {e}",
-                        site.path,
-                        format.mime()
-                    ));
-                }
+                // Every image forwarded as sent says why (the failing input of a break-it
+                // pass: a PNG whose data does not decode was counted with no reason).
+                let need = if accepted {
+                    "needs a transcode"
+                } else {
+                    "needs converting"
+                };
+                report.reasons.push(format!(
+                    "left image {} as sent: {} {need} but {e}",
+                    site.path,
+                    format.mime()
+                ));
             }
         }
     }

@@ -925,7 +925,7 @@ mod tests {
         assert_eq!(passed.report.images.repaired, 0);
         assert!(
             passed.report.reasons.iter().any(|r| r.contains(
-                "decoding would take 28000000 bytes of memory, more than the 0 bytes the memory budget"
+                "left image messages[0].content[0] as sent: image/bmp needs converting but decoding would take 28000000 bytes of memory, and the memory budget (max_buffered_bytes) could not reserve that much for it"
             )),
             "{:?}",
             passed.report.reasons

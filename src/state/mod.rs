@@ -1435,6 +1435,12 @@ fn writer_loop(
         // An outage just ended: what others changed meanwhile is checked now, not at the next
         // interval (a backend that was unreachable at start loads its records here).
         let resumed = was_failing && !writes.failing();
+        if resumed {
+            // The backend takes writes again: loads wait for it again from the next request
+            // (the failing input of a break-it pass: the first request after an outage still
+            // read memory only, and numbered a turn another instance had numbered).
+            answered(&inner);
+        }
         if resumed || last_check.elapsed() >= RELOAD_INTERVAL {
             last_check = Instant::now();
             if backend.changed_elsewhere().unwrap_or(false) || std::mem::take(&mut reload_due) {

@@ -28,6 +28,10 @@ pub(crate) enum ReadBody {
     OverBudget { head: Vec<Bytes>, rest: Incoming },
 }
 
+/// How often a working-memory reservation ([`BufferBudget::reserve_working`]) looks for room
+/// while it waits, ms: a decode takes tens of ms to seconds, so this adds little to its wait.
+const WORKING_POLL: Duration = Duration::from_millis(10);
+
 /// Bytes per permit of the [`BufferBudget`]'s semaphore (1 KiB): a 1 GiB budget is 2^20
 /// permits, and one `acquire_many` (a `u32` of permits) can reserve up to 4 TiB.
 const BUDGET_UNIT: u64 = 1024;
@@ -105,10 +109,22 @@ impl BufferBudget {
         if bytes > self.total_bytes() {
             return None;
         }
-        let mut permit = BudgetPermit::default();
-        self.reserve_units(&mut permit, bytes.div_ceil(BUDGET_UNIT), deadline)
-            .await
-            .then_some(permit)
+        // Not a queued `acquire`: tokio's semaphore serves waiters in order, so a decode
+        // waiting for hundreds of MB would hold back every small body behind it (the failing
+        // input of a break-it pass: a text request waited 3 s for an image decode's room).
+        // Room is taken when it is there, checked every `WORKING_POLL`.
+        let units = u32::try_from(bytes.div_ceil(BUDGET_UNIT)).ok()?;
+        loop {
+            match Arc::clone(&self.sem).try_acquire_many_owned(units) {
+                Ok(p) => return Some(BudgetPermit(Some(p))),
+                Err(tokio::sync::TryAcquireError::Closed) => return None,
+                Err(tokio::sync::TryAcquireError::NoPermits) => {}
+            }
+            if Instant::now() + WORKING_POLL > deadline {
+                return None;
+            }
+            tokio::time::sleep(WORKING_POLL).await;
+        }
     }
 
     /// Grow `permit` to cover a body of `bytes` ([`BODY_MEMORY_FACTOR`] times its size, at
@@ -384,6 +400,44 @@ pub(crate) fn decode(
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// The failing input of a break-it pass: an image decode waiting for hundreds of MB of
+    /// room held back every small body behind it (tokio's semaphore serves waiters in order).
+    /// A working-memory reservation waits without queueing; a body that fits goes at once,
+    /// and the decode gets its room once it is free, or gives up at its deadline; one larger
+    /// than the whole budget never waits.
+    #[tokio::test]
+    async fn a_waiting_decode_never_holds_back_a_body_that_fits() {
+        let budget = Arc::new(BufferBudget::new(1024 * 1024));
+        let later = Instant::now() + Duration::from_secs(30);
+        let held = budget.reserve_working(900 * 1024, later).await.unwrap();
+        let b = Arc::clone(&budget);
+        let decode = tokio::spawn(async move { b.reserve_working(500 * 1024, later).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!decode.is_finished(), "no room for the decode yet");
+        // A body of 20 KiB (charged 100 KiB) fits beside the held 900 KiB: at once.
+        let mut body = BudgetPermit::default();
+        let now = Instant::now() + Duration::from_millis(1);
+        assert!(budget.reserve(&mut body, 20 * 1024, now).await);
+        drop(body);
+        drop(held);
+        let got = decode
+            .await
+            .unwrap()
+            .expect("room once the first decode ended");
+        assert_eq!(budget.reserved_bytes(), 500 * 1024);
+        drop(got);
+        assert!(budget
+            .reserve_working(2 * 1024 * 1024, later)
+            .await
+            .is_none());
+        let soon = Instant::now() + Duration::from_millis(30);
+        let _all = budget.reserve_working(1024 * 1024, soon).await.unwrap();
+        assert!(
+            budget.reserve_working(1024, soon).await.is_none(),
+            "the deadline"
+        );
+    }
 
     #[tokio::test]
     async fn the_budget_waits_for_room_and_gives_up_at_the_deadline() {
