@@ -99,6 +99,9 @@ pub struct TurnAccount {
     pub collapse: Option<Collapse>,
     /// Milliseconds since the session's previous turn (`None` on its first).
     pub idle_ms: Option<u64>,
+    /// The accounting left for after the response (`None` once settled:
+    /// [`session::SessionTracker::settle`]).
+    pub(crate) pending: Option<session::Pending>,
 }
 
 #[cfg(test)]

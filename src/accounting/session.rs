@@ -91,6 +91,82 @@ struct SessionState {
     retired: RetiredSet,
 }
 
+/// What a turn committed on its request leaves for [`SessionTracker::settle`], after its
+/// response (`TurnAccount::pending`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Pending {
+    /// The credential scope the session is kept under.
+    scope: String,
+    /// The comparison with the previous turn (`None`: the session's first turn, or a
+    /// chained Responses request).
+    compare: Option<Box<Compare>>,
+    /// The session's record has been queued ([`SessionTracker::write_state`]).
+    state_written: bool,
+}
+
+/// The inputs of a turn's collapse comparison, kept from its commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Compare {
+    prev_client: Prefix,
+    prev_forwarded: Prefix,
+    client: Prefix,
+    forwarded: Prefix,
+    ignore_billing_line: bool,
+    idle_ms: Option<u64>,
+    /// The provider's cache TTL for the request, ms ([`ttl_ms`]).
+    ttl_ms: Option<u64>,
+    acted: Acted,
+}
+
+impl Compare {
+    /// The collapse, if the forwarded positions differ from the previous turn's at a
+    /// position the previous turn had ([`Prefix::first_difference`]).
+    fn collapse(&self) -> Option<Collapse> {
+        let ignore = self.ignore_billing_line;
+        let at = self
+            .forwarded
+            .first_difference(&self.prev_forwarded, ignore)?;
+        Some(Collapse {
+            at: self.forwarded.location(&self.prev_forwarded, at, ignore),
+            cause: attribute(
+                at,
+                self.client.first_difference(&self.prev_client, ignore),
+                &self.client,
+                self.idle_ms,
+                self.ttl_ms,
+                &self.acted,
+            ),
+            write_tokens: None,
+        })
+    }
+}
+
+/// What the proxy's passes did to a turn, as [`attribute`] reads it (from the turn's
+/// [`RewriteReport`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Acted {
+    /// Stabilisers removed something (only they edit `system`).
+    stabilized: bool,
+    /// Images or their carriers were retired.
+    evicted: bool,
+    /// Images were repaired, downscaled, replaced or repeat-capped.
+    repaired: bool,
+    /// Reasoning carriers were restored.
+    restored: bool,
+}
+
+impl Acted {
+    fn of(report: &RewriteReport) -> Self {
+        let i = &report.images;
+        Self {
+            stabilized: report.stabilized > 0,
+            evicted: i.retired > 0 || i.carriers_retired > 0,
+            repaired: i.repaired + i.downscaled + i.replaced + i.repeat_capped > 0,
+            restored: report.restore.turns > 0,
+        }
+    }
+}
+
 /// The cold-cache eviction inputs of a turn (`docs/images.md#cold-cache-eviction`), as its
 /// first run of the passes used them; the proxy's one retry runs with the same, so it retires
 /// the same images.
@@ -320,11 +396,25 @@ impl SessionTracker {
         })
     }
 
-    /// Number the opened turn and find its collapse (write tokens are filled in when the
-    /// response ends); store the session's new state, with `t.retired` as its retired-image
-    /// set when the passes changed it. Reads `forwarded`, `report`, `provider`, `retired`,
-    /// `scope` and `now_ms` of `t`.
+    /// [`Self::commit_turn`] and [`Self::settle`] at once: the turn numbered, its collapse
+    /// found and the session's record queued (replay and tests, whose turns have no response
+    /// to wait for).
     pub(crate) fn commit(&self, opened: Opened, t: &TurnInput<'_>) -> (TurnAccount, Prefix) {
+        let (mut account, forwarded) = self.commit_turn(opened, t);
+        self.settle(&mut account);
+        (account, forwarded)
+    }
+
+    /// Number the opened turn and keep the session's new state in memory, where the next
+    /// turn finds it at once: the part of a turn's accounting that stays on the request.
+    /// Reads `forwarded`, `report`, `provider`, `retired`, `scope` and `now_ms` of `t`.
+    ///
+    /// The rest waits in [`TurnAccount::pending`] for [`Self::settle`], after the response:
+    /// the comparison with the previous turn that finds a collapse, and the session's
+    /// [`Kind::Session`] record (serialised and queued then; with a shared store before the
+    /// response's write wait, [`Self::write_state`], so the next turn finds it on any
+    /// instance).
+    pub(crate) fn commit_turn(&self, opened: Opened, t: &TurnInput<'_>) -> (TurnAccount, Prefix) {
         let Opened {
             session,
             model,
@@ -340,24 +430,17 @@ impl SessionTracker {
         };
         // A chained Responses request sends only its new items: its positions say nothing
         // of the prefix the provider holds.
-        let collapse = match &prev {
-            Some(p) if !chained => {
-                let ignore = ignores_billing_line(t.provider);
-                forwarded
-                    .first_difference(&p.forwarded, ignore)
-                    .map(|at| Collapse {
-                        at: forwarded.location(&p.forwarded, at, ignore),
-                        cause: attribute(
-                            at,
-                            client.first_difference(&p.client, ignore),
-                            &client,
-                            idle_ms,
-                            ttl_ms(t.provider, &model, t.forwarded),
-                            t.report,
-                        ),
-                        write_tokens: None,
-                    })
-            }
+        let compare = match &prev {
+            Some(p) if !chained => Some(Box::new(Compare {
+                prev_client: p.client.clone(),
+                prev_forwarded: p.forwarded.clone(),
+                client: client.clone(),
+                forwarded: forwarded.clone(),
+                ignore_billing_line: ignores_billing_line(t.provider),
+                idle_ms,
+                ttl_ms: ttl_ms(t.provider, &model, t.forwarded),
+                acted: Acted::of(t.report),
+            })),
             _ => None,
         };
         let turn = prev.as_ref().map_or(1, |p| p.turn.saturating_add(1));
@@ -378,10 +461,6 @@ impl SessionTracker {
             retired,
         };
         let map_key = (t.scope.to_owned(), session.clone());
-        if let Ok(v) = serde_json::to_vec(&state) {
-            self.store
-                .put(Record::new(Kind::Session, t.scope, &session, v));
-        }
         if let Ok(mut g) = self.inner.lock() {
             if g.sessions.len() >= MAX_SESSIONS_IN_MEMORY && !g.sessions.contains_key(&map_key) {
                 let oldest = g
@@ -399,11 +478,52 @@ impl SessionTracker {
             TurnAccount {
                 session,
                 turn,
-                collapse,
+                collapse: None,
                 idle_ms,
+                pending: Some(Pending {
+                    scope: t.scope.to_owned(),
+                    compare,
+                    state_written: false,
+                }),
             },
             forwarded,
         )
+    }
+
+    /// The turn's accounting after its response ([`Self::commit_turn`]): its collapse, found
+    /// by comparing its forwarded positions with the previous turn's (write tokens are filled
+    /// in by the caller from the response's usage), and its session record queued
+    /// ([`Self::write_state`]). Does nothing the second time.
+    pub(crate) fn settle(&self, account: &mut TurnAccount) {
+        self.write_state(account);
+        let Some(pending) = account.pending.take() else {
+            return;
+        };
+        account.collapse = pending.compare.and_then(|c| c.collapse());
+    }
+
+    /// Serialise the session's state as this turn left it and queue it as the session's
+    /// [`Kind::Session`] record, once. Skipped when a later turn of the session has been
+    /// committed since (its own record supersedes this one).
+    pub(crate) fn write_state(&self, account: &mut TurnAccount) {
+        let Some(pending) = account.pending.as_mut().filter(|p| !p.state_written) else {
+            return;
+        };
+        pending.state_written = true;
+        let state = self.inner.lock().ok().and_then(|g| {
+            g.sessions
+                .get(&(pending.scope.clone(), account.session.clone()))
+                .filter(|s| s.turn == account.turn)
+                .cloned()
+        });
+        if let Some(v) = state.and_then(|s| serde_json::to_vec(&s).ok()) {
+            self.store.put(Record::new(
+                Kind::Session,
+                &pending.scope,
+                &account.session,
+                v,
+            ));
+        }
     }
 
     /// The proxy's one retry sent other bytes: they are what the next turn compares with.
@@ -423,6 +543,10 @@ impl SessionTracker {
             s.forwarded = forwarded;
             if let Some(r) = retired {
                 s.retired = r;
+            }
+            if account.pending.as_ref().is_some_and(|p| !p.state_written) {
+                // The turn's own record, written after the response, carries this.
+                return;
             }
             if let Ok(v) = serde_json::to_vec(&*s) {
                 self.store
@@ -617,7 +741,7 @@ fn attribute(
     client: &Prefix,
     idle_ms: Option<u64>,
     ttl_ms: Option<u64>,
-    report: &RewriteReport,
+    acted: &Acted,
 ) -> Cause {
     if let (Some(idle), Some(ttl)) = (idle_ms, ttl_ms) {
         if idle > ttl {
@@ -632,16 +756,15 @@ fn attribute(
             Position::Message(_) => Cause::ClientHistory,
         };
     }
-    let i = &report.images;
     // Only a stabiliser edits `system` (images and carriers live in messages).
-    if at == Position::System && report.stabilized > 0 {
+    if at == Position::System && acted.stabilized {
         return Cause::Stabiliser;
     }
-    if i.retired > 0 || i.carriers_retired > 0 {
+    if acted.evicted {
         Cause::Eviction
-    } else if i.repaired + i.downscaled + i.replaced + i.repeat_capped > 0 {
+    } else if acted.repaired {
         Cause::Repair
-    } else if report.restore.turns > 0 {
+    } else if acted.restored {
         Cause::Restore
     } else {
         // The proxy's bytes changed with none of its passes acting on this turn: the passes
@@ -1183,12 +1306,19 @@ mod tests {
             stabilized: 1,
             ..RewriteReport::default()
         };
-        let cause = |at| attribute(at, None, &client, None, None, &report);
+        let cause = |at| attribute(at, None, &client, None, None, &Acted::of(&report));
         assert_eq!(cause(Position::System), Cause::Stabiliser);
         assert_eq!(cause(Position::Message(0)), Cause::ClientHistory);
         let system = Some(Position::System);
         assert_eq!(
-            attribute(Position::System, system, &client, None, None, &report),
+            attribute(
+                Position::System,
+                system,
+                &client,
+                None,
+                None,
+                &Acted::of(&report)
+            ),
             Cause::ClientSystem
         );
     }
@@ -1299,6 +1429,65 @@ mod tests {
         );
         let t3 = begin(&chained(Some("resp_unknown")));
         assert_ne!(t3.session, t1.session);
+    }
+
+    /// Issue 27: what the request path does of a turn's accounting is the in-memory state
+    /// (the next turn numbers after it at once); the collapse comparison and the session's
+    /// record wait for [`SessionTracker::settle`], after the response.
+    #[test]
+    fn a_committed_turn_leaves_its_collapse_and_record_for_after_the_response() {
+        let s = store();
+        let tracker = SessionTracker::new(s.clone());
+        let p = anthropic();
+        let key = DigestKey::for_credential(None);
+        let none = RewriteReport::default();
+        let b1 = body(r#""S""#, 3, None);
+        tracker
+            .begin_loaded(&opened_input(&p, &key, &b1, &none, 0, None))
+            .unwrap();
+        // The client edits an earlier message: a collapse at `messages[1]`.
+        let b2 = body(r#""S""#, 5, Some(1));
+        let t2 = opened_input(&p, &key, &b2, &none, 1_000, None);
+        let o = tracker.open_loaded(&t2).unwrap();
+        let session = o.session().to_owned();
+        let (mut account, _) = tracker.commit_turn(o, &t2);
+        assert_eq!((account.turn, account.collapse.clone()), (2, None));
+        s.flush();
+        let stored = |s: &Store| {
+            let rec = s
+                .get(
+                    &RecordKey {
+                        kind: Kind::Session,
+                        scope: "scope".to_owned(),
+                        key: session.clone(),
+                    },
+                    Duration::from_secs(1),
+                )
+                .unwrap();
+            serde_json::from_slice::<SessionState>(&rec.value)
+                .unwrap()
+                .turn
+        };
+        assert_eq!(
+            stored(&s),
+            1,
+            "turn 2's record is not written on the request"
+        );
+        // The next turn already numbers after it (memory).
+        let o3 = tracker.open_loaded(&t2).unwrap();
+        assert_eq!(o3.idle_ms, Some(0));
+        tracker.settle(&mut account);
+        let c = account.collapse.clone().unwrap();
+        assert_eq!(
+            (c.at.as_str(), c.cause),
+            ("messages[1]", Cause::ClientHistory)
+        );
+        assert!(account.pending.is_none());
+        s.flush();
+        assert_eq!(stored(&s), 2);
+        // Settling twice does nothing more.
+        tracker.settle(&mut account);
+        assert_eq!(account.collapse, Some(c));
     }
 
     fn opened_input<'a>(

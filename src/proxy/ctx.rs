@@ -368,13 +368,31 @@ impl RequestCtx {
         }
     }
 
-    /// Write the request's one JSON log line (target `cachekeeper::request`), and count the
-    /// request in the metrics.
+    /// The request is over: its bookkeeping — the turn's accounting ([`Self::finish_turn`]),
+    /// the one JSON log line (target `cachekeeper::request`) and the metrics — runs after
+    /// it, on a task of its own ([`after_response`]): never in the body's poll that hands
+    /// the client its last bytes, nor in this context's `Drop`, which only moves the context
+    /// there. Once per request: a second call does nothing.
     pub(crate) fn emit(&mut self, outcome: Outcome) {
         if std::mem::replace(&mut self.emitted, true) {
             return;
         }
         let total_ms = ms_since(self.started);
+        let mut ended = self.take();
+        after_response(move || ended.write_line(outcome, total_ms));
+    }
+
+    /// Queue the session's record of the request's turn now, ahead of the write wait a
+    /// shared store makes the response's last chunk take
+    /// ([`crate::state::Store::settled`]), so the next turn finds it on any instance.
+    pub(crate) fn write_session_state(&mut self) {
+        if let (Some(sessions), Some(turn)) = (self.sessions.as_ref(), self.turn.as_mut()) {
+            sessions.write_state(turn);
+        }
+    }
+
+    /// The bookkeeping of [`Self::emit`].
+    fn write_line(&mut self, outcome: Outcome, total_ms: u64) {
         self.finish_turn();
         let turn = self.turn.as_ref();
         let collapse = turn.and_then(|t| t.collapse.as_ref());
@@ -456,12 +474,16 @@ impl RequestCtx {
         }
     }
 
-    /// The turn has ended: its collapse gets the write tokens the provider reported, and its
-    /// record goes to the store (queued; no I/O here).
+    /// The turn has ended: its accounting is settled (the collapse comparison, the
+    /// session's record queued), its collapse gets the write tokens the provider reported,
+    /// and its record goes to the store (queued; no I/O here).
     fn finish_turn(&mut self) {
         let Some(turn) = self.turn.as_mut() else {
             return;
         };
+        if let Some(sessions) = &self.sessions {
+            sessions.settle(turn);
+        }
         if (200..300).contains(&self.status) {
             if let Some(c) = turn.collapse.as_mut() {
                 c.write_tokens = self.seen.usage.cache_write_tokens;
@@ -498,6 +520,18 @@ impl Drop for RequestCtx {
         // The request future was dropped before a response: the client went away (while the
         // body was read, the passes ran, or the upstream was thinking).
         self.emit(Outcome::ClientDisconnected);
+    }
+}
+
+/// Run a finished request's bookkeeping after its response: on a task of the runtime the
+/// request ran on, so it never delays the bytes the client is waiting for; where there is no
+/// runtime (unit tests, a context dropped at shutdown), here.
+fn after_response(work: impl FnOnce() + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(async move { work() });
+        }
+        Err(_) => work(),
     }
 }
 
@@ -627,13 +661,14 @@ pub(crate) mod tests {
     #[test]
     fn log_line_and_header_carry_the_same_counters() {
         let mut ctx = sample();
+        // Read before the line is written: writing it moves the context out.
+        let header = ctx.rewrites_header();
+        let counters = ctx.report.counters();
         let lines = capture(|| ctx.emit(Outcome::Complete));
         assert_eq!(lines.len(), 1);
         let line = &lines[0];
         assert_eq!(line["target"], "cachekeeper::request");
-        let header = ctx.rewrites_header();
         let parts: Vec<&str> = header.split("; ").collect();
-        let counters = ctx.report.counters();
         for (i, (name, value)) in counters.iter().enumerate() {
             assert_eq!(line[*name], serde_json::json!(value), "log field {name}");
             assert_eq!(parts[i], format!("{name}={value}"), "header entry {i}");
@@ -648,6 +683,28 @@ pub(crate) mod tests {
         assert_eq!(line["retried_without"], "image:too_large");
         assert_eq!(line["query"], "key=REDACTED&alt=sse");
         assert!(!line.to_string().contains("SECRET"));
+    }
+
+    /// Issue 27: the log line is assembled after the request, on a task of its own, not in
+    /// `emit` (called from the body's poll that ends the response) nor in `Drop`.
+    #[test]
+    fn the_log_line_is_written_on_a_task_after_the_request() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut at_emit = None;
+        let lines = capture(|| {
+            rt.block_on(async {
+                let mut ctx = sample();
+                ctx.emit(Outcome::Complete);
+                drop(sample());
+                at_emit = Some(CAPTURED.with(|c| c.borrow().as_ref().map_or(0, Vec::len)));
+                tokio::task::yield_now().await;
+            });
+        });
+        assert_eq!(at_emit, Some(0), "nothing written in emit or drop");
+        let outcomes: Vec<&str> = lines.iter().filter_map(|l| l["outcome"].as_str()).collect();
+        assert_eq!(outcomes, ["complete", "client_disconnected"]);
     }
 
     /// The failing input: a client that gives up while the upstream is still thinking (no

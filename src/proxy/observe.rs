@@ -2,7 +2,9 @@
 //! mid-stream break into the dialect's error event, feeds a copy of the body through the tee
 //! ([`crate::wire::tee`]) to the dialect's response observer ([`crate::response`]), and once
 //! the body has ended writes what that observer read into the context — usage, carriers seen,
-//! the captured turn into the store ([`carriers::save`]) — and then the request's log line.
+//! the captured turn into the store ([`carriers::save`]) — and then hands the request's
+//! bookkeeping (log line, metrics, the turn's accounting) to a task after the response
+//! ([`RequestCtx::emit`]).
 //!
 //! Everything here runs synchronously in the body's poll: memory writes and a queued write
 //! to the store's writer thread, no I/O, no lock held across an await. Nothing here can
@@ -100,9 +102,11 @@ impl ResponseObserver {
         };
         o.tee.on_end(end);
         self.record_turn(&o);
-        if end == End::Complete {
-            // Queued after every write of this turn (its session record at the request, its
-            // carriers just now): the wait ends when they are all stored.
+        if end == End::Complete && o.store.holds_for_writes() {
+            // Queued after every write of this turn (its session record now, its carriers
+            // just now): the wait ends when they are all stored. Without a wait the session's
+            // record is queued after the response, with the rest of the bookkeeping.
+            self.ctx.write_session_state();
             self.hold = o.store.settled();
         }
     }

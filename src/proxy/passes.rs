@@ -619,7 +619,9 @@ fn account(
     // In dry run the original bytes go upstream: nothing was retired, so nothing is stored.
     let retired = outcome.retired.as_ref().filter(|_| !plan.route.dry_run);
     let input = turn_input(plan, key, decoded, forwarded, &outcome.report, retired);
-    let (turn, prefix) = sessions.commit(opened, &input);
+    // The turn in memory only: its collapse and its record wait for the response
+    // ([`crate::accounting::session::SessionTracker::settle`], from the request context).
+    let (turn, prefix) = sessions.commit_turn(opened, &input);
     (Some(turn), Some(prefix))
 }
 

@@ -408,13 +408,15 @@ fn fail(mut ctx: RequestCtx, err: ProxyError) -> Response<ResponseBody> {
         retryable = err.retryable(),
         "request failed in the proxy"
     );
+    // Read before the log line: writing it moves the context out.
+    let dialect = ctx.error_dialect();
+    let overhead = ctx.overhead_header();
     ctx.emit(Outcome::ProxyError);
-    let mut resp = err.response::<Bytes>(ctx.error_dialect()).map(full_body);
+    let mut resp = err.response::<Bytes>(dialect).map(full_body);
     if let Ok(v) = HeaderValue::from_str(&format!("proxy_error={}", err.label())) {
         resp.headers_mut().insert(REWRITES_HEADER, v);
     }
-    resp.headers_mut()
-        .insert(OVERHEAD_HEADER, ctx.overhead_header());
+    resp.headers_mut().insert(OVERHEAD_HEADER, overhead);
     resp
 }
 

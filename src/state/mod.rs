@@ -838,6 +838,12 @@ impl Store {
         self.inner.write_waits.clone()
     }
 
+    /// A response's writes are waited for ([`Self::settled`]): the backend is shared
+    /// ([`Backend::is_shared`]) and a write wait is set ([`Store::set_write_wait`]).
+    pub(crate) fn holds_for_writes(&self) -> bool {
+        self.inner.shared && self.inner.write_wait_ms.load(Ordering::Relaxed) > 0
+    }
+
     /// With a shared backend ([`Backend::is_shared`]) and a write wait set
     /// ([`Store::set_write_wait`]): a wait that ends once every write sent so far has
     /// reached the backend, or the backend is found in an outage, or the wait's bound passed
@@ -845,10 +851,10 @@ impl Store {
     /// (nothing to wait for: this process's memory already holds its writes). The wait
     /// never delays the writes themselves or any other request.
     pub(crate) fn settled(&self) -> Option<settle::Wait> {
-        let ms = self.inner.write_wait_ms.load(Ordering::Relaxed);
-        if !self.inner.shared || ms == 0 {
+        if !self.holds_for_writes() {
             return None;
         }
+        let ms = self.inner.write_wait_ms.load(Ordering::Relaxed);
         if !self.answers() {
             // An outage, or a store that stopped answering: the writes are held or late
             // whatever the wait, so the response does not wait for them.

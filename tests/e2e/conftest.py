@@ -8,6 +8,7 @@ clear message, never a silent skip.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -91,16 +92,33 @@ REQUEST_TARGET = "cachekeeper::request"
 @dataclass
 class RequestLog:
     """The proxy's per-request JSON log lines (target ``cachekeeper::request``, fields flattened
-    to the top level) written after :meth:`mark`."""
+    to the top level) of the requests that arrived after :meth:`mark`.
+
+    A request's line is written after its response, on a task of its own, so the line of a
+    request made before :meth:`mark` may land just after it: lines whose request arrived
+    (``timestamp`` less ``total_ms``) before the mark are left out."""
 
     path: Path
     offset: int = 0
+    since: float = 0.0
 
     def mark(self) -> None:
+        self.since = time.time()
         try:
             self.offset = self.path.stat().st_size
         except OSError:
             self.offset = 0
+
+    def _arrived_after_mark(self, line: dict[str, Any]) -> bool:
+        ts, total = line.get("timestamp"), line.get("total_ms")
+        if not isinstance(ts, str) or not isinstance(total, (int, float)):
+            return True
+        try:
+            at = datetime.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return True
+        # 50 ms of slack for the clock's and `total_ms`'s rounding.
+        return at - total / 1000.0 >= self.since - 0.05
 
     def lines(self) -> list[dict[str, Any]]:
         data = self.path.read_bytes()[self.offset :]
@@ -111,7 +129,7 @@ class RequestLog:
                 obj = json.loads(raw)
             except ValueError:
                 continue
-            if isinstance(obj, dict) and obj.get("target") == REQUEST_TARGET:
+            if isinstance(obj, dict) and obj.get("target") == REQUEST_TARGET and self._arrived_after_mark(obj):
                 out.append(obj)
         return out
 
