@@ -57,7 +57,7 @@
 #   -p DIR: where benches/peers.sh installed the peers (default target/peers); -p none skips them.
 #   PERF_OUT=FILE also records a `perf record --call-graph dwarf` profile of cachekeeper during
 #   one case (PERF_CASE=post|sse|get, default post).
-# Needs: nginx, wrk, python3, curl (free ports; node for portkey). Everything runs in a
+# Needs: nginx, wrk, python3 (free ports, the checks; node for portkey). Everything runs in a
 # temporary directory, removed on exit with every process this script started.
 set -euo pipefail
 
@@ -76,10 +76,10 @@ while getopts "c:d:t:b:f:p:h" opt; do
     b) bin=$OPTARG ;;
     f) floor_bin=$OPTARG ;;
     p) peers_dir=$OPTARG ;;
-    *) sed -n '2,58p' "$0"; exit 2 ;;
+    *) sed -n '2,61p' "$0"; exit 2 ;;
   esac
 done
-for tool in nginx wrk python3 curl; do
+for tool in nginx wrk python3; do
   command -v "$tool" >/dev/null || { echo "load.sh: $tool not found" >&2; exit 1; }
 done
 [ -x "$bin" ] || { echo "load.sh: no cachekeeper binary at $bin (cargo build --release)" >&2; exit 1; }
