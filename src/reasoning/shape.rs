@@ -21,7 +21,9 @@
 //!   else dropped.
 //! - `reasoning_details`, `extra_content` (message and `tool_calls[i]`), `reasoning_opaque` /
 //!   `reasoning_text`: kept as sent when read, dropped otherwise (Copilot: `reasoning_text` is
-//!   sent only next to its `reasoning_opaque`).
+//!   sent only next to its `reasoning_opaque`). Where `reasoning_details` is read, its entries
+//!   that carry nothing ([`super::details::carries_nothing`]) are removed, and the array with
+//!   them when no other entry is left.
 //! - A strict route (no carrier) never gets one, not even the pad. On a must-echo route RC is
 //!   never omitted, even if `omit` names it (a complaint about RC there is about its value).
 //!
@@ -42,6 +44,11 @@
 //!   `block_binding` itself, and never once the host rejected [`BINDING_BETA`] for the model
 //!   (`Field::Beta` in `omit`, `docs/reasoning.md#beta-headers`).
 //!
+//! OpenAI Chat, on a route whose row lists the top-level reasoning controls its host takes
+//! ([`ResolvedRoute::reasoning_controls`]; `docs/reasoning.md#top-level-reasoning-controls`):
+//! every other one of [`REASONING_CONTROLS`] the request carries is removed up front (Cerebras
+//! rejects `enable_thinking` and a top-level `reasoning` object with a 400), each with its reason.
+//!
 //! Every dialect: top-level parameters in `omit` that are droppable (`droppable_params` plus
 //! [`KEEP_THINKING_PARAMS`]) are removed; a dotted name (`thinking.keep`) removes a nested key.
 //! A value of the client's `anthropic-beta` header that is learned as rejected (`Field::Beta`
@@ -58,6 +65,7 @@ use super::profiles::{
 };
 use crate::dialect::doc::Doc;
 use crate::dialect::{Dialect, ParseError};
+use crate::provider::REASONING_CONTROLS;
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
 use crate::state::rejected::{SignatureId, SignatureLookup};
@@ -241,6 +249,20 @@ pub(crate) fn signature_id(text: &str, obj: &Object, kind: Option<&str>) -> Opti
     (!value.is_empty()).then(|| SignatureId::of(kind, &value))
 }
 
+/// The message's (last) `reasoning_details` array, when it holds entries that carry nothing
+/// ([`super::details::carries_nothing`]): its element ranges and the indexes of those entries.
+/// `None` when there is no such entry (or no array).
+fn empty_details(text: &str, msg: &Object) -> Option<(Vec<Range<usize>>, Vec<usize>)> {
+    let ranges = scan::array_at(text, msg.get("reasoning_details")?.value.start)?;
+    let empty: Vec<usize> = ranges
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| super::details::text_carries_nothing(scan::slice(text, r)))
+        .map(|(i, _)| i)
+        .collect();
+    (!empty.is_empty()).then_some((ranges, empty))
+}
+
 fn is_blank(s: &str) -> bool {
     s.trim().is_empty()
 }
@@ -295,18 +317,34 @@ impl Shaper<'_, '_> {
         if self.drop_client_binding {
             nested.entry("thinking").or_default().push("block_binding");
         }
-        let removed: BTreeSet<String> = whole
+        let learned: BTreeSet<String> = whole
             .iter()
             .filter_map(|i| top.members.get(*i))
             .map(|m| m.key.clone())
             .collect();
-        for key in &removed {
+        for key in &learned {
             self.reasons.push(format!(
                 "reasoning: dropped parameter {key} (learned unknown for {})",
                 self.ctx.route.host
             ));
             self.counts.params_dropped += 1;
         }
+        let not_taken = self.controls_not_taken(top, &learned);
+        for (i, key) in &not_taken {
+            let route = self.ctx.route;
+            let takes = route.reasoning_controls.unwrap_or_default().join(", ");
+            self.reasons.push(format!(
+                "reasoning: dropped parameter {key} (profile {} takes no top-level {key}; \
+                 its reasoning controls: {takes})",
+                route.profile
+            ));
+            self.counts.params_dropped += 1;
+            whole.push(*i);
+        }
+        whole.sort_unstable();
+        whole.dedup();
+        let mut removed = learned;
+        removed.extend(not_taken.into_iter().map(|(_, k)| k));
         let ranges = top.removal_ranges(&whole);
         self.remove(ranges);
         for (parent, children) in nested {
@@ -337,6 +375,28 @@ impl Shaper<'_, '_> {
             self.remove(ranges);
         }
         removed
+    }
+
+    /// The top-level reasoning controls ([`REASONING_CONTROLS`]) the request carries that the
+    /// route's host does not take (OpenAI Chat only; none when the row lists none), as
+    /// (member index, key), leaving out keys in `learned` (removed already).
+    fn controls_not_taken(&self, top: &Object, learned: &BTreeSet<String>) -> Vec<(usize, String)> {
+        let Some(takes) = self.ctx.route.reasoning_controls else {
+            return Vec::new();
+        };
+        if self.ctx.dialect != Dialect::Openai {
+            return Vec::new();
+        }
+        top.members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| {
+                REASONING_CONTROLS.contains(&m.key.as_str())
+                    && !takes.contains(&m.key.as_str())
+                    && !learned.contains(&m.key)
+            })
+            .map(|(i, m)| (i, m.key.clone()))
+            .collect()
     }
 
     /// The carriers this request may carry: the route's set minus learned verdicts, except
@@ -508,6 +568,22 @@ impl Shaper<'_, '_> {
         if !eff.contains(&Carrier::ReasoningDetails) {
             let why = self.why_dropped(Carrier::ReasoningDetails);
             drop_key("reasoning_details", self, why);
+        } else if let Some((ranges, empty)) = empty_details(text, msg) {
+            if empty.len() == ranges.len() {
+                let why = "no entry carries data, text or summary".to_owned();
+                drop_key("reasoning_details", self, why);
+            } else {
+                self.edits
+                    .extend(crate::json::edit::removal_edits(&ranges, &empty));
+                self.counts.carriers_dropped += empty.len();
+                self.reasons.push(format!(
+                    "reasoning: messages[{i}]: dropped {} reasoning_details entr{} at {:?} \
+                     (no data, text or summary)",
+                    empty.len(),
+                    if empty.len() == 1 { "y" } else { "ies" },
+                    empty
+                ));
+            }
         }
         let gemini = eff.contains(&Carrier::GeminiThoughtSignature);
         if !gemini {

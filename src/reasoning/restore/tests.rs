@@ -566,6 +566,7 @@ fn anthropic_text_with_escapes_non_ascii_and_u2028_round_trips() {
             thinking: thinking.into(),
             signature: Some(signature.into()),
         }],
+        item_ids: Vec::new(),
     };
     let user = json!({"role": "user", "content": "go"});
     let prev = message_digest(Anthropic, &serde_json::to_vec(&user).unwrap());
@@ -705,6 +706,7 @@ fn gemini_text_signature_on_the_last_text_part_or_an_empty_part() {
                 signature: "B".into(),
             },
         ],
+        item_ids: Vec::new(),
     };
     let req =
         json!({"contents": [user, {"role": "model", "parts": [gemini_call("f", json!({}))]}]});
@@ -742,6 +744,7 @@ fn gemini_placeholders_on_every_unsigned_step_never_twice() {
             on: PartRef::Call(0),
             signature: "K".into(),
         }],
+        item_ids: Vec::new(),
     };
     let r = run(
         Gemini,
