@@ -69,7 +69,10 @@ fn openrouter_gemini() -> Handler {
             let Some(calls) = m["tool_calls"].as_array() else {
                 continue;
             };
-            let details = m["reasoning_details"].as_array().cloned().unwrap_or_default();
+            let details = m["reasoning_details"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             let encrypted: Vec<&Value> = details
                 .iter()
                 .filter(|d| d["type"] == "reasoning.encrypted")
@@ -139,7 +142,11 @@ async fn openrouter_reasoning_details_entries_without_data() {
                       "format": "google-gemini-v1", "index": 2});
     // (a) the whole array kept plus a stub; (b) the stub in place of the real entry.
     for (case, details, want) in [
-        ("stub appended", json!([text, real, stub]), json!([text, real])),
+        (
+            "stub appended",
+            json!([text, real, stub]),
+            json!([text, real]),
+        ),
         ("stub instead", json!([text, stub]), json!([text, real])),
     ] {
         let req = openrouter_echo(details);
@@ -242,8 +249,7 @@ async fn cerebras_top_level_thinking_parameters() {
         body(cerebras_unsupported("enable_thinking").as_bytes())
     );
 
-    let (status, headers, b) =
-        send(&c, &proxy.url("/cb/v1/chat/completions"), &[AUTH], req).await;
+    let (status, headers, b) = send(&c, &proxy.url("/cb/v1/chat/completions"), &[AUTH], req).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&b));
     assert_eq!(mock.count(), 2, "stripped up front: no rejected attempt");
     let sent = body(&mock.last().body);

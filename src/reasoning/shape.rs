@@ -65,9 +65,9 @@ use super::profiles::{
 };
 use crate::dialect::doc::Doc;
 use crate::dialect::{Dialect, ParseError};
-use crate::provider::REASONING_CONTROLS;
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
+use crate::provider::REASONING_CONTROLS;
 use crate::state::rejected::{SignatureId, SignatureLookup};
 use crate::state::{Field, FieldSet};
 use crate::texts::{ECHO_PAD, EMPTY_TURN_TEXT};
@@ -1096,6 +1096,85 @@ mod tests {
             .get("extra_content")
             .is_none());
         assert_eq!(out.counts.carriers_dropped, 1);
+    }
+
+    /// Issue 30: Cerebras rejects `enable_thinking` and a top-level `reasoning` object; its row
+    /// lists the controls it takes, so the others go up front, each with its reason, also when
+    /// one of them was learned as unknown too (one removal, never two overlapping edits).
+    #[test]
+    fn controls_a_strict_host_does_not_take_are_dropped_up_front() {
+        let body = r#"{"model":"qwen-3","enable_thinking":true,"reasoning":{"effort":"high"},"messages":[],"reasoning_effort":"high","clear_thinking":false}"#;
+        let route = resolve(None, "api.cerebras.ai", "/v1", Some("qwen-3"), None);
+        for omit in [&[][..], &["enable_thinking"][..]] {
+            let out = run(Dialect::Openai, &route, omit, None, None, body);
+            assert_eq!(
+                String::from_utf8(out.body.unwrap()).unwrap(),
+                r#"{"model":"qwen-3","messages":[],"reasoning_effort":"high","clear_thinking":false}"#
+            );
+            assert_eq!(out.counts.params_dropped, 2, "{omit:?}");
+            assert_eq!(out.reasons.len(), 2, "{:?}", out.reasons);
+            assert!(out.reasons.iter().any(|r| r
+                == "reasoning: dropped parameter reasoning (profile cerebras takes no top-level \
+                    reasoning; its reasoning controls: reasoning_effort, reasoning_format, \
+                    disable_reasoning, clear_thinking)"));
+        }
+        // Groq lists its own; a row with no list (OpenRouter) and other wires keep them all.
+        let groq = resolve(None, "api.groq.com", "/v1", Some("m"), None);
+        let out = run(Dialect::Openai, &groq, &[], None, None, body);
+        assert_eq!(
+            String::from_utf8(out.body.unwrap()).unwrap(),
+            r#"{"model":"qwen-3","messages":[],"reasoning_effort":"high"}"#
+        );
+        let openrouter = resolve(None, "openrouter.ai", "/v1", Some("m"), None);
+        assert_eq!(
+            run(Dialect::Openai, &openrouter, &[], None, None, body).body,
+            None
+        );
+        let out = run(Dialect::OpenaiResponses, &route, &[], None, None, body);
+        assert_eq!(out.body, None);
+    }
+
+    /// Issue 30: `reasoning_details` entries that carry nothing go where the route reads
+    /// `reasoning_details`; the array goes when no other entry is left.
+    #[test]
+    fn reasoning_details_entries_without_data_are_dropped() {
+        let text = json!({"type": "reasoning.text", "text": "t", "index": 0});
+        let real = json!({"type": "reasoning.encrypted", "data": "EjQK", "id": "c1", "index": 1});
+        let stub = json!({"type": "reasoning.encrypted", "id": "c1", "index": 2});
+        let empty = json!({"type": "reasoning.summary", "summary": ""});
+        let with = |details: Value| {
+            json!({"model": "google/gemini-3-pro-preview", "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "", "reasoning_details": details,
+                 "tool_calls": [{"id": "c1", "type": "function",
+                     "function": {"name": "f", "arguments": "{}"}}]}]})
+        };
+        let model = "google/gemini-3-pro-preview";
+        let (v, out) = chat(
+            "openrouter.ai",
+            model,
+            &[],
+            &with(json!([stub, text, real, empty])),
+        );
+        let v = v.unwrap();
+        assert_eq!(v["messages"][1]["reasoning_details"], json!([text, real]));
+        assert_eq!(out.counts.carriers_dropped, 2);
+        assert_eq!(
+            out.reasons,
+            [
+                "reasoning: messages[1]: dropped 2 reasoning_details entries at [0, 3] \
+              (no data, text or summary)"
+            ]
+        );
+        let (v, out) = chat("openrouter.ai", model, &[], &with(json!([stub])));
+        assert_eq!(keys(&v.unwrap(), 1), Vec::<String>::new());
+        assert_eq!(
+            out.reasons,
+            ["reasoning: messages[1]: dropped reasoning_details (no entry carries data, text or summary)"]
+        );
+        // Entries that carry something stay byte-identical.
+        let (v, _) = chat("openrouter.ai", model, &[], &with(json!([text, real])));
+        assert_eq!(v, None);
     }
 
     #[test]

@@ -201,7 +201,10 @@ pub(crate) fn items_turn(items: &[String]) -> CapturedTurn {
             ids = None;
             continue;
         };
-        match (ids.as_mut(), str_field(&item, "id").filter(|i| !i.is_empty())) {
+        match (
+            ids.as_mut(),
+            str_field(&item, "id").filter(|i| !i.is_empty()),
+        ) {
             (Some(ids), Some(id)) => ids.push(id.to_owned()),
             _ => ids = None,
         }

@@ -20,12 +20,11 @@
 use serde_json::Value;
 
 use super::{
-    append_members, insert_into_array, insertion_groups, json_str, set_member, Kind, List,
-    TurnEdit,
+    append_members, insert_into_array, insertion_groups, json_str, set_member, Kind, List, TurnEdit,
 };
 use crate::json::scan::{self, Object};
-use crate::reasoning::details::{carries_nothing, same_entry, text_carries_nothing};
 use crate::json::Edit;
+use crate::reasoning::details::{carries_nothing, same_entry, text_carries_nothing};
 use crate::response::fingerprint::EchoedTurn;
 use crate::response::turn::{CapturedTurn, Carrier};
 

@@ -250,11 +250,11 @@ pub(crate) fn restore_parsed(ctx: &RestoreContext<'_>, text: &str, top: &Object)
             what.push(format!("restored {}", kinds.join(", ")));
         }
         if edit.reordered {
-            what.push(format!(
-                "put its {} items back in the response's output order (a reasoning item \
-                 right before the item it produced)",
-                turn.len
-            ));
+            what.push(
+                "put its items back in the response's output order (a reasoning item right \
+                 before the item it produced)"
+                    .to_owned(),
+            );
         }
         out.reasons.push(format!(
             "{} on {key}[{}] (captured turn {})",
