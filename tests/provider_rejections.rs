@@ -265,12 +265,12 @@ async fn cerebras_top_level_thinking_parameters() {
 
 // ---- 3. OpenAI Responses ----------------------------------------------------------------
 
-/// OpenAI's 400 for an item whose reasoning item does not come before it (the wording of
-/// https://github.com/openai/openai-agents-python/issues/1660 and
-/// https://community.openai.com threads on `store=false` replays).
-fn responses_without_reasoning(item: &str, rs: &str) -> String {
+/// OpenAI's 400 for an item whose reasoning item does not come before it, as reported in
+/// https://github.com/continuedev/continue/issues/11309 (the body, relayed by LiteLLM) and
+/// https://github.com/continuedev/continue/issues/12620.
+fn responses_without_reasoning(item: &str, kind: &str, rs: &str) -> String {
     json!({"error": {"message": format!(
-               "Item '{item}' was provided without its required 'reasoning' item: '{rs}'."),
+               "Item '{item}' of type '{kind}' was provided without its required 'reasoning' item: '{rs}'."),
            "type": "invalid_request_error", "param": "input", "code": null}})
     .to_string()
 }
@@ -282,10 +282,10 @@ fn responses() -> Handler {
         let v = body(&r.body);
         let input = v["input"].as_array().unwrap();
         let at = |id: &str| input.iter().position(|i| i["id"] == id);
-        for item in ["msg_1", "fc_1"] {
+        for (item, kind) in [("msg_1", "message"), ("fc_1", "function_call")] {
             if let Some(p) = at(item) {
                 if at("rs_1").is_none_or(|rs| rs > p) {
-                    return json_response(400, &responses_without_reasoning(item, "rs_1"));
+                    return json_response(400, &responses_without_reasoning(item, kind, "rs_1"));
                 }
             }
         }
@@ -343,7 +343,7 @@ async fn responses_reasoning_item_stays_before_the_item_it_produced() {
     assert_eq!(status, 400);
     assert_eq!(
         body(&b),
-        body(responses_without_reasoning("msg_1", "rs_1").as_bytes())
+        body(responses_without_reasoning("msg_1", "message", "rs_1").as_bytes())
     );
 
     let (status, headers, b) = send(&c, &via, &[AUTH], reordered.clone()).await;
