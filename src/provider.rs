@@ -339,7 +339,46 @@ pub struct Provider {
     pub ttl_beta: bool,
     /// Per-model image ceilings, first match by model prefix wins; empty = none known.
     pub image_ceilings: &'static [ImageCeiling],
+    /// The top-level reasoning controls ([`REASONING_CONTROLS`]) this host takes on the
+    /// OpenAI Chat wire; every other one a request carries is removed before it is sent
+    /// (`docs/reasoning.md#top-level-reasoning-controls`). `None` = not known: nothing is
+    /// removed up front (a rejection is still learned, [`crate::reasoning::unknown_field`]).
+    /// Only hosts that reject unknown body properties have a list.
+    pub reasoning_controls: Option<&'static [&'static str]>,
 }
+
+/// The top-level request parameters clients send to turn reasoning on, off or up, across
+/// OpenAI-compatible hosts (`docs/reasoning.md#top-level-reasoning-controls`): OpenAI's
+/// `reasoning_effort`; OpenRouter's `reasoning` object; Groq's and Cerebras'
+/// `reasoning_format`; Groq's `include_reasoning`; Qwen / DashScope's `enable_thinking` and
+/// `thinking_budget`; DeepSeek / Kimi / GLM's `thinking` object; Cerebras' `disable_reasoning`
+/// and `clear_thinking`. A row's [`Provider::reasoning_controls`] names the ones it takes.
+pub const REASONING_CONTROLS: [&str; 9] = [
+    "reasoning",
+    "reasoning_effort",
+    "reasoning_format",
+    "include_reasoning",
+    "enable_thinking",
+    "thinking_budget",
+    "thinking",
+    "disable_reasoning",
+    "clear_thinking",
+];
+
+/// Cerebras' top-level reasoning controls: `reasoning_effort`, `reasoning_format`,
+/// `disable_reasoning` (GLM, deprecated for `reasoning_effort: "none"`) and `clear_thinking`
+/// (GLM). Sources: https://inference-docs.cerebras.ai/capabilities/reasoning,
+/// https://inference-docs.cerebras.ai/api-reference/chat-completions (`docs/providers.md`).
+const CEREBRAS_CONTROLS: &[&str] = &[
+    "reasoning_effort",
+    "reasoning_format",
+    "disable_reasoning",
+    "clear_thinking",
+];
+
+/// Groq's top-level reasoning controls: `reasoning_effort`, `reasoning_format`,
+/// `include_reasoning`. Source: https://console.groq.com/docs/reasoning (`docs/providers.md`).
+const GROQ_CONTROLS: &[&str] = &["reasoning_effort", "reasoning_format", "include_reasoning"];
 
 /// Every dialect: a provider whose wires are not restricted.
 pub(crate) const ALL_DIALECTS: &[Dialect] = &[
@@ -376,6 +415,7 @@ const fn row(
         third_party_anthropic_wire: true,
         ttl_beta: true,
         image_ceilings: &[],
+        reasoning_controls: None,
     }
 }
 
@@ -538,10 +578,15 @@ pub(crate) const PROVIDERS: &[Provider] = &[
     row("mistral", &["mistral.ai"], &[], Strip),
     Provider {
         image_ceilings: GROQ_CEILINGS,
+        reasoning_controls: Some(GROQ_CONTROLS),
         ..row("groq", &["groq.com"], &[], Strip)
     },
-    // Cerebras takes reasoning back as `reasoning` and rejects `reasoning_content`.
-    row("cerebras", &["cerebras.ai"], &[R], Strip),
+    // Cerebras takes reasoning back as `reasoning` and rejects `reasoning_content`, and every
+    // top-level reasoning control but its own (`enable_thinking`, `thinking`, `reasoning`).
+    Provider {
+        reasoning_controls: Some(CEREBRAS_CONTROLS),
+        ..row("cerebras", &["cerebras.ai"], &[R], Strip)
+    },
     row("sambanova", &["sambanova.ai"], &[], Strip),
     row("hunyuan", &["hunyuan.cloud.tencent.com"], &[], Strip),
     row("fireworks", &["fireworks.ai"], &[RC], Strip),

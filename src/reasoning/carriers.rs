@@ -216,6 +216,7 @@ mod tests {
                     signature: Some("EqQBCkYIARgCIkA=".into()),
                 },
             ],
+            item_ids: Vec::new(),
         }
     }
 

@@ -36,6 +36,10 @@ pub struct ResolvedRoute {
     pub binding_controls: bool,
     /// Keep-thinking flag this route may add.
     pub keep_thinking: Option<KeepThinking>,
+    /// The top-level reasoning controls the host takes (the row's
+    /// [`crate::provider::Provider::reasoning_controls`]); the shaping pass removes the other
+    /// [`crate::provider::REASONING_CONTROLS`]. `None`: not known, nothing removed.
+    pub reasoning_controls: Option<&'static [&'static str]>,
 }
 
 impl ResolvedRoute {
@@ -107,6 +111,7 @@ pub fn for_request(
         thinking,
         binding_controls: row.binding_controls,
         keep_thinking,
+        reasoning_controls: row.reasoning_controls,
     }
 }
 

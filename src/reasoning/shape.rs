@@ -21,7 +21,9 @@
 //!   else dropped.
 //! - `reasoning_details`, `extra_content` (message and `tool_calls[i]`), `reasoning_opaque` /
 //!   `reasoning_text`: kept as sent when read, dropped otherwise (Copilot: `reasoning_text` is
-//!   sent only next to its `reasoning_opaque`).
+//!   sent only next to its `reasoning_opaque`). Where `reasoning_details` is read, its entries
+//!   that carry nothing ([`super::details::carries_nothing`]) are removed, and the array with
+//!   them when no other entry is left.
 //! - A strict route (no carrier) never gets one, not even the pad. On a must-echo route RC is
 //!   never omitted, even if `omit` names it (a complaint about RC there is about its value).
 //!
@@ -42,6 +44,11 @@
 //!   `block_binding` itself, and never once the host rejected [`BINDING_BETA`] for the model
 //!   (`Field::Beta` in `omit`, `docs/reasoning.md#beta-headers`).
 //!
+//! OpenAI Chat, on a route whose row lists the top-level reasoning controls its host takes
+//! ([`ResolvedRoute::reasoning_controls`]; `docs/reasoning.md#top-level-reasoning-controls`):
+//! every other one of [`REASONING_CONTROLS`] the request carries is removed up front (Cerebras
+//! rejects `enable_thinking` and a top-level `reasoning` object with a 400), each with its reason.
+//!
 //! Every dialect: top-level parameters in `omit` that are droppable (`droppable_params` plus
 //! [`KEEP_THINKING_PARAMS`]) are removed; a dotted name (`thinking.keep`) removes a nested key.
 //! A value of the client's `anthropic-beta` header that is learned as rejected (`Field::Beta`
@@ -60,6 +67,7 @@ use crate::dialect::doc::Doc;
 use crate::dialect::{Dialect, ParseError};
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
+use crate::provider::REASONING_CONTROLS;
 use crate::state::rejected::{SignatureId, SignatureLookup};
 use crate::state::{Field, FieldSet};
 use crate::texts::{ECHO_PAD, EMPTY_TURN_TEXT};
@@ -241,6 +249,20 @@ pub(crate) fn signature_id(text: &str, obj: &Object, kind: Option<&str>) -> Opti
     (!value.is_empty()).then(|| SignatureId::of(kind, &value))
 }
 
+/// The message's (last) `reasoning_details` array, when it holds entries that carry nothing
+/// ([`super::details::carries_nothing`]): its element ranges and the indexes of those entries.
+/// `None` when there is no such entry (or no array).
+fn empty_details(text: &str, msg: &Object) -> Option<(Vec<Range<usize>>, Vec<usize>)> {
+    let ranges = scan::array_at(text, msg.get("reasoning_details")?.value.start)?;
+    let empty: Vec<usize> = ranges
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| super::details::text_carries_nothing(scan::slice(text, r)))
+        .map(|(i, _)| i)
+        .collect();
+    (!empty.is_empty()).then_some((ranges, empty))
+}
+
 fn is_blank(s: &str) -> bool {
     s.trim().is_empty()
 }
@@ -295,18 +317,34 @@ impl Shaper<'_, '_> {
         if self.drop_client_binding {
             nested.entry("thinking").or_default().push("block_binding");
         }
-        let removed: BTreeSet<String> = whole
+        let learned: BTreeSet<String> = whole
             .iter()
             .filter_map(|i| top.members.get(*i))
             .map(|m| m.key.clone())
             .collect();
-        for key in &removed {
+        for key in &learned {
             self.reasons.push(format!(
                 "reasoning: dropped parameter {key} (learned unknown for {})",
                 self.ctx.route.host
             ));
             self.counts.params_dropped += 1;
         }
+        let not_taken = self.controls_not_taken(top, &learned);
+        for (i, key) in &not_taken {
+            let route = self.ctx.route;
+            let takes = route.reasoning_controls.unwrap_or_default().join(", ");
+            self.reasons.push(format!(
+                "reasoning: dropped parameter {key} (profile {} takes no top-level {key}; \
+                 its reasoning controls: {takes})",
+                route.profile
+            ));
+            self.counts.params_dropped += 1;
+            whole.push(*i);
+        }
+        whole.sort_unstable();
+        whole.dedup();
+        let mut removed = learned;
+        removed.extend(not_taken.into_iter().map(|(_, k)| k));
         let ranges = top.removal_ranges(&whole);
         self.remove(ranges);
         for (parent, children) in nested {
@@ -337,6 +375,28 @@ impl Shaper<'_, '_> {
             self.remove(ranges);
         }
         removed
+    }
+
+    /// The top-level reasoning controls ([`REASONING_CONTROLS`]) the request carries that the
+    /// route's host does not take (OpenAI Chat only; none when the row lists none), as
+    /// (member index, key), leaving out keys in `learned` (removed already).
+    fn controls_not_taken(&self, top: &Object, learned: &BTreeSet<String>) -> Vec<(usize, String)> {
+        let Some(takes) = self.ctx.route.reasoning_controls else {
+            return Vec::new();
+        };
+        if self.ctx.dialect != Dialect::Openai {
+            return Vec::new();
+        }
+        top.members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| {
+                REASONING_CONTROLS.contains(&m.key.as_str())
+                    && !takes.contains(&m.key.as_str())
+                    && !learned.contains(&m.key)
+            })
+            .map(|(i, m)| (i, m.key.clone()))
+            .collect()
     }
 
     /// The carriers this request may carry: the route's set minus learned verdicts, except
@@ -508,6 +568,22 @@ impl Shaper<'_, '_> {
         if !eff.contains(&Carrier::ReasoningDetails) {
             let why = self.why_dropped(Carrier::ReasoningDetails);
             drop_key("reasoning_details", self, why);
+        } else if let Some((ranges, empty)) = empty_details(text, msg) {
+            if empty.len() == ranges.len() {
+                let why = "no entry carries data, text or summary".to_owned();
+                drop_key("reasoning_details", self, why);
+            } else {
+                self.edits
+                    .extend(crate::json::edit::removal_edits(&ranges, &empty));
+                self.counts.carriers_dropped += empty.len();
+                self.reasons.push(format!(
+                    "reasoning: messages[{i}]: dropped {} reasoning_details entr{} at {:?} \
+                     (no data, text or summary)",
+                    empty.len(),
+                    if empty.len() == 1 { "y" } else { "ies" },
+                    empty
+                ));
+            }
         }
         let gemini = eff.contains(&Carrier::GeminiThoughtSignature);
         if !gemini {
@@ -1020,6 +1096,85 @@ mod tests {
             .get("extra_content")
             .is_none());
         assert_eq!(out.counts.carriers_dropped, 1);
+    }
+
+    /// Issue 30: Cerebras rejects `enable_thinking` and a top-level `reasoning` object; its row
+    /// lists the controls it takes, so the others go up front, each with its reason, also when
+    /// one of them was learned as unknown too (one removal, never two overlapping edits).
+    #[test]
+    fn controls_a_strict_host_does_not_take_are_dropped_up_front() {
+        let body = r#"{"model":"qwen-3","enable_thinking":true,"reasoning":{"effort":"high"},"messages":[],"reasoning_effort":"high","clear_thinking":false}"#;
+        let route = resolve(None, "api.cerebras.ai", "/v1", Some("qwen-3"), None);
+        for omit in [&[][..], &["enable_thinking"][..]] {
+            let out = run(Dialect::Openai, &route, omit, None, None, body);
+            assert_eq!(
+                String::from_utf8(out.body.unwrap()).unwrap(),
+                r#"{"model":"qwen-3","messages":[],"reasoning_effort":"high","clear_thinking":false}"#
+            );
+            assert_eq!(out.counts.params_dropped, 2, "{omit:?}");
+            assert_eq!(out.reasons.len(), 2, "{:?}", out.reasons);
+            assert!(out.reasons.iter().any(|r| r
+                == "reasoning: dropped parameter reasoning (profile cerebras takes no top-level \
+                    reasoning; its reasoning controls: reasoning_effort, reasoning_format, \
+                    disable_reasoning, clear_thinking)"));
+        }
+        // Groq lists its own; a row with no list (OpenRouter) and other wires keep them all.
+        let groq = resolve(None, "api.groq.com", "/v1", Some("m"), None);
+        let out = run(Dialect::Openai, &groq, &[], None, None, body);
+        assert_eq!(
+            String::from_utf8(out.body.unwrap()).unwrap(),
+            r#"{"model":"qwen-3","messages":[],"reasoning_effort":"high"}"#
+        );
+        let openrouter = resolve(None, "openrouter.ai", "/v1", Some("m"), None);
+        assert_eq!(
+            run(Dialect::Openai, &openrouter, &[], None, None, body).body,
+            None
+        );
+        let out = run(Dialect::OpenaiResponses, &route, &[], None, None, body);
+        assert_eq!(out.body, None);
+    }
+
+    /// Issue 30: `reasoning_details` entries that carry nothing go where the route reads
+    /// `reasoning_details`; the array goes when no other entry is left.
+    #[test]
+    fn reasoning_details_entries_without_data_are_dropped() {
+        let text = json!({"type": "reasoning.text", "text": "t", "index": 0});
+        let real = json!({"type": "reasoning.encrypted", "data": "EjQK", "id": "c1", "index": 1});
+        let stub = json!({"type": "reasoning.encrypted", "id": "c1", "index": 2});
+        let empty = json!({"type": "reasoning.summary", "summary": ""});
+        let with = |details: Value| {
+            json!({"model": "google/gemini-3-pro-preview", "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "", "reasoning_details": details,
+                 "tool_calls": [{"id": "c1", "type": "function",
+                     "function": {"name": "f", "arguments": "{}"}}]}]})
+        };
+        let model = "google/gemini-3-pro-preview";
+        let (v, out) = chat(
+            "openrouter.ai",
+            model,
+            &[],
+            &with(json!([stub, text, real, empty])),
+        );
+        let v = v.unwrap();
+        assert_eq!(v["messages"][1]["reasoning_details"], json!([text, real]));
+        assert_eq!(out.counts.carriers_dropped, 2);
+        assert_eq!(
+            out.reasons,
+            [
+                "reasoning: messages[1]: dropped 2 reasoning_details entries at [0, 3] \
+              (no data, text or summary)"
+            ]
+        );
+        let (v, out) = chat("openrouter.ai", model, &[], &with(json!([stub])));
+        assert_eq!(keys(&v.unwrap(), 1), Vec::<String>::new());
+        assert_eq!(
+            out.reasons,
+            ["reasoning: messages[1]: dropped reasoning_details (no entry carries data, text or summary)"]
+        );
+        // Entries that carry something stay byte-identical.
+        let (v, _) = chat("openrouter.ai", model, &[], &with(json!([text, real])));
+        assert_eq!(v, None);
     }
 
     #[test]

@@ -545,6 +545,35 @@ mod tests {
         );
     }
 
+    /// Issue 30: Cerebras' own error shape (no `error` wrapper) about a top-level thinking
+    /// parameter teaches that parameter, and a top-level `reasoning` is not the message
+    /// carrier of the same name (as on a host whose row lists no controls: a Cerebras model
+    /// behind a gateway).
+    #[test]
+    fn cerebras_top_level_thinking_parameters() {
+        let sent = json!({"model": "m", "enable_thinking": true, "reasoning": {"effort": "high"},
+            "messages": [{"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": "ok", "reasoning": "t"}]})
+        .to_string()
+        .into_bytes();
+        let shape = |property: &str| {
+            json!({"message": format!("body.{property}: property 'body.{property}' is unsupported"),
+                   "type": "invalid_request_error", "param": "validation_error",
+                   "code": "wrong_api_format"})
+            .to_string()
+        };
+        let d = det("llm.example.com", 400, &shape("enable_thinking"), &sent).unwrap();
+        assert_eq!(fields(Some(d.clone())), ["param:enable_thinking"]);
+        assert_eq!(
+            d.wording,
+            "body.enable_thinking: property 'body.enable_thinking' is unsupported"
+        );
+        assert_eq!(
+            fields(det("llm.example.com", 400, &shape("reasoning"), &sent)),
+            ["param:reasoning"]
+        );
+    }
+
     #[test]
     fn openai_and_azure_parameters() {
         let openai = r#"{"error":{"message":"Unknown parameter: 'reasoning_effort'.","type":"invalid_request_error","param":"reasoning_effort","code":"unknown_parameter"}}"#;

@@ -191,13 +191,23 @@ fn response_error(response: &Value) -> Option<&str> {
 /// The turn of a list of output items, each as JSON text (as received, or as a client echoes
 /// them as input items). Items that are not JSON objects, and item types other than
 /// `message` (role assistant; `type` may be omitted, as in the SDK's easy input form),
-/// `function_call` and `reasoning`, count for positions only.
+/// `function_call` and `reasoning`, count for positions only. The items' `id`s, in order,
+/// are [`CapturedTurn::item_ids`] when every item has one.
 pub(crate) fn items_turn(items: &[String]) -> CapturedTurn {
     let mut turn = CapturedTurn::default();
+    let mut ids = Some(Vec::with_capacity(items.len()));
     for (position, raw) in items.iter().enumerate() {
         let Ok(item) = serde_json::from_str::<Value>(raw) else {
+            ids = None;
             continue;
         };
+        match (
+            ids.as_mut(),
+            str_field(&item, "id").filter(|i| !i.is_empty()),
+        ) {
+            (Some(ids), Some(id)) => ids.push(id.to_owned()),
+            _ => ids = None,
+        }
         let kind = str_field(&item, "type");
         match kind {
             Some("function_call") => turn.calls.push(Call {
@@ -226,6 +236,7 @@ pub(crate) fn items_turn(items: &[String]) -> CapturedTurn {
             _ => {}
         }
     }
+    turn.item_ids = ids.unwrap_or_default();
     turn
 }
 

@@ -19,6 +19,13 @@ pub(crate) struct CapturedTurn {
     pub calls: Vec<Call>,
     /// The reasoning carriers, in the order they appear in the turn.
     pub carriers: Vec<Carrier>,
+    /// OpenAI Responses: the `id` of every output item, in output order (`rs_…`, `msg_…`,
+    /// `fc_…`), when every item has one; empty otherwise, and on the other wires. The restore
+    /// pass puts an echoed run of these items back in this order
+    /// (`docs/reasoning.md#carrier-restore`). Not stored when empty, so a record written
+    /// before the field existed reads as empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub item_ids: Vec<String>,
 }
 
 impl CapturedTurn {

@@ -3,18 +3,28 @@
 //! `extra_content.google.thought_signature` (merged into an `extra_content` the client kept).
 //!
 //! Captured values that could not come back as a carrier (an empty or blank reasoning string,
-//! an empty signature, a `reasoning_details` entry that is not an object) are skipped.
+//! an empty signature, a `reasoning_details` entry that is not an object or carries nothing,
+//! [`carries_nothing`]) are skipped.
 //!
 //! "Already has", per location:
 //! - the reasoning strings: a message with a non-blank `reasoning_content` or `reasoning`, or
-//!   a `reasoning_details` entry, keeps its own (none of the three is added). An empty, blank
-//!   (a pad such as `" "`) or null one is replaced.
+//!   a `reasoning_details` entry that carries something, keeps its own (none of the three is
+//!   added). An empty, blank (a pad such as `" "`) or null one is replaced, and so is a
+//!   `reasoning_details` array whose every entry carries nothing (a client's stubs).
+//! - `reasoning_details` entries, on a tool-call turn that kept some: a captured entry the
+//!   kept ones lack (a client replaced it with a stub, or dropped it) goes back into the
+//!   array at its captured position (`docs/reasoning.md#empty-reasoning_details-entries`).
 //! - a signature: the message, or tool call `i`, with a non-empty
 //!   `extra_content.google.thought_signature` keeps it (an empty one is replaced).
 
-use super::{append_members, json_str, set_member, Kind, List, TurnEdit};
+use serde_json::Value;
+
+use super::{
+    append_members, insert_into_array, insertion_groups, json_str, set_member, Kind, List, TurnEdit,
+};
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
+use crate::reasoning::details::{carries_nothing, same_entry, text_carries_nothing};
 use crate::response::fingerprint::EchoedTurn;
 use crate::response::turn::{CapturedTurn, Carrier};
 
@@ -24,9 +34,14 @@ use crate::response::turn::{CapturedTurn, Carrier};
 fn is_kept_reasoning(c: &Carrier) -> bool {
     match c {
         Carrier::ReasoningContent(s) | Carrier::Reasoning(s) => !s.trim().is_empty(),
-        Carrier::ReasoningDetail(_) => true,
+        Carrier::ReasoningDetail(v) => !carries_nothing(v),
         _ => false,
     }
+}
+
+/// A captured `reasoning_details` entry that can go back: an object that carries something.
+fn restorable_detail(v: &Value) -> bool {
+    v.is_object() && !carries_nothing(v)
 }
 
 pub(super) fn restore_turn(
@@ -64,7 +79,7 @@ pub(super) fn restore_turn(
                 Carrier::Reasoning(s) if !s.trim().is_empty() => {
                     set("reasoning", json_str(s), Kind::Reasoning, &mut out)
                 }
-                Carrier::ReasoningDetail(v) if v.is_object() => {
+                Carrier::ReasoningDetail(v) if restorable_detail(v) => {
                     details.extend(serde_json::to_string(v).ok())
                 }
                 _ => {}
@@ -73,6 +88,10 @@ pub(super) fn restore_turn(
         if !details.is_empty() {
             let value = format!("[{}]", details.join(","));
             set("reasoning_details", value, Kind::ReasoningDetails, &mut out);
+        }
+    } else if !captured.calls.is_empty() {
+        if let Some(e) = missing_details(text, &message, kept, captured) {
+            out.push(Kind::ReasoningDetails, e);
         }
     }
     let message_signed = kept
@@ -110,6 +129,57 @@ pub(super) fn restore_turn(
         appended_kinds.into_iter().for_each(|k| out.note(k));
     }
     out
+}
+
+/// A tool-call turn that kept some of its `reasoning_details` entries but not all: the
+/// captured entries it lacks ([`same_entry`] finds none among the kept entries that carry
+/// something) go back into its array, each at its captured position among the kept entries
+/// (entries that carry nothing are not counted: the shaping pass removes them). `None` when
+/// none is missing or the array cannot be read.
+fn missing_details(
+    text: &str,
+    message: &Object,
+    kept: &[Carrier],
+    captured: &CapturedTurn,
+) -> Option<Vec<Edit>> {
+    let kept: Vec<&Value> = kept
+        .iter()
+        .filter_map(|c| match c {
+            Carrier::ReasoningDetail(v) if !carries_nothing(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    let captured: Vec<&Value> = captured
+        .carriers
+        .iter()
+        .filter_map(|c| match c {
+            Carrier::ReasoningDetail(v) if restorable_detail(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    let missing: Vec<usize> = (0..captured.len())
+        .filter(|&i| !kept.iter().any(|k| same_entry(k, captured[i])))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let member = message.get("reasoning_details")?;
+    let elements = scan::array_at(text, member.value.start)?;
+    let carrying: Vec<std::ops::Range<usize>> = elements
+        .into_iter()
+        .filter(|r| !text_carries_nothing(scan::slice(text, r)))
+        .collect();
+    let edits = insertion_groups(&missing, carrying.len())
+        .into_iter()
+        .map(|(k, members)| {
+            let items: Vec<String> = members
+                .iter()
+                .filter_map(|&m| serde_json::to_string(captured[missing[m]]).ok())
+                .collect();
+            insert_into_array(&member.value, &carrying, k, &items)
+        })
+        .collect();
+    Some(edits)
 }
 
 /// Tool call `i` of the message's `tool_calls`, as an object.

@@ -46,7 +46,8 @@ pub(crate) struct RestoreContext<'a> {
 /// How many carriers of each kind a run restored, and in how many assistant turns.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RestoreCounts {
-    /// Assistant turns changed (a restored carrier or a placeholder signature).
+    /// Assistant turns changed (a restored carrier, a placeholder signature, or Responses
+    /// items put back in their output order).
     pub turns: usize,
     /// Chat messages given back their `reasoning_content`.
     pub reasoning_content: usize,
@@ -140,6 +141,8 @@ pub(crate) struct Restored {
 struct TurnEdit {
     edits: Vec<Edit>,
     kinds: Vec<(Kind, usize)>,
+    /// Responses: the turn's items were put back in the response's output order.
+    reordered: bool,
 }
 
 impl TurnEdit {
@@ -237,13 +240,24 @@ pub(crate) fn restore_parsed(ctx: &RestoreContext<'_>, text: &str, top: &Object)
         if gemini::signs_first_call(ctx.dialect, turn, &captured) {
             first_call_signed.push(turn.index);
         }
-        let what: Vec<String> = edit
+        let kinds: Vec<String> = edit
             .kinds
             .iter()
             .map(|(k, n)| format!("{} x{n}", k.label()))
             .collect();
+        let mut what = Vec::new();
+        if !kinds.is_empty() {
+            what.push(format!("restored {}", kinds.join(", ")));
+        }
+        if edit.reordered {
+            what.push(
+                "put its items back in the response's output order (a reasoning item right \
+                 before the item it produced)"
+                    .to_owned(),
+            );
+        }
         out.reasons.push(format!(
-            "restored {} on {key}[{}] (captured turn {})",
+            "{} on {key}[{}] (captured turn {})",
             what.join(", "),
             turn.index,
             short(turn)

@@ -566,6 +566,7 @@ fn anthropic_text_with_escapes_non_ascii_and_u2028_round_trips() {
             thinking: thinking.into(),
             signature: Some(signature.into()),
         }],
+        item_ids: Vec::new(),
     };
     let user = json!({"role": "user", "content": "go"});
     let prev = message_digest(Anthropic, &serde_json::to_vec(&user).unwrap());
@@ -705,6 +706,7 @@ fn gemini_text_signature_on_the_last_text_part_or_an_empty_part() {
                 signature: "B".into(),
             },
         ],
+        item_ids: Vec::new(),
     };
     let req =
         json!({"contents": [user, {"role": "model", "parts": [gemini_call("f", json!({}))]}]});
@@ -742,6 +744,7 @@ fn gemini_placeholders_on_every_unsigned_step_never_twice() {
             on: PartRef::Call(0),
             signature: "K".into(),
         }],
+        item_ids: Vec::new(),
     };
     let r = run(
         Gemini,
@@ -817,6 +820,176 @@ fn responses_reasoning_item_back_verbatim_before_its_call() {
     // The item text is inserted as received.
     assert!(String::from_utf8_lossy(&r.restored.edits[0].replacement).starts_with(item.trim()));
     assert_eq!(r.restored.counts.reasoning_item, 1);
+}
+
+/// Issue 30: output items `[rs_1, msg_1, fc_1]` as the response carried them, and the user
+/// item before them.
+fn responses_turn() -> (Value, Vec<Value>, CapturedTurn) {
+    let user = json!({"role": "user", "content": "Weather in Paris?"});
+    let items = vec![
+        json!({"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB-rs_1"}),
+        json!({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "Checking.", "annotations": []}]}),
+        json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
+               "arguments": "{\"city\":\"Paris\"}", "status": "completed"}),
+    ];
+    let texts: Vec<String> = items.iter().map(Value::to_string).collect();
+    let captured = crate::response::responses::items_turn(&texts);
+    assert_eq!(captured.item_ids, ["rs_1", "msg_1", "fc_1"]);
+    (user, items, captured)
+}
+
+fn responses_body(user: &Value, items: &[&Value]) -> Vec<u8> {
+    let result = json!({"type": "function_call_output", "call_id": "call_1", "output": "sunny"});
+    let mut input = vec![user.clone()];
+    input.extend(items.iter().map(|i| (*i).clone()));
+    input.push(result);
+    pretty(&json!({"model": "gpt-5", "store": false, "input": input}))
+}
+
+#[test]
+fn responses_run_goes_back_in_the_output_order() {
+    let (user, items, captured) = responses_turn();
+    let prev = message_digest(OpenaiResponses, &serde_json::to_vec(&user).unwrap());
+    let lookup = known(prev, &captured);
+    let (rs, msg, fc) = (&items[0], &items[1], &items[2]);
+    let r = run(
+        OpenaiResponses,
+        &lookup,
+        "gpt-5",
+        &provider("openai"),
+        &responses_body(&user, &[msg, rs, fc]),
+    );
+    let input = r.value()["input"].clone();
+    assert_eq!(
+        input.as_array().unwrap()[1..4],
+        [rs.clone(), msg.clone(), fc.clone()]
+    );
+    assert_eq!(
+        (r.restored.counts.turns, r.restored.counts.reasoning_item),
+        (1, 0)
+    );
+    assert!(
+        r.restored.reasons[0].starts_with("put its items back in the response's output order"),
+        "{:?}",
+        r.restored.reasons
+    );
+    // Each item's text as the client sent it.
+    let out = String::from_utf8_lossy(&r.out).into_owned();
+    let sent = String::from_utf8_lossy(&responses_body(&user, &[msg, rs, fc])).into_owned();
+    let pretty_rs = serde_json::to_string_pretty(rs).unwrap();
+    assert!(sent.contains(&pretty_rs.replace('\n', "\n    ")));
+    assert!(out.contains(&pretty_rs.replace('\n', "\n    ")));
+
+    // The reasoning item dropped and the other two swapped: restored into the output order.
+    let body = responses_body(&user, &[fc, msg]);
+    let ctx = RestoreContext {
+        dialect: OpenaiResponses,
+        lookup: &lookup,
+        model: "gpt-5",
+        provider: &provider("openai"),
+    };
+    let restored = restore(&ctx, &body);
+    let out: Value = serde_json::from_slice(&splice(&body, restored.edits).unwrap()).unwrap();
+    assert_eq!(
+        out["input"].as_array().unwrap()[1..4],
+        [rs.clone(), msg.clone(), fc.clone()]
+    );
+    assert_eq!(restored.counts.reasoning_item, 1);
+    assert!(restored.reasons[0].starts_with("restored reasoning item x1, put its items back"));
+}
+
+#[test]
+fn responses_run_with_an_item_not_recorded_keeps_the_clients_order() {
+    let (user, items, captured) = responses_turn();
+    let prev = message_digest(OpenaiResponses, &serde_json::to_vec(&user).unwrap());
+    let lookup = known(prev, &captured);
+    let (rs, msg, fc) = (&items[0], &items[1], &items[2]);
+    let foreign = json!({"type": "message", "id": "msg_9", "role": "assistant", "content": "x"});
+    let mut no_id = msg.clone();
+    no_id.as_object_mut().unwrap().remove("id");
+    for run_items in [
+        vec![msg, &foreign, rs, fc],
+        vec![&no_id, rs, fc],
+        vec![msg, rs, fc, fc],
+    ] {
+        let body = responses_body(&user, &run_items);
+        let r = run(
+            OpenaiResponses,
+            &lookup,
+            "gpt-5",
+            &provider("openai"),
+            &body,
+        );
+        assert_eq!(r.restored, Restored::default());
+    }
+}
+
+/// Issue 30: a tool-call turn that kept a `reasoning_details` entry but has a stub (no `data`)
+/// where its encrypted entry was gets the captured entry back; the stub is left for the
+/// shaping pass. A turn whose every entry is a stub gets the whole captured array.
+#[test]
+fn reasoning_details_entry_missing_beside_a_stub_comes_back() {
+    let text = json!({"type": "reasoning.text", "text": "Look.", "format": "google-gemini-v1", "index": 0});
+    let real = json!({"type": "reasoning.encrypted", "data": "EjQK-sig", "id": "c1",
+                      "format": "google-gemini-v1", "index": 1});
+    let stub = json!({"type": "reasoning.encrypted", "id": "c1", "format": "google-gemini-v1", "index": 1});
+    let captured = CapturedTurn {
+        calls: vec![Call {
+            id: Some("c1".into()),
+            name: "get_weather".into(),
+            arguments: "{}".into(),
+        }],
+        carriers: vec![
+            Carrier::ReasoningDetail(text.clone()),
+            Carrier::ReasoningDetail(real.clone()),
+        ],
+        ..CapturedTurn::default()
+    };
+    let user = json!({"role": "user", "content": "Weather?"});
+    let prev = message_digest(Openai, &serde_json::to_vec(&user).unwrap());
+    let lookup = known(prev, &captured);
+    let model = "google/gemini-3-pro-preview";
+    let with = |details: Value| {
+        let mut m = chat_echo(&captured);
+        m["reasoning_details"] = details;
+        pretty(&json!({"model": model, "messages": [user, m,
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]}))
+    };
+    let r = run(
+        Openai,
+        &lookup,
+        model,
+        &provider("openrouter"),
+        &with(json!([text, stub])),
+    );
+    assert_eq!(
+        r.value()["messages"][1]["reasoning_details"],
+        json!([text, real, stub])
+    );
+    assert_eq!(r.restored.counts.reasoning_details, 1);
+    let r = run(
+        Openai,
+        &lookup,
+        model,
+        &provider("openrouter"),
+        &with(json!([stub])),
+    );
+    assert_eq!(
+        r.value()["messages"][1]["reasoning_details"],
+        json!([text, real])
+    );
+    // Everything kept (a stub beside it or not): nothing to restore.
+    for details in [json!([text, real, stub]), json!([real, text])] {
+        let r = run(
+            Openai,
+            &lookup,
+            model,
+            &provider("openrouter"),
+            &with(details),
+        );
+        assert_eq!(r.restored, Restored::default());
+    }
 }
 
 // ---- Counts ----
