@@ -136,7 +136,7 @@ impl Stream {
     /// `true` when it was one and is applied, `false` when the `Value` path must read the
     /// event (the view could not take it, or its `type` names another event).
     fn delta_event(&mut self, data: &[u8]) -> bool {
-        let Ok(ev) = serde_json::from_slice::<lenient::AnthropicDelta<'_>>(data) else {
+        let Some(ev) = lenient::read::<lenient::AnthropicDelta<'_>>(data) else {
             return false;
         };
         if str_of(&ev.kind).unwrap_or("content_block_delta") != "content_block_delta" {
@@ -275,9 +275,9 @@ fn compact_delta(data: &[u8]) -> Option<CompactDelta<'_>> {
         Some((literal, kind, field))
     })?;
     // Borrowed when the string holds no escape; else decoded.
-    let piece = match serde_json::from_slice::<&str>(literal) {
-        Ok(s) => Cow::Borrowed(s),
-        Err(_) => Cow::Owned(serde_json::from_slice::<String>(literal).ok()?),
+    let piece = match lenient::read::<&str>(literal) {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(lenient::read::<String>(literal)?),
     };
     Some(CompactDelta {
         index,
