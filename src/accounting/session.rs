@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use hashlink::LruCache;
 use serde::{Deserialize, Serialize};
 
 use super::prefix::{DigestKey, Position, Prefix};
@@ -49,8 +50,9 @@ pub(crate) const SESSION_HEADER: &str = "x-cachekeeper-session";
 /// boundary).
 pub(crate) const MAX_SESSION_ID_BYTES: usize = 128;
 
-/// Sessions kept in memory; past it the least recently active is forgotten (its record
-/// stays in the store).
+/// Sessions kept in memory; past it the least recently active (the one whose last commit is
+/// oldest) is forgotten (its record stays in the store). Kept in an LRU
+/// list ([`hashlink::LruCache`]): a commit is O(1), not a scan of the map.
 pub(crate) const MAX_SESSIONS_IN_MEMORY: usize = 4096;
 
 /// Response ids remembered in memory for `previous_response_id` chains; each is also stored
@@ -275,13 +277,30 @@ pub(crate) struct SessionTracker {
     inner: Mutex<Inner>,
 }
 
-#[derive(Default)]
 struct Inner {
-    /// (scope, session) → state.
-    sessions: HashMap<(String, String), SessionState>,
+    /// (scope, session) → state, at most [`MAX_SESSIONS_IN_MEMORY`], in order of activity
+    /// (a commit moves a session to the back; reads and roll-backs do not).
+    sessions: LruCache<(String, String), SessionState>,
     /// (scope, response id) → session, with insertion order for the bound.
     responses: HashMap<(String, String), String>,
     response_order: std::collections::VecDeque<(String, String)>,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self::with_capacity(MAX_SESSIONS_IN_MEMORY)
+    }
+}
+
+impl Inner {
+    /// At most `sessions` sessions in memory.
+    fn with_capacity(sessions: usize) -> Self {
+        Self {
+            sessions: LruCache::new(sessions),
+            responses: HashMap::new(),
+            response_order: std::collections::VecDeque::new(),
+        }
+    }
 }
 
 impl SessionTracker {
@@ -289,6 +308,15 @@ impl SessionTracker {
         Self {
             store,
             inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Tests: a tracker keeping at most `sessions` sessions in memory.
+    #[cfg(test)]
+    fn with_capacity(store: Store, sessions: usize) -> Self {
+        Self {
+            store,
+            inner: Mutex::new(Inner::with_capacity(sessions)),
         }
     }
 
@@ -367,7 +395,7 @@ impl SessionTracker {
             .inner
             .lock()
             .ok()
-            .and_then(|g| g.sessions.get(&map_key).cloned());
+            .and_then(|g| g.sessions.peek(&map_key).cloned());
         // With a shared store (several instances on one Redis) the conversation's previous
         // turn may have been answered by another instance: its stored state, not this
         // process's copy, is the previous turn (else two instances number the same turn).
@@ -462,16 +490,7 @@ impl SessionTracker {
         };
         let map_key = (t.scope.to_owned(), session.clone());
         if let Ok(mut g) = self.inner.lock() {
-            if g.sessions.len() >= MAX_SESSIONS_IN_MEMORY && !g.sessions.contains_key(&map_key) {
-                let oldest = g
-                    .sessions
-                    .iter()
-                    .min_by_key(|(_, s)| s.last_ms)
-                    .map(|(k, _)| k.clone());
-                if let Some(k) = oldest {
-                    g.sessions.remove(&k);
-                }
-            }
+            // Past the bound the least recently active session goes (`LruCache::insert`).
             g.sessions.insert(map_key, state);
         }
         (
@@ -512,7 +531,7 @@ impl SessionTracker {
         pending.state_written = true;
         let state = self.inner.lock().ok().and_then(|g| {
             g.sessions
-                .get(&(pending.scope.clone(), account.session.clone()))
+                .peek(&(pending.scope.clone(), account.session.clone()))
                 .filter(|s| s.turn == account.turn)
                 .cloned()
         });
@@ -539,7 +558,7 @@ impl SessionTracker {
             return;
         };
         let key = (scope.to_owned(), account.session.clone());
-        if let Some(s) = g.sessions.get_mut(&key).filter(|s| s.turn == account.turn) {
+        if let Some(s) = g.sessions.peek_mut(&key).filter(|s| s.turn == account.turn) {
             s.forwarded = forwarded;
             if let Some(r) = retired {
                 s.retired = r;
@@ -579,7 +598,7 @@ impl SessionTracker {
             return;
         };
         let key = (scope.to_owned(), record.session.clone());
-        let Some(current) = g.sessions.get(&key).filter(|s| s.turn == record.turn) else {
+        let Some(current) = g.sessions.peek(&key).filter(|s| s.turn == record.turn) else {
             return;
         };
         let restored = match current.before.as_deref() {
@@ -603,7 +622,10 @@ impl SessionTracker {
             self.store
                 .put(Record::new(Kind::Session, scope, &record.session, v));
         }
-        g.sessions.insert(key, restored);
+        // In place: a roll-back keeps the session where its failed turn's commit put it.
+        if let Some(s) = g.sessions.peek_mut(&key) {
+            *s = restored;
+        }
     }
 
     fn load(&self, scope: &str, session: &str, reads: &Reads<'_>) -> Option<SessionState> {
@@ -962,6 +984,73 @@ mod tests {
         })
         .unwrap();
         Store::with_backend(Box::new(b), 0, u64::MAX, 1 << 20)
+    }
+
+    /// Past the bound the least recently committed session is forgotten (a read does not
+    /// count as activity), in O(1); a forgotten session's record stays in the store, so its
+    /// next turn is numbered on.
+    #[test]
+    fn past_the_bound_the_least_recently_committed_session_goes() {
+        let tracker = SessionTracker::with_capacity(store(), 3);
+        let p = anthropic();
+        let key = DigestKey::for_credential(None);
+        let none = RewriteReport::default();
+        let b = body(r#""S""#, 1, None);
+        let turn = |session: &str, now_ms: i64| {
+            tracker
+                .begin_loaded(&TurnInput {
+                    dialect: Dialect::Anthropic,
+                    route: "anthropic",
+                    provider: &p,
+                    model: "claude-x",
+                    scope: "scope",
+                    key: &key,
+                    client_session: Some(session),
+                    client: &b,
+                    forwarded: &b,
+                    report: &none,
+                    now_ms,
+                    retired: None,
+                })
+                .unwrap()
+                .0
+                .turn
+        };
+        let in_memory = || -> Vec<String> {
+            let g = tracker.inner.lock().unwrap();
+            g.sessions.iter().map(|((_, s), _)| s.clone()).collect()
+        };
+        assert_eq!(turn("a", 1_000), 1);
+        assert_eq!(turn("b", 2_000), 1);
+        assert_eq!(turn("c", 3_000), 1);
+        assert_eq!(in_memory(), ["a", "b", "c"]);
+        // "a" again: now the most recent; opening "b" (a read) does not move it.
+        assert_eq!(turn("a", 4_000), 2);
+        assert!(tracker
+            .open_loaded(&TurnInput {
+                dialect: Dialect::Anthropic,
+                route: "anthropic",
+                provider: &p,
+                model: "claude-x",
+                scope: "scope",
+                key: &key,
+                client_session: Some("b"),
+                client: &b,
+                forwarded: &b,
+                report: &none,
+                now_ms: 4_500,
+                retired: None,
+            })
+            .is_some());
+        assert_eq!(in_memory(), ["b", "c", "a"]);
+        // A fourth session: "b" goes, the three most recently committed stay.
+        assert_eq!(turn("d", 5_000), 1);
+        assert_eq!(in_memory(), ["c", "a", "d"]);
+        assert_eq!(turn("e", 6_000), 1);
+        assert_eq!(in_memory(), ["a", "d", "e"]);
+        // "b"'s record is still in the store: its next turn is its second.
+        assert_eq!(turn("b", 7_000), 2);
+        assert_eq!(in_memory(), ["d", "e", "b"]);
     }
 
     /// The failing input of a break-it pass: on one instance with Redis, a turn whose load

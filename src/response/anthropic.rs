@@ -7,6 +7,7 @@
 //! Non-streaming: the message object (`model`, `content`, `usage`) or an error body
 //! (`{"type":"error","error":{"type":…}}`).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -52,11 +53,30 @@ pub(crate) struct Stream {
 
 impl Stream {
     pub(super) fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
-        if ev.event == Some("content_block_delta") && self.delta_event(ev.data) {
+        if ev.event == Some("content_block_delta")
+            && (self.compact_delta_event(ev.data) || self.delta_event(ev.data))
+        {
             out.usage = self.usage.usage();
             return Ok(());
         }
         self.value_event(ev, out)
+    }
+
+    /// A `content_block_delta` in the compact shape Anthropic sends ([`compact_delta`]): `true`
+    /// when it was one and is applied, `false` when the typed view must read the event.
+    fn compact_delta_event(&mut self, data: &[u8]) -> bool {
+        let Some(d) = compact_delta(data) else {
+            return false;
+        };
+        if let Some(block) = self.blocks.get_mut(&d.index) {
+            let piece: &str = &d.piece;
+            apply_parts(
+                block,
+                Some(d.kind),
+                |key| if key == d.field { piece } else { "" },
+            );
+        }
+        true
     }
 
     /// An event read through a `serde_json::Value` (every event the typed view does not take).
@@ -116,7 +136,7 @@ impl Stream {
     /// `true` when it was one and is applied, `false` when the `Value` path must read the
     /// event (the view could not take it, or its `type` names another event).
     fn delta_event(&mut self, data: &[u8]) -> bool {
-        let Ok(ev) = serde_json::from_slice::<lenient::AnthropicDelta<'_>>(data) else {
+        let Some(ev) = lenient::read::<lenient::AnthropicDelta<'_>>(data) else {
             return false;
         };
         if str_of(&ev.kind).unwrap_or("content_block_delta") != "content_block_delta" {
@@ -187,6 +207,84 @@ impl Stream {
         }
         turn
     }
+}
+
+/// A `content_block_delta` read by [`compact_delta`].
+#[derive(Debug, PartialEq, Eq)]
+struct CompactDelta<'a> {
+    index: usize,
+    /// The delta's `type` (one of [`COMPACT_DELTAS`]).
+    kind: &'static str,
+    /// The one field it carries.
+    field: &'static str,
+    /// That field's string, unescaped.
+    piece: Cow<'a, str>,
+}
+
+/// The start of a delta event as Anthropic sends it (compact JSON, members in this order).
+const COMPACT_HEAD: &[u8] = br#"{"type":"content_block_delta","index":"#;
+
+/// After the index: the delta's start up to its one string field's value, with that delta's
+/// `type` and the field's name (the four delta types of
+/// <https://docs.anthropic.com/en/docs/build-with-claude/streaming#content-block-delta-types>).
+const COMPACT_DELTAS: [(&[u8], &str, &str); 4] = [
+    (
+        br#","delta":{"type":"text_delta","text":"#,
+        "text_delta",
+        "text",
+    ),
+    (
+        br#","delta":{"type":"thinking_delta","thinking":"#,
+        "thinking_delta",
+        "thinking",
+    ),
+    (
+        br#","delta":{"type":"signature_delta","signature":"#,
+        "signature_delta",
+        "signature",
+    ),
+    (
+        br#","delta":{"type":"input_json_delta","partial_json":"#,
+        "input_json_delta",
+        "partial_json",
+    ),
+];
+
+/// Most digits of an index read here (so it fits a `usize` everywhere); a longer one is left
+/// to the typed view.
+const COMPACT_INDEX_DIGITS: usize = 9;
+
+/// Read a delta event without a general parse when its bytes are exactly
+/// `{"type":"content_block_delta","index":N,"delta":{"type":"KIND","FIELD":STRING}}`, the
+/// shape Anthropic streams every delta in: `N` a JSON integer of at most
+/// [`COMPACT_INDEX_DIGITS`] digits, `KIND` / `FIELD` one pair of [`COMPACT_DELTAS`], and
+/// `STRING` one JSON string (serde_json reads it: escapes, UTF-8 and control bytes checked as
+/// the `Value` parse checks them). Every input taken is valid JSON the typed view and the
+/// `Value` path read the same way; `None` for anything else (whitespace, another member order,
+/// an escaped field name, a duplicate key...), which the typed view then reads.
+fn compact_delta(data: &[u8]) -> Option<CompactDelta<'_>> {
+    let rest = data.strip_prefix(COMPACT_HEAD)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > COMPACT_INDEX_DIGITS || (digits > 1 && rest.first() == Some(&b'0')) {
+        return None;
+    }
+    let index = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let rest = &rest[digits..];
+    let (literal, kind, field) = COMPACT_DELTAS.iter().find_map(|&(head, kind, field)| {
+        let literal = rest.strip_prefix(head)?.strip_suffix(b"}}")?;
+        Some((literal, kind, field))
+    })?;
+    // Borrowed when the string holds no escape; else decoded.
+    let piece = match lenient::read::<&str>(literal) {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(lenient::read::<String>(literal)?),
+    };
+    Some(CompactDelta {
+        index,
+        kind,
+        field,
+        piece,
+    })
 }
 
 fn index(v: &Value) -> Option<usize> {
@@ -404,6 +502,153 @@ mod tests {
             }
         }
         assert!(rejected > 10, "{rejected}");
+    }
+
+    /// The compact reading takes the shape Anthropic streams deltas in, with escapes decoded,
+    /// and leaves every other spelling of the same event to the typed view; both read it as
+    /// the `Value` path does.
+    #[test]
+    fn the_compact_delta_takes_anthropics_shape_and_reads_what_the_value_path_reads() {
+        let taken = [
+            (
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#,
+                0,
+                "text_delta",
+                "text",
+                "Hello",
+            ),
+            (
+                r#"{"type":"content_block_delta","index":12,"delta":{"type":"text_delta","text":" w\u00f6rld\n\"q\" \ud83d\ude00"}}"#,
+                12,
+                "text_delta",
+                "text",
+                " wörld\n\"q\" 😀",
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
+                1,
+                "thinking_delta",
+                "thinking",
+                "hmm",
+            ),
+            (
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"c2ln"}}"#,
+                1,
+                "signature_delta",
+                "signature",
+                "c2ln",
+            ),
+            (
+                r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#,
+                2,
+                "input_json_delta",
+                "partial_json",
+                "{\"a\":",
+            ),
+        ];
+        for (data, index, kind, field, piece) in taken {
+            let d = compact_delta(data.as_bytes()).expect(data);
+            assert_eq!(
+                (d.index, d.kind, d.field, &*d.piece),
+                (index, kind, field, piece)
+            );
+        }
+        let left = [
+            // An escaped field name, whitespace, another order, a duplicate, a leading zero,
+            // an index past the digits read here, a type that does not match its field.
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","te\u0078t":"X"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"X"}} "#,
+            r#"{"type": "content_block_delta","index":0,"delta":{"type":"text_delta","text":"X"}}"#,
+            r#"{"index":0,"type":"content_block_delta","delta":{"type":"text_delta","text":"X"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"X","text":"Y"}}"#,
+            r#"{"type":"content_block_delta","index":00,"delta":{"type":"text_delta","text":"X"}}"#,
+            r#"{"type":"content_block_delta","index":1234567890,"delta":{"type":"text_delta","text":"X"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","thinking":"X"}}"#,
+            // Not one string: a number, two members, bytes after the object's end, a
+            // lone surrogate, a raw control byte.
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":7}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"X","a":"b"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"X"}},"a":{"b":"c"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\ud800"}}"#,
+            "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\u{1}b\"}}",
+        ];
+        for data in left {
+            assert_eq!(compact_delta(data.as_bytes()), None, "{data}");
+        }
+        let all: Vec<&str> = taken.iter().map(|t| t.0).chain(left).collect();
+        let (typed_turn, typed_out) = fed(&all, true);
+        let (value_turn, value_out) = fed(&all, false);
+        assert_eq!(typed_turn, value_turn);
+        assert_eq!(typed_out, value_out);
+        assert_eq!(typed_turn.text, "HelloXXXXYX");
+    }
+
+    /// Every one-byte change of a compact text delta is read the same way by the compact
+    /// reading (or the typed view it leaves the event to) and the `Value` path.
+    #[test]
+    fn every_one_byte_mutation_of_a_compact_delta_reads_the_same_both_ways() {
+        let base = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a\nb"}}"#;
+        assert!(compact_delta(base.as_bytes()).is_some());
+        let (mut checked, mut compact) = (0, 0);
+        for at in 0..base.len() {
+            for b in *br#"{}[]",:01-.\ ntxu"# {
+                let mut bytes = base.as_bytes().to_vec();
+                bytes[at] = b;
+                let Ok(text) = String::from_utf8(bytes) else {
+                    continue;
+                };
+                compact += usize::from(compact_delta(text.as_bytes()).is_some());
+                let (typed, typed_out) = fed(&[text.as_str()], true);
+                let (value, value_out) = fed(&[text.as_str()], false);
+                assert_eq!(typed, value, "{text}");
+                assert_eq!(typed_out, value_out, "{text}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 1000, "{checked}");
+        assert!(compact > 50, "{compact}");
+    }
+
+    /// A stream of compact deltas (an escaped one, a multi-byte character) split anywhere
+    /// between chunks, through the tee and the framer: the same turn in every split.
+    #[test]
+    fn compact_deltas_split_across_chunks_read_the_same() {
+        use crate::dialect::Dialect;
+        use crate::wire::stream::{BodyObserver, End};
+        use crate::wire::tee::{Framing, Tee};
+        let stream = concat!(
+            "event: message_start\n",
+            r#"data: {"type":"message_start","message":{"model":"claude-x","usage":{"input_tokens":3,"output_tokens":1}}}"#,
+            "\n\nevent: content_block_start\n",
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            "\n\nevent: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Gr\u00fc\u00df "}}"#,
+            "\r\n\r\nevent: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Gott \"x\"\n"}}"#,
+            "\n\nevent: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"— ok"}}"#,
+            "\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: message_delta\n",
+            r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}"#,
+            "\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        )
+        .as_bytes();
+        for chunk in [1, 2, 3, 5, 64, stream.len()] {
+            let mut tee = Tee::new(
+                Framing::EventStream,
+                None,
+                crate::response::observer(Dialect::Anthropic),
+            );
+            for c in stream.chunks(chunk) {
+                tee.on_data(&bytes::Bytes::copy_from_slice(c));
+            }
+            tee.on_end(End::Complete);
+            assert_eq!(tee.stopped(), None);
+            let o = tee.sink().observed();
+            let turn = o.turn.as_ref().expect("a complete turn");
+            assert_eq!(turn.text, "Grüß Gott \"x\"\n— ok", "chunks of {chunk}");
+            assert_eq!(o.usage.output_tokens, Some(9), "chunks of {chunk}");
+        }
     }
 
     /// A `type` naming another event (here `message_delta`) is left to the `Value` path.

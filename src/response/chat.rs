@@ -138,7 +138,7 @@ impl Stream {
     /// and applied, `false` when the `Value` path must read it (the view could not take it,
     /// or it carries an `error` or a `usage` object: what [`common`] reads, once a stream).
     fn chunk_view(&mut self, data: &[u8], out: &mut Observed) -> bool {
-        let Ok(chunk) = serde_json::from_slice::<lenient::ChatChunk<'_>>(data) else {
+        let Some(chunk) = lenient::read::<lenient::ChatChunk<'_>>(data) else {
             return false;
         };
         if is_object(&chunk.error) || is_object(&chunk.usage) {

@@ -232,9 +232,15 @@ pub(crate) fn observe_body(dialect: Dialect, body: &[u8], end: End) -> Observed 
 }
 
 /// `data` as JSON; a [`SinkError`] naming `what` when it is not (the message carries the
-/// parser's position only, never response content).
+/// parser's position only, never response content). UTF-8 is checked once for the whole of
+/// `data`, then it is read as text (as [`lenient::read`]); data that is not UTF-8 is read as
+/// bytes, for serde_json's own error.
 pub(crate) fn parse_json(data: &[u8], what: &str) -> Result<Value, SinkError> {
-    serde_json::from_slice(data).map_err(|e| SinkError(format!("{what} is not JSON: {e}")))
+    match std::str::from_utf8(data) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(data),
+    }
+    .map_err(|e| SinkError(format!("{what} is not JSON: {e}")))
 }
 
 /// A string field of `v`, when it is a string.

@@ -170,7 +170,7 @@ fn acts_on(kind: &str) -> bool {
 /// ([`lenient::ResponsesEvent`]): `true` when it was one and is applied, `false` when the
 /// `Value` path must read it (the view could not take it, or its type is one [`acts_on`]).
 fn event_view(ev: &SseEvent<'_>, out: &mut Observed) -> bool {
-    let Ok(view) = serde_json::from_slice::<lenient::ResponsesEvent<'_>>(ev.data) else {
+    let Some(view) = lenient::read::<lenient::ResponsesEvent<'_>>(ev.data) else {
         return false;
     };
     if acts_on(str_of(&view.kind).or(ev.event).unwrap_or("")) {

@@ -180,7 +180,13 @@ impl SseFramer {
     /// start) is applied: a `data` value is added to the data (with its joining `\n`), an
     /// `event` value replaces the type; other lines add nothing.
     fn within_cap(&self, line: &[u8]) -> bool {
-        match classify(line) {
+        self.fits(classify(line))
+    }
+
+    /// Whether the current event stays within the cap once a line of kind `kind` is applied
+    /// (see [`Self::within_cap`]; for a whole line whose field is already known).
+    fn fits(&self, kind: LineKind) -> bool {
+        match kind {
             LineKind::Data(n) => {
                 self.data
                     .len()
@@ -299,7 +305,7 @@ impl SseFramer {
         };
         match name {
             b"data" => {
-                if !self.within_cap(line) {
+                if !self.fits(LineKind::Data(value.len())) {
                     self.skip();
                     return Ok(());
                 }
@@ -310,12 +316,17 @@ impl SseFramer {
                 self.has_data = true;
             }
             b"event" => {
-                if !self.within_cap(line) {
+                if !self.fits(LineKind::Event(value.len())) {
                     self.skip();
                     return Ok(());
                 }
                 self.event.clear();
-                self.event.push_str(&String::from_utf8_lossy(value));
+                // Checked first: a valid name (every real one) is copied without building
+                // the lossy decoding.
+                match std::str::from_utf8(value) {
+                    Ok(name) => self.event.push_str(name),
+                    Err(_) => self.event.push_str(&String::from_utf8_lossy(value)),
+                }
             }
             // `id` sets the last event id and `retry` the reconnection time: both concern a
             // reconnecting client, not the events. Other fields are ignored by the standard.
