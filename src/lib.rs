@@ -24,6 +24,7 @@ pub mod digest;
 pub mod images;
 pub(crate) mod json;
 pub(crate) mod metrics;
+pub(crate) mod pipeline;
 pub mod provider;
 pub mod proxy;
 pub mod reasoning;

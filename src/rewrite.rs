@@ -192,19 +192,33 @@ pub(crate) fn rewrite_with_restore(
     body: &[u8],
 ) -> Result<RewriteOutcome, ParseError> {
     let doc = dialect::parse(body, ctx.dialect)?;
-    let Some((restored, counts, reasons)) = restore_pass(ctx, carriers, &doc) else {
-        return rewrite_doc(ctx, body, &doc);
+    rewrite_parsed(ctx, carriers, &doc)
+}
+
+/// [`rewrite_with_restore`] over the request's one parse, `doc` (the body is `doc.text`):
+/// no parse of its own, except of the restored body when restore re-attached a carrier (the
+/// passes then run on that body).
+///
+/// Errors: as [`rewrite_request`] (a shape the passes cannot read).
+pub(crate) fn rewrite_parsed(
+    ctx: &RewriteContext<'_>,
+    carriers: &dyn TurnLookup,
+    doc: &Doc<'_>,
+) -> Result<RewriteOutcome, ParseError> {
+    let body = doc.text.as_bytes();
+    let Some((restored, counts, reasons)) = restore_pass(ctx, carriers, doc) else {
+        return rewrite_doc(ctx, body, doc);
     };
     let mut out = match dialect::parse(&restored, ctx.dialect) {
         Ok(doc) => rewrite_doc(ctx, &restored, &doc)?,
         // Cannot happen for edits of one parse; the original goes through the passes.
-        Err(_) => return rewrite_doc(ctx, body, &doc),
+        Err(_) => return rewrite_doc(ctx, body, doc),
     };
     let sent = out.body.take().unwrap_or(restored);
     if sent == body {
         // Shaping took off all that was restored (a route that reads none of it): the
         // request is the client's, and the report says what the passes do to it.
-        return rewrite_doc(ctx, body, &doc);
+        return rewrite_doc(ctx, body, doc);
     }
     out.body = Some(sent);
     out.report.restore = counts;

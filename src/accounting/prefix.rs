@@ -87,7 +87,24 @@ impl Prefix {
         parsed: &json::Parsed<'_>,
         key: &DigestKey,
     ) -> Prefix {
-        let (text, top, ix) = (parsed.text, &parsed.top, Some(&parsed.index));
+        Self::of_doc_parts(dialect, parsed.text, &parsed.top, &parsed.index, key)
+    }
+
+    /// The positions of the request's one parse ([`crate::dialect::doc::Doc`]): no parse of
+    /// its own.
+    pub(crate) fn of_doc(doc: &crate::dialect::doc::Doc<'_>, key: &DigestKey) -> Prefix {
+        Self::of_doc_parts(doc.dialect, doc.text, &doc.top, &doc.index, key)
+    }
+
+    /// [`Self::of_parsed`] over the parts of a parse: its text, top-level object and index.
+    fn of_doc_parts(
+        dialect: Dialect,
+        text: &str,
+        top: &scan::Object,
+        index: &scan::Index,
+        key: &DigestKey,
+    ) -> Prefix {
+        let ix = Some(index);
         let member = |names: &[&str]| top.get_any(names).map(|m| m.value.clone());
         let (system_key, list_key): (&[&str], &[&str]) = match dialect {
             Dialect::Anthropic => (&["system"], &["messages"]),

@@ -358,18 +358,45 @@ impl SessionTracker {
     /// The stored records (the session's state, a response's session) are read through
     /// `reads`: before the request's load phase a record not in memory is wanted by it
     /// ([`Reads::wanting`]), and the turn is opened again on what the load read.
+    ///
+    /// This form parses `t.client` itself (replay's other variants, tests); the proxy's
+    /// pipeline opens over its one parse ([`Self::open_doc`]).
     pub(crate) fn open(&self, t: &TurnInput<'_>, reads: &Reads<'_>) -> Option<Opened> {
         let parsed = crate::json::parse(t.client).ok()?;
         let client = Prefix::of_parsed(t.dialect, &parsed, t.key);
-        let chained = (t.dialect == Dialect::OpenaiResponses)
-            .then(|| previous_response_id(t.client))
-            .flatten();
-        // The model the body names, else the caller's (the path's, for Gemini).
         let model = parsed
             .top
             .get("model")
-            .and_then(|m| scan::string_at(parsed.text, &m.value))
-            .unwrap_or_else(|| t.model.to_owned());
+            .and_then(|m| scan::string_at(parsed.text, &m.value));
+        let chained = previous_response_id(t.dialect, parsed.text, &parsed.top);
+        self.open_at(t, client, model, chained, reads)
+    }
+
+    /// [`Self::open`] over the request's one parse, `doc` (of `t.client`): no parse of its
+    /// own.
+    pub(crate) fn open_doc(
+        &self,
+        t: &TurnInput<'_>,
+        doc: &crate::dialect::doc::Doc<'_>,
+        reads: &Reads<'_>,
+    ) -> Option<Opened> {
+        let client = Prefix::of_doc(doc, t.key);
+        let chained = previous_response_id(t.dialect, doc.text, &doc.top);
+        self.open_at(t, client, doc.model.clone(), chained, reads)
+    }
+
+    /// [`Self::open`] once the body is read: its positions, the model it names and its
+    /// `previous_response_id`.
+    fn open_at(
+        &self,
+        t: &TurnInput<'_>,
+        client: Prefix,
+        body_model: Option<String>,
+        chained: Option<String>,
+        reads: &Reads<'_>,
+    ) -> Option<Opened> {
+        // The model the body names, else the caller's (the path's, for Gemini).
+        let model = body_model.unwrap_or_else(|| t.model.to_owned());
         // An empty (or blank) name is no name: the derived session (a `$VAR` that expanded
         // to nothing would otherwise lump every such client into one session "").
         let named = t
@@ -796,10 +823,12 @@ fn attribute(
     }
 }
 
-/// The Responses request's `previous_response_id`, when it is a non-empty string.
-fn previous_response_id(body: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(body).ok()?;
-    let top = scan::object_at(text, 0)?;
+/// The Responses request's `previous_response_id` (`top` is its top-level object in
+/// `text`), when it is a non-empty string; `None` on the other dialects.
+fn previous_response_id(dialect: Dialect, text: &str, top: &scan::Object) -> Option<String> {
+    if dialect != Dialect::OpenaiResponses {
+        return None;
+    }
     let m = top.get("previous_response_id")?;
     scan::string_at(text, &m.value).filter(|s| !s.is_empty())
 }

@@ -9,71 +9,20 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 
-use crate::accounting::prefix::{DigestKey, Prefix};
-use crate::accounting::session::{ColdMemo, Opened, SessionTracker, TurnInput};
+use crate::accounting::prefix::Prefix;
+use crate::accounting::session::ColdMemo;
 use crate::accounting::TurnAccount;
-use crate::caching::CacheTtl;
-use crate::dialect::Dialect;
-use crate::images::cache::TranscodeCache;
+use crate::dialect::ParseError;
 use crate::images::recovery::ImageRejectionKind;
-use crate::images::retired::{ColdInputs, RetiredSet};
+use crate::images::retired::RetiredSet;
+pub(crate) use crate::pipeline::Plan;
+use crate::pipeline::{self, is_identity, ParsedBody, RunFor, Step, Unread};
 use crate::proxy::ctx::BodyFate;
-use crate::reasoning::carriers::StoreLookup;
 use crate::reasoning::ResolvedRoute;
 use crate::response::fingerprint::Digest;
-use crate::rewrite::{
-    rewrite_with_restore, ReasoningInputs, RewriteContext, RewriteOutcome, RewriteReport,
-    VerdictLookup,
-};
-use crate::route::Route;
-use crate::state::load::{Reads, Snapshot, Want, MAX_LOADS};
-use crate::state::rejected::ScopedRejections;
-use crate::state::{Field, Store};
+use crate::rewrite::RewriteReport;
+use crate::state::load::{Snapshot, MAX_LOADS};
 use crate::wire::body::BufferBudget;
-
-/// What the passes read besides the body, for one request (phase "plan"). Owned, so a run
-/// can move to a blocking thread; built once and reused by the one retry.
-pub(crate) struct Plan {
-    pub dialect: Dialect,
-    pub route: Arc<Route>,
-    /// The upstream URI (base URL + rest of the path + query).
-    pub upstream_uri: http::Uri,
-    /// Upstream path: the route's base path + the rest of the request path.
-    pub upstream_path: String,
-    /// The model named in the path (Gemini), used when the body has none.
-    pub path_model: Option<String>,
-    /// [`crate::credential::identify`]'s scope of the request: transcodes and captured
-    /// carriers are never shared across it.
-    pub credential_scope: String,
-    /// The request credential's sealing key ([`crate::credential::identify`]; `None` without
-    /// a credential): what stored carriers are opened with.
-    pub sealing: Option<crate::state::seal::SealKey>,
-    /// The key of the credential's content digests ([`crate::credential::Credential`]).
-    pub digest_key: DigestKey,
-    /// The request's `content-encoding`, decoded before the passes.
-    pub encoding: Option<String>,
-    /// The request's `anthropic-beta` header.
-    pub anthropic_beta: Option<String>,
-    /// `[reasoning] droppable_params`.
-    pub droppable: Arc<[String]>,
-    /// `[reasoning] droppable_betas`.
-    pub droppable_betas: Arc<[String]>,
-    /// Learned verdicts (read from the store's memory only).
-    pub store: Store,
-    pub transcodes: Arc<TranscodeCache>,
-    /// `[server] max_rewrite_bytes`: the most a body may decode to.
-    pub limit: u64,
-    /// `[server] buffer_wait_ms`: the longest an image decode waits for room in the memory
-    /// budget, as a body does.
-    pub decode_wait: std::time::Duration,
-    /// Sessions and turns (cache accounting), for a generation request; `None` for the
-    /// other parsed paths (`count_tokens`, ...).
-    pub sessions: Option<Arc<SessionTracker>>,
-    /// The client's `x-cachekeeper-session` value.
-    pub client_session: Option<String>,
-    /// When the request arrived, Unix ms.
-    pub arrived_ms: i64,
-}
 
 /// What one run of the passes decided.
 pub(crate) struct Passed {
@@ -226,15 +175,6 @@ impl Schedule {
     }
 }
 
-/// `content-encoding` absent, empty or `identity` (what [`crate::wire::body::decode`] returns
-/// as is).
-fn is_identity(encoding: Option<&str>) -> bool {
-    encoding.is_none_or(|e| {
-        let e = e.trim();
-        e.is_empty() || e.eq_ignore_ascii_case("identity")
-    })
-}
-
 /// Whether a JSON body may carry image data an image pass would decode. Conservative (a
 /// `false` is certain, a `true` may be text about images): every decodable payload is either a
 /// data URL, which names `;base64,` (OpenAI Chat / Responses; matched in any case, as
@@ -265,29 +205,6 @@ fn string_value_follows(rest: &[u8]) -> bool {
         return false;
     }
     it.find(|b| !ws(b)) == Some(&b'"')
-}
-
-/// What one run of the passes computed, before it is turned into a [`Passed`]: the outer
-/// `Err` when the body could not be decoded (why), the inner one when the dialect does not
-/// describe it.
-type Ran = Result<Result<Step, crate::dialect::ParseError>, crate::wire::decode::DecodeError>;
-
-/// A completed run of the passes: its outcome, the turn's accounting and the cold-cache inputs
-/// it used.
-type Done = (
-    RewriteOutcome,
-    (Option<TurnAccount>, Option<Prefix>),
-    Option<ColdMemo>,
-);
-
-/// A run of the passes that completed, or one that stopped for the load phase.
-enum Step {
-    /// The passes' outcome, the turn's accounting and the cold-cache inputs used (boxed: the
-    /// outcome is large, a load is not).
-    Done(Box<Done>),
-    /// The run needs records the store's memory does not hold ([`Reads::wanting`]): it
-    /// committed nothing; the passes run again on what the load phase reads.
-    Load(Vec<Want>),
 }
 
 /// Run the passes on `original` (the client's body as received, still encoded) and decide
@@ -323,20 +240,23 @@ pub(crate) async fn run(
         defer: schedule.defer,
         decode_allowance: u64::MAX,
     };
-    let mut joined = in_lane(schedule.first, plan, pools, &original, &run_for, &before).await;
+    let mut input = Input::Received(original.clone());
+    let mut joined = in_lane(schedule.first, plan, pools, &input, &run_for, &before).await;
     let mut snapshot = before;
     let mut round = 0;
-    while let Ok(Ok(Ok(Step::Load(wants)))) = &joined {
+    while let Ok(Ok((parsed, Ok(Step::Load(wants))))) = &joined {
         // The load phase: what the run wanted, with one bounded async wait (none while the
         // store does not answer); then the passes again on it (after the last round, reading
-        // memory only for anything else).
+        // memory only for anything else), over the same parse.
         round += 1;
+        input = Input::Parsed(Arc::clone(parsed));
         let read = plan.store.load(wants).await;
         snapshot = Arc::new(Snapshot::clone(&snapshot).after(read, round));
-        joined = in_lane(schedule.first, plan, pools, &original, &run_for, &snapshot).await;
+        joined = in_lane(schedule.first, plan, pools, &input, &run_for, &snapshot).await;
     }
     let decode = match &joined {
-        Ok(Ok(Ok(Step::Done(done)))) if done.0.report.images.deferred > 0 => {
+        Ok(Ok((parsed, Ok(Step::Done(done))))) if done.0.report.images.deferred > 0 => {
+            input = Input::Parsed(Arc::clone(parsed));
             Some(done.0.report.images.decode_bytes)
         }
         _ => None,
@@ -354,24 +274,24 @@ pub(crate) async fn run(
         run_for.decode_allowance = if reserved.is_some() { need } else { 0 };
         // Memory and what was loaded only: this run never stops for a load.
         let snapshot = Arc::new(Snapshot::clone(&snapshot).after(Snapshot::default(), MAX_LOADS));
-        // The whole run again on the image lane (the deferred run committed nothing), so what
-        // is sent never depends on the lane.
-        joined = in_lane(Lane::Images, plan, pools, &original, &run_for, &snapshot).await;
+        // The passes again on the image lane, over the same parse (the deferred run committed
+        // nothing), so what is sent never depends on the lane.
+        joined = in_lane(Lane::Images, plan, pools, &input, &run_for, &snapshot).await;
         drop(reserved);
     }
     let route = &plan.route.name;
     let (outcome, (turn, forwarded_prefix), memo) = match joined {
-        Ok(Ok(Ok(Step::Done(done)))) => *done,
-        Ok(Ok(Ok(Step::Load(_)))) => {
+        Ok(Ok((_, Ok(Step::Done(done))))) => *done,
+        Ok(Ok((_, Ok(Step::Load(_))))) => {
             // Cannot happen: a run after the load reads memory only and wants nothing.
             tracing::warn!(target: "cachekeeper::rewrite", route = %route, "the passes wanted records after the load phase; forwarding the original request");
             return Passed::unchanged(original, BodyFate::PassFailed);
         }
-        Ok(Ok(Err(e))) => {
+        Ok(Ok((_, Err(e)))) | Ok(Err(Unread::Shape(e))) => {
             tracing::info!(target: "cachekeeper::rewrite", route = %route, reason = %e, "body left unchanged");
             return Passed::unchanged(original, BodyFate::Unparsed);
         }
-        Ok(Err(e)) => {
+        Ok(Err(Unread::Decode(e))) => {
             tracing::info!(target: "cachekeeper::rewrite", route = %route, encoding = plan.encoding.as_deref().unwrap_or(""), reason = %e, "body could not be decoded; left unchanged");
             return Passed::unchanged(original, BodyFate::Unparsed);
         }
@@ -403,29 +323,26 @@ pub(crate) async fn run(
     }
 }
 
-/// What a run of the passes is for (see [`run`]).
+/// What a run of the passes starts from: the body as received (the first run decodes and
+/// parses it, [`pipeline::prepare`]) or the parse of an earlier run of the same request.
 #[derive(Clone)]
-struct RunFor {
-    /// The image rejection it recovers from.
-    recovery: Option<ImageRejectionKind>,
-    /// It begins the turn (opens and commits the session).
-    begin_turn: bool,
-    /// The first run's cold-cache inputs (a retry's).
-    memo: Option<ColdMemo>,
-    /// Defer image work that needs a decode ([`crate::rewrite::RewriteContext::defer_image_work`]).
-    defer: bool,
-    /// Most bytes one image's decode may allocate: what was reserved in the memory budget
-    /// ([`crate::rewrite::RewriteContext::decode_allowance`]).
-    decode_allowance: u64,
+enum Input {
+    Received(Bytes),
+    Parsed(Arc<ParsedBody>),
 }
 
-/// One run of the passes in `lane` ([`passes_on`]) on `snapshot` (what the load phase read,
-/// or [`Snapshot::before_load`]); `Err` carries a panic's or a failed blocking task's message.
+/// What one run in a lane gave: the body's parse (for the next run) and the pipeline's step,
+/// or why the body could not be read.
+type Ran = Result<(Arc<ParsedBody>, Result<Step, ParseError>), Unread>;
+
+/// One run of the pipeline ([`pipeline::run`], after [`pipeline::prepare`] on a first run)
+/// in `lane` on `snapshot` (what the load phase read, or [`Snapshot::before_load`]); `Err`
+/// carries a panic's or a failed blocking task's message.
 async fn in_lane(
     lane: Lane,
     plan: &Arc<Plan>,
     pools: &Pools,
-    original: &Bytes,
+    input: &Input,
     run_for: &RunFor,
     snapshot: &Arc<Snapshot>,
 ) -> Result<Ran, String> {
@@ -433,7 +350,7 @@ async fn in_lane(
         // The same fail-open as a blocking run's `JoinError`: a panicking pass sends the
         // original bytes.
         return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            passes_on(plan, original, run_for.clone(), snapshot)
+            run_on(plan, input, run_for.clone(), snapshot)
         }))
         .map_err(|p| panic_text(p.as_ref()));
     }
@@ -445,12 +362,22 @@ async fn in_lane(
     // Closed only if the state is torn down; then run unbounded rather than fail.
     let _permit = pool.acquire().await.ok();
     let job = Arc::clone(plan);
-    let input = original.clone();
+    let input = input.clone();
     let snapshot = Arc::clone(snapshot);
     let run_for = run_for.clone();
-    tokio::task::spawn_blocking(move || passes_on(&job, &input, run_for, &snapshot))
+    tokio::task::spawn_blocking(move || run_on(&job, &input, run_for, &snapshot))
         .await
         .map_err(|e| e.to_string())
+}
+
+/// [`pipeline::run`] on `input`, parsing it first when it is the body as received.
+fn run_on(plan: &Plan, input: &Input, run_for: RunFor, snapshot: &Snapshot) -> Ran {
+    let parsed = match input {
+        Input::Parsed(p) => Arc::clone(p),
+        Input::Received(b) => pipeline::prepare(plan, b)?,
+    };
+    let step = pipeline::run(plan, &parsed, run_for, snapshot);
+    Ok((parsed, step))
 }
 
 /// A panic's message, for the log line (`"a pass panicked"` when it carries no text).
@@ -462,240 +389,14 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a pass panicked".to_owned())
 }
 
-/// One run's work, wherever it runs: decode the body, open the session (first run), the
-/// passes, the accounting, reading the store through `snapshot` ([`Reads`]: no I/O). A run
-/// that deferred image work (`run_for.defer`, and an image needed a decode:
-/// [`crate::images::ImageReport::deferred`]) or wanted records the load phase must read
-/// ([`Step::Load`]) only reads: it commits no turn, since its result is discarded and the
-/// passes run again.
-fn passes_on(plan: &Plan, input: &[u8], run_for: RunFor, snapshot: &Snapshot) -> Ran {
-    let RunFor {
-        recovery,
-        begin_turn,
-        memo,
-        defer,
-        decode_allowance,
-    } = run_for;
-    let decoded: std::borrow::Cow<'_, [u8]> = if is_identity(plan.encoding.as_deref()) {
-        std::borrow::Cow::Borrowed(input)
-    } else {
-        std::borrow::Cow::Owned(crate::wire::body::decode(
-            plan.encoding.as_deref(),
-            input,
-            plan.limit,
-        )?)
-    };
-    let decoded = decoded.as_ref();
-    let key = &plan.digest_key;
-    let reads = Reads::new(&plan.store, snapshot);
-    let opened = if begin_turn {
-        open(plan, decoded, key, &reads)
-    } else {
-        None
-    };
-    if reads.wanting() {
-        // The session's record first: the passes read its retired images.
-        return Ok(Ok(Step::Load(reads.wants())));
-    }
-    let route = &plan.route;
-    // A session with no record (new, or its record purged or unreadable) makes no
-    // cold-cache decision on this turn.
-    let mut unrecorded = None;
-    let memo = memo.or_else(|| {
-        let o = opened.as_ref()?;
-        let (memo, known) = o.cold_memo(
-            cold_route_ttl(
-                route.cache.ttl,
-                &plan.store,
-                &route.provider.host,
-                o.model(),
-            ),
-            &route.provider,
-            decoded,
-        );
-        if !known {
-            unrecorded = Some(o.session().to_owned());
-        }
-        Some(memo)
-    });
-    let cold = memo.as_ref().map(|m| ColdInputs {
-        retired: &m.retired,
-        cold: m.cold && route.images.cold_eviction,
-        key,
-    });
-    let images = ImageWork {
-        defer,
-        decode_allowance,
-    };
-    Ok(run_passes(plan, decoded, recovery, cold, images, &reads).map(|outcome| {
-        if reads.wanting() {
-            return Step::Load(reads.wants());
-        }
-        if outcome.report.images.deferred > 0 {
-            return Step::Done(Box::new((outcome, (None, None), memo)));
-        }
-        if let Some(session) = unrecorded.filter(|_| outcome.report.images.seen > 0) {
-            // A lost record costs one collapse: say why the images changed.
-            tracing::info!(target: "cachekeeper::rewrite", route = %route.name, session = %session, "cold-cache eviction: no record of this session (new, or purged or unreadable): the eviction step function alone decided which images to retire");
-        }
-        let accounted = account(plan, decoded, &outcome, key, opened);
-        Step::Done(Box::new((outcome, accounted, memo)))
-    }))
-}
-
-/// The route's `cache_ttl` as cold-cache eviction judges it: a 1-hour TTL whose beta the host
-/// rejected for the model (learned as `beta:extended-cache-ttl-…`) is 5 minutes there, since
-/// the proxy then places 5-minute markers (the failing input of a fresh-user pass: the cold
-/// decision kept waiting an hour after the host refused the beta).
-fn cold_route_ttl(
-    ttl: Option<CacheTtl>,
-    verdicts: &dyn VerdictLookup,
-    host: &str,
-    model: &str,
-) -> Option<CacheTtl> {
-    let refused = Field::Beta(crate::caching::EXTENDED_CACHE_TTL_BETA.to_owned());
-    match ttl? {
-        CacheTtl::OneHour if verdicts.omit(host, model).contains(&refused) => {
-            Some(CacheTtl::FiveMinutes)
-        }
-        t => Some(t),
-    }
-}
-
-/// The turn's input as the session tracker reads it (the forwarded bytes and report are
-/// filled in after the passes).
-fn turn_input<'a>(
-    plan: &'a Plan,
-    key: &'a DigestKey,
-    client: &'a [u8],
-    forwarded: &'a [u8],
-    report: &'a RewriteReport,
-    retired: Option<&'a RetiredSet>,
-) -> TurnInput<'a> {
-    TurnInput {
-        dialect: plan.dialect,
-        route: &plan.route.name,
-        provider: &plan.route.provider,
-        model: plan.path_model.as_deref().unwrap_or(""),
-        scope: &plan.credential_scope,
-        key,
-        client_session: plan.client_session.as_deref(),
-        client,
-        forwarded,
-        report,
-        now_ms: plan.arrived_ms,
-        retired,
-    }
-}
-
-/// Open the session of a generation request (before its passes); `None` for other paths and
-/// for a body whose positions cannot be read.
-fn open(plan: &Plan, decoded: &[u8], key: &DigestKey, reads: &Reads<'_>) -> Option<Opened> {
-    let sessions = plan.sessions.as_ref()?;
-    let none = RewriteReport::default();
-    sessions.open(&turn_input(plan, key, decoded, decoded, &none, None), reads)
-}
-
-/// Cache accounting of a generation request (in the passes' lane): the first run
-/// commits its opened turn; a retry's run only digests what it forwards. Fails open: a body
-/// whose positions cannot be read is no turn.
-fn account(
-    plan: &Plan,
-    decoded: &[u8],
-    outcome: &RewriteOutcome,
-    key: &DigestKey,
-    opened: Option<Opened>,
-) -> (Option<TurnAccount>, Option<Prefix>) {
-    let Some(sessions) = &plan.sessions else {
-        return (None, None);
-    };
-    let forwarded = match &outcome.body {
-        Some(b) if !plan.route.dry_run => b.as_slice(),
-        _ => decoded,
-    };
-    let Some(opened) = opened else {
-        return (None, Prefix::of(plan.dialect, forwarded, key));
-    };
-    // In dry run the original bytes go upstream: nothing was retired, so nothing is stored.
-    let retired = outcome.retired.as_ref().filter(|_| !plan.route.dry_run);
-    let input = turn_input(plan, key, decoded, forwarded, &outcome.report, retired);
-    // The turn in memory only: its collapse and its record wait for the response
-    // ([`crate::accounting::session::SessionTracker::settle`], from the request context).
-    let (turn, prefix) = sessions.commit_turn(opened, &input);
-    (Some(turn), Some(prefix))
-}
-
-/// How a run does image work that needs a decode (see [`RunFor`]).
-#[derive(Debug, Clone, Copy)]
-struct ImageWork {
-    defer: bool,
-    decode_allowance: u64,
-}
-
-/// The pure part: the passes on the decoded body, and the rerun for a model known to see no
-/// images.
-fn run_passes(
-    plan: &Plan,
-    decoded: &[u8],
-    recovery: Option<ImageRejectionKind>,
-    cold: Option<ColdInputs<'_>>,
-    images: ImageWork,
-    reads: &Reads<'_>,
-) -> Result<RewriteOutcome, crate::dialect::ParseError> {
-    let route = &plan.route;
-    let rejected = ScopedRejections::new(&plan.store, &plan.credential_scope);
-    let carriers = StoreLookup::new(
-        reads,
-        &plan.credential_scope,
-        plan.sealing.as_ref(),
-        &route.provider.host,
-    );
-    let ctx = RewriteContext {
-        dialect: plan.dialect,
-        images: &route.images,
-        transcodes: Some(crate::images::cache::Transcodes::sealed(
-            &plan.transcodes,
-            plan.sealing.as_ref(),
-        )),
-        credential_scope: &plan.credential_scope,
-        image_recovery: recovery,
-        defer_image_work: images.defer,
-        decode_allowance: images.decode_allowance,
-        reasoning: Some(ReasoningInputs {
-            provider: &route.provider,
-            upstream_path: &plan.upstream_path,
-            droppable_params: &plan.droppable,
-            droppable_betas: &plan.droppable_betas,
-            anthropic_beta: plan.anthropic_beta.as_deref(),
-            path_model: plan.path_model.as_deref(),
-            verdicts: &plan.store,
-            rejected: &rejected,
-        }),
-        usage_in_streams: route.usage_in_streams,
-        cache: &route.cache,
-        cold,
-    };
-    let first = rewrite_with_restore(&ctx, &carriers, decoded)?;
-    let sees_no_images = first
-        .reasoning_route
-        .as_ref()
-        .zip(first.report.model.as_deref())
-        .is_some_and(|(r, m)| plan.store.omit(&r.host, m).contains(&Field::NoImageInput));
-    if recovery.is_none() && first.report.images.seen > 0 && sees_no_images {
-        let ctx = RewriteContext {
-            image_recovery: Some(ImageRejectionKind::ModelCannotSeeImages),
-            ..ctx
-        };
-        return rewrite_with_restore(&ctx, &carriers, decoded);
-    }
-    Ok(first)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::state::{FieldSet, MemoryBackend};
+    use crate::accounting::prefix::DigestKey;
+    use crate::dialect::Dialect;
+    use crate::images::cache::TranscodeCache;
+    use crate::state::{MemoryBackend, Store};
 
     #[test]
     fn the_image_scan_is_conservative() {
@@ -889,12 +590,12 @@ mod tests {
             defer: false,
             decode_allowance: u64::MAX,
         };
-        let direct = in_lane(Lane::Images, &plan, &pools, &bmp, &run_for, &before)
+        let input = Input::Received(bmp.clone());
+        let (_, direct) = in_lane(Lane::Images, &plan, &pools, &input, &run_for, &before)
             .await
             .unwrap()
-            .unwrap()
             .unwrap();
-        let Step::Done(direct) = direct else {
+        let Ok(Step::Done(direct)) = direct else {
             panic!("the run wanted records of a memory store");
         };
         assert_eq!(direct.0.body.as_deref(), Some(&passed.sent[..]));
@@ -939,26 +640,5 @@ mod tests {
         assert_eq!(passed.report.images.repaired, 1);
         assert_eq!(passed.report.images.failed_open, 0);
         assert_eq!(large.reserved_bytes(), 0, "returned after the decode");
-    }
-
-    #[test]
-    fn a_refused_ttl_beta_makes_the_cold_cache_ttl_five_minutes() {
-        // The failing input of a fresh-user pass: after the host refused the 1h TTL beta (the
-        // proxy then sends 5-minute markers), cold-cache eviction still waited an hour.
-        let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 20);
-        let hour = Some(CacheTtl::OneHour);
-        assert_eq!(cold_route_ttl(hour, &store, "api.kimi.com", "k2"), hour);
-        let refused = FieldSet::from([Field::Beta(
-            crate::caching::EXTENDED_CACHE_TTL_BETA.to_owned(),
-        )]);
-        store
-            .verdicts()
-            .learn("api.kimi.com", "k2", &refused, "Unexpected value(s)");
-        assert_eq!(
-            cold_route_ttl(hour, &store, "api.kimi.com", "k2"),
-            Some(CacheTtl::FiveMinutes)
-        );
-        assert_eq!(cold_route_ttl(hour, &store, "api.kimi.com", "other"), hour);
-        assert_eq!(cold_route_ttl(None, &store, "api.kimi.com", "k2"), None);
     }
 }
