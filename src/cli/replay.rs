@@ -29,12 +29,15 @@ use serde_json::{Map, Value};
 use crate::accounting::cache_model::{self, CacheModel, Rule};
 use crate::accounting::prefix::DigestKey;
 use crate::accounting::pricing::{self, Multipliers};
-use crate::accounting::session::{Opened, SessionTracker, TurnInput};
+use crate::accounting::session::{SessionTracker, TurnInput};
+use crate::accounting::TurnAccount;
 use crate::config::{Config, ReasoningConfig};
 use crate::dialect::Dialect;
-use crate::images::retired::{ColdInputs, RetiredSet};
+use crate::images::cache::TranscodeCache;
+use crate::images::retired::RetiredSet;
+use crate::pipeline::{self, Plan, RunFor, Step};
 use crate::provider::CacheActivation;
-use crate::rewrite::{rewrite_with_restore, ReasoningInputs, RewriteContext, RewriteReport};
+use crate::rewrite::RewriteReport;
 use crate::route::{Route, RouteTable};
 use crate::state::load::{Reads, Snapshot};
 use crate::state::{MemoryBackend, Store};
@@ -312,27 +315,26 @@ impl Variant {
     }
 
     /// Feed one turn: the cache model's figures, and the proxy's own collapse detection.
-    /// `opened`: the turn's session, when it was opened before the passes (the `cachekeeper`
-    /// variant: cold-cache eviction reads it), with the retired set the passes returned.
-    fn turn(
-        &mut self,
-        s: &Session,
-        sent: &Sent<'_>,
-        opened: Option<(Opened, Option<&RetiredSet>)>,
-    ) {
+    /// `turn`: the turn as the proxy's pipeline committed it (the `cachekeeper` variant), its
+    /// collapse found here ([`SessionTracker::settle`]); `None`: the turn is begun here from
+    /// `sent`.
+    fn turn(&mut self, s: &Session, sent: &Sent<'_>, turn: Option<TurnAccount>) {
         // A body the model cannot read counts as an empty turn (the provider would reject it).
         let t = self
             .model
             .turn(sent.dialect, sent.forwarded, sent.ts)
             .unwrap_or_default();
-        let (opened, retired) = opened.map_or((None, None), |(o, r)| (Some(o), r));
-        let input = s.turn_input(self.name, sent, retired);
-        let account = match opened {
-            Some(o) => Some(s.tracker.commit(o, &input)),
+        let account = match turn {
+            Some(mut a) => {
+                s.tracker.settle(&mut a);
+                Some(a)
+            }
             None => {
+                let input = s.turn_input(self.name, sent, None);
                 let memory = Snapshot::memory_only();
                 s.tracker
                     .begin(&input, &Reads::new(s.tracker.store(), &memory))
+                    .map(|(a, _)| a)
             }
         };
         let r = &mut self.report;
@@ -343,7 +345,7 @@ impl Variant {
         r.cache_read_tokens += t.read;
         r.uncached_tokens += t.uncached;
         self.images += u64::from(t.images);
-        match account.and_then(|(a, _)| a.collapse) {
+        match account.and_then(|a| a.collapse) {
             Some(c) => r.collapses.push(ReplayCollapse {
                 turn: r.turns,
                 at: c.at,
@@ -447,12 +449,7 @@ pub fn replay(
                 line: n,
             })?;
         if state.is_none() {
-            state = Some(Session::start(
-                &table,
-                &loaded.config.reasoning,
-                &name,
-                &line,
-            )?);
+            state = Some(Session::start(&table, &loaded.config, &name, &line)?);
         }
         let Some(s) = state.as_mut() else { break };
         if s.route.name != name {
@@ -488,7 +485,12 @@ struct Session {
     multipliers: Option<Multipliers>,
     unparsed: u32,
     /// The proxy's collapse detection, over an in-memory store.
-    tracker: SessionTracker,
+    tracker: Arc<SessionTracker>,
+    /// The transcode cache of the `cachekeeper` variant's passes (`[images]
+    /// transcode_cache_bytes`; the bytes are the same without it, only slower).
+    transcodes: Arc<TranscodeCache>,
+    /// `[server] max_rewrite_bytes`.
+    limit: u64,
     /// Requests without a credential: the all-zero digest key.
     key: DigestKey,
     /// The three ways of sending, as a bundle so [`Session::turn`] can lend `self`.
@@ -498,7 +500,7 @@ struct Session {
 impl Session {
     fn start(
         table: &RouteTable,
-        reasoning: &ReasoningConfig,
+        config: &Config,
         name: &str,
         first: &Line<'_>,
     ) -> Result<Session, ReplayError> {
@@ -531,13 +533,15 @@ impl Session {
         let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 30);
         Ok(Session {
             route,
-            reasoning: reasoning.clone(),
+            reasoning: config.reasoning.clone(),
+            transcodes: Arc::new(TranscodeCache::new(config.images.transcode_cache_bytes)),
+            limit: config.server.max_rewrite_bytes,
             dialect,
             model,
             rule,
             multipliers,
             unparsed: 0,
-            tracker: SessionTracker::new(store),
+            tracker: Arc::new(SessionTracker::new(store)),
             key: DigestKey::for_credential(None),
             variants: Some(Box::new([
                 Variant::new("as_sent", rule),
@@ -571,6 +575,33 @@ impl Session {
         }
     }
 
+    /// The pipeline's plan for one turn of the `cachekeeper` variant (session `variant`) on
+    /// `rest` (the recorded path, else the dialect's), arrived at `ts` (Unix ms): the proxy's
+    /// own plan for a request without a credential, anthropic-beta or content-encoding.
+    fn plan(&self, variant: &str, rest: &str, ts: i64) -> Plan {
+        Plan {
+            dialect: self.dialect,
+            route: Arc::clone(&self.route),
+            upstream_uri: http::Uri::default(),
+            upstream_path: format!("{}{}", self.route.base_path, rest),
+            path_model: crate::route::model_from_path(rest).map(str::to_owned),
+            credential_scope: String::new(),
+            sealing: None,
+            digest_key: self.key.clone(),
+            encoding: None,
+            anthropic_beta: None,
+            droppable: self.reasoning.droppable_params.clone().into(),
+            droppable_betas: self.reasoning.droppable_betas.clone().into(),
+            store: self.tracker.store().clone(),
+            transcodes: Arc::clone(&self.transcodes),
+            limit: self.limit,
+            decode_wait: std::time::Duration::ZERO,
+            sessions: Some(Arc::clone(&self.tracker)),
+            client_session: Some(variant.to_owned()),
+            arrived_ms: ts,
+        }
+    }
+
     fn turn(&mut self, line: &Line<'_>) {
         let Some(mut v) = self.variants.take() else {
             return;
@@ -595,40 +626,44 @@ impl Session {
         }
         let ts = line.ts;
         v[0].turn(self, &sent(dialect, body, body, &none, ts), None);
-        // As the proxy would forward it: the session opened first, for cold-cache eviction.
+        // As the proxy forwards it: the proxy's own pipeline (session opened from the one
+        // parse, cold-cache eviction, restore, passes, accounting) over replay's memory store.
         let rest = line
             .path
             .clone()
             .unwrap_or_else(|| default_path(dialect).to_owned());
+        let plan = self.plan(v[1].name, &rest, ts);
+        let run_for = RunFor {
+            recovery: None,
+            begin_turn: true,
+            memo: None,
+            defer: false,
+            decode_allowance: u64::MAX,
+        };
         // Replay's store is in memory: nothing to load.
         let memory = Snapshot::memory_only();
-        let opened = self.tracker.open(
-            &self.turn_input(v[1].name, &sent(dialect, body, body, &none, ts), None),
-            &Reads::new(self.tracker.store(), &memory),
-        );
-        let memo = opened.as_ref().map(|o| {
-            o.cold_memo(self.route.cache.ttl, &self.route.provider, body)
-                .0
-        });
-        let cold = memo.as_ref().map(|m| ColdInputs {
-            retired: &m.retired,
-            cold: m.cold && self.route.images.cold_eviction,
-            key: &self.key,
-        });
-        let (forwarded, report, retired) =
-            match forward(&self.route, &self.reasoning, dialect, &rest, body, cold) {
-                Some(done) => done,
-                None => {
-                    self.unparsed += 1;
-                    (None, RewriteReport::default(), None)
-                }
-            };
-        let fwd = forwarded.as_deref().unwrap_or(body);
-        v[1].turn(
-            self,
-            &sent(dialect, body, fwd, &report, ts),
-            opened.map(|o| (o, retired.as_ref())),
-        );
+        let done = pipeline::prepare(&plan, &bytes::Bytes::copy_from_slice(body))
+            .ok()
+            .and_then(
+                |parsed| match pipeline::run(&plan, &parsed, run_for, &memory) {
+                    Ok(Step::Done(done)) => Some(*done),
+                    Ok(Step::Load(_)) | Err(_) => None,
+                },
+            );
+        match done {
+            Some((outcome, (turn, _), _)) => {
+                let fwd = match &outcome.body {
+                    Some(b) if !self.route.dry_run => b.as_slice(),
+                    _ => body,
+                };
+                v[1].turn(self, &sent(dialect, body, fwd, &outcome.report, ts), turn);
+            }
+            None => {
+                // The passes cannot read it: the proxy forwards it unchanged.
+                self.unparsed += 1;
+                v[1].turn(self, &sent(dialect, body, body, &none, ts), None);
+            }
+        }
         // Every image but the newest 3 replaced: an eviction, as the accounting sees it.
         let (kept, replaced) =
             keep_newest(dialect, body, KEEP_NEWEST).map_or((None, 0), |(b, n)| (Some(b), n));
@@ -731,46 +766,6 @@ fn default_path(dialect: Dialect) -> &'static str {
         Dialect::OpenaiResponses => "/v1/responses",
         Dialect::Gemini => "/v1beta/models/model:generateContent",
     }
-}
-
-/// The body the proxy would forward (`None`: the original), with the passes' report and the
-/// session's new retired-image set (when cold-cache eviction changed it); `None` when the
-/// passes cannot read it (the proxy forwards it unchanged).
-fn forward(
-    route: &Route,
-    reasoning: &ReasoningConfig,
-    dialect: Dialect,
-    rest: &str,
-    body: &[u8],
-    cold: Option<ColdInputs<'_>>,
-) -> Option<(Option<Vec<u8>>, RewriteReport, Option<RetiredSet>)> {
-    let upstream_path = format!("{}{}", route.base_path, rest);
-    let path_model = crate::route::model_from_path(rest);
-    let ctx = RewriteContext {
-        dialect,
-        images: &route.images,
-        transcodes: None,
-        credential_scope: "",
-        image_recovery: None,
-        defer_image_work: false,
-        decode_allowance: u64::MAX,
-        reasoning: Some(ReasoningInputs {
-            provider: &route.provider,
-            upstream_path: &upstream_path,
-            droppable_params: &reasoning.droppable_params,
-            droppable_betas: &reasoning.droppable_betas,
-            anthropic_beta: None,
-            path_model,
-            verdicts: &(),
-            rejected: &(),
-        }),
-        usage_in_streams: route.usage_in_streams,
-        cache: &route.cache,
-        cold,
-    };
-    let outcome = rewrite_with_restore(&ctx, &(), body).ok()?;
-    let body = if route.dry_run { None } else { outcome.body };
-    Some((body, outcome.report, outcome.retired))
 }
 
 /// `body` with every image but the newest `keep` replaced by [`PLACEHOLDER`] text (a
