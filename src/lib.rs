@@ -39,3 +39,12 @@ pub mod telemetry;
 mod testing;
 pub mod texts;
 pub mod wire;
+
+/// Tests: how many times this process has parsed a JSON body (validated and indexed it, the
+/// scan every pass reads), on every thread. `tests/parses.rs`, alone in its binary, reads it
+/// around requests to check that the proxy parses a request body once.
+#[doc(hidden)]
+pub fn json_parses() -> u64 {
+    json::parses_total()
+}
+

@@ -28,6 +28,16 @@ pub(crate) struct Parsed<'a> {
     pub index: scan::Index,
 }
 
+/// Calls of [`parse`] in this process (every thread): what `tests/parses.rs` reads, through
+/// [`crate::json_parses`], to count parses per request at the proxy level. One relaxed atomic
+/// add per parse.
+static PARSES_TOTAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// [`PARSES_TOTAL`]'s value.
+pub(crate) fn parses_total() -> u64 {
+    PARSES_TOTAL.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 #[cfg(test)]
 thread_local! {
     /// Calls of [`parse`] on this thread (tests count parses per run of the passes).
@@ -39,6 +49,7 @@ thread_local! {
 /// Errors: invalid UTF-8 or JSON ⇒ [`JsonError::Invalid`]; valid JSON that is not an object
 /// ⇒ [`JsonError::NotObject`].
 pub(crate) fn parse(body: &[u8]) -> Result<Parsed<'_>, JsonError> {
+    PARSES_TOTAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     #[cfg(test)]
     PARSES.with(|n| n.set(n.get() + 1));
     let text = std::str::from_utf8(body).map_err(|e| JsonError::Invalid(e.to_string()))?;
