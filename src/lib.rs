@@ -47,4 +47,3 @@ pub mod wire;
 pub fn json_parses() -> u64 {
     json::parses_total()
 }
-

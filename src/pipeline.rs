@@ -247,7 +247,7 @@ pub(crate) fn run(
             // A lost record costs one collapse: say why the images changed.
             tracing::info!(target: "cachekeeper::rewrite", route = %route.name, session = %session, "cold-cache eviction: no record of this session (new, or purged or unreadable): the eviction step function alone decided which images to retire");
         }
-        let accounted = account(plan, decoded, &outcome, key, opened);
+        let accounted = account(plan, doc, &outcome, key, opened);
         Step::Done(Box::new((outcome, accounted, memo)))
     })
 }
@@ -307,11 +307,14 @@ fn open(plan: &Plan, doc: &Doc<'_>, key: &DigestKey, reads: &Reads<'_>) -> Optio
 }
 
 /// Cache accounting of a generation request (in the passes' lane): the first run
-/// commits its opened turn; a retry's run only digests what it forwards. Fails open: a body
-/// whose positions cannot be read is no turn.
+/// commits its opened turn; a retry's run only digests what it forwards. The forwarded
+/// positions come from the request's parse `doc`: the client's when the body goes as sent,
+/// else derived from the passes' changes ([`Prefix::after_changes`]), parsing the forwarded
+/// body only when they cannot be (restored carriers, passes run in turn, a change to the
+/// message list's structure). Fails open: a body whose positions cannot be read is no turn.
 fn account(
     plan: &Plan,
-    decoded: &[u8],
+    doc: &Doc<'_>,
     outcome: &RewriteOutcome,
     key: &DigestKey,
     opened: Option<Opened>,
@@ -319,19 +322,30 @@ fn account(
     let Some(sessions) = &plan.sessions else {
         return (None, None);
     };
-    let forwarded = match &outcome.body {
-        Some(b) if !plan.route.dry_run => b.as_slice(),
-        _ => decoded,
+    let decoded = doc.text.as_bytes();
+    let client = opened
+        .as_ref()
+        .map_or_else(|| Prefix::of_doc(doc, key), |o| o.client_prefix().clone());
+    let (forwarded, prefix) = match &outcome.body {
+        Some(b) if !plan.route.dry_run => {
+            let derived = outcome
+                .changes
+                .as_deref()
+                .and_then(|ch| client.after_changes(doc, ch, b, key))
+                .or_else(|| Prefix::of(plan.dialect, b, key));
+            (b.as_slice(), derived)
+        }
+        _ => (decoded, Some(client)),
     };
     let Some(opened) = opened else {
-        return (None, Prefix::of(plan.dialect, forwarded, key));
+        return (None, prefix);
     };
     // In dry run the original bytes go upstream: nothing was retired, so nothing is stored.
     let retired = outcome.retired.as_ref().filter(|_| !plan.route.dry_run);
     let input = turn_input(plan, key, decoded, forwarded, &outcome.report, retired);
     // The turn in memory only: its collapse and its record wait for the response
     // ([`crate::accounting::session::SessionTracker::settle`], from the request context).
-    let (turn, prefix) = sessions.commit_turn(opened, &input);
+    let (turn, prefix) = sessions.commit_turn_at(opened, &input, prefix);
     (Some(turn), Some(prefix))
 }
 

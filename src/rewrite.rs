@@ -68,6 +68,12 @@ pub struct RewriteOutcome {
     /// The session's retired-image set after this request, when cold-cache eviction changed
     /// it (the caller stores it with the session); `None` when unchanged.
     pub retired: Option<RetiredSet>,
+    /// How `body` was made from the parsed body, when one splice of that parse made it (the
+    /// common case): the changed ranges and their new lengths, so the accounting derives the
+    /// forwarded positions from the parse instead of parsing `body`
+    /// ([`crate::accounting::prefix::Prefix::after_changes`]). `None` when the body is
+    /// unchanged, was restored (the passes ran on another parse) or took passes in turn.
+    pub(crate) changes: Option<Vec<json::edit::Change>>,
 }
 
 /// Inputs of reasoning shaping (pass 6) that come from the route and the request headers.
@@ -221,6 +227,8 @@ pub(crate) fn rewrite_parsed(
         return rewrite_doc(ctx, body, doc);
     }
     out.body = Some(sent);
+    // The passes' changes are of the restored body, not of `doc`.
+    out.changes = None;
     out.report.restore = counts;
     out.report.reasons.splice(0..0, reasons);
     Ok(out)
@@ -348,8 +356,13 @@ fn rewrite_doc(
     }
     let cached = cache_passes(ctx, doc);
     let Some(inputs) = &ctx.reasoning else {
-        if let Ok(new) = json::edit::splice_changed(body, &[&image_edits, &cached.edits]) {
+        let groups: [&[Edit]; 2] = [&image_edits, &cached.edits];
+        if let Ok(new) = json::edit::splice_changed(body, &groups) {
             outcome.body = new.filter(|n| n != body);
+            outcome.changes = outcome
+                .body
+                .as_ref()
+                .map(|_| json::edit::changes(body, &groups));
             apply_cached(ctx, cached, &mut outcome);
         } else {
             // A marker on an image block the image passes replace: markers go on their output.
@@ -365,9 +378,13 @@ fn rewrite_doc(
         .chain(cached.changed_from)
         .min();
     let shaped = shape_pass(inputs, doc, first_changed_byte, &mut outcome);
-    if let Ok(new) = json::edit::splice_changed(body, &[&image_edits, &shaped.edits, &cached.edits])
-    {
+    let groups: [&[Edit]; 3] = [&image_edits, &shaped.edits, &cached.edits];
+    if let Ok(new) = json::edit::splice_changed(body, &groups) {
         outcome.body = new.filter(|n| n != body);
+        outcome.changes = outcome
+            .body
+            .as_ref()
+            .map(|_| json::edit::changes(body, &groups));
         apply_shaped(shaped, &mut outcome);
         apply_cached(ctx, cached, &mut outcome);
         return Ok(outcome);
@@ -694,6 +711,7 @@ mod tests {
     use base64::Engine as _;
     use serde_json::{json, Value};
 
+    use crate::accounting::prefix::Prefix;
     use crate::digest::DigestKey;
     use crate::testing::Rng;
 
@@ -1211,7 +1229,39 @@ mod tests {
                 "{dialect:?}: {:?}",
                 out.report.reasons
             );
-            let v: Value = serde_json::from_slice(&out.body.unwrap()).unwrap();
+            // The accounting's forwarded positions come from the same parse and the changes
+            // (retired images, a dropped carrier, a moved marker), as a parse would give them;
+            // with `stream_options` added at the top level (Chat) too.
+            let sent = out.body.clone().unwrap();
+            let key = DigestKey::for_credential(None);
+            let doc = dialect::parse(&body, dialect).unwrap();
+            let client = Prefix::of_doc(&doc, &key);
+            let derived = client
+                .after_changes(&doc, out.changes.as_deref().unwrap(), &sent, &key)
+                .expect("no structural change");
+            assert_eq!(
+                derived,
+                Prefix::of(dialect, &sent, &key).unwrap(),
+                "{dialect:?}"
+            );
+            if dialect == Dialect::Openai {
+                let usage = RewriteContext {
+                    usage_in_streams: true,
+                    ..ctx
+                };
+                let mut streaming: Value = serde_json::from_slice(&body).unwrap();
+                streaming["stream"] = json!(true);
+                let streaming = serde_json::to_vec(&streaming).unwrap();
+                let out = rewrite_request(&usage, &streaming).unwrap();
+                assert!(out.report.usage_in_streams);
+                let sent = out.body.unwrap();
+                let doc = dialect::parse(&streaming, dialect).unwrap();
+                let derived = Prefix::of_doc(&doc, &key)
+                    .after_changes(&doc, out.changes.as_deref().unwrap(), &sent, &key)
+                    .expect("a top-level parameter is no structural change");
+                assert_eq!(derived, Prefix::of(dialect, &sent, &key).unwrap());
+            }
+            let v: Value = serde_json::from_slice(&sent).unwrap();
             assert_eq!(v["model"], body_model(&body));
         }
         // Without reasoning inputs, and for the other dialects: one parse too.
@@ -1392,6 +1442,64 @@ mod cache_tests {
             cache,
             ..RewriteContext::new(Dialect::Anthropic, images)
         }
+    }
+
+    /// Issue 27 item 5: the forwarded positions derived from the passes' changes
+    /// ([`Prefix::after_changes`]) are those a parse of the forwarded body gives, on every
+    /// recorded Claude Code body, with and without its own markers, with breakpoints and the
+    /// billing-line stabiliser (which removes a system block), and with a top-level parameter
+    /// added (`stream_options`).
+    #[test]
+    fn forwarded_positions_from_the_changes_match_a_parse() {
+        use crate::accounting::prefix::Prefix;
+        let key = crate::digest::DigestKey::for_credential(None);
+        let images = ImagesConfig::default();
+        let provider = ResolvedProvider::resolve(None, "api.kimi.com", None);
+        let settings = [
+            auto(None, &[]),
+            auto(
+                Some(CacheTtl::OneHour),
+                &[Stabiliser::ClaudeCodeBillingLine],
+            ),
+            CacheSettings {
+                breakpoints: Breakpoints::Off,
+                ttl: None,
+                stabilize: vec![Stabiliser::ClaudeCodeBillingLine],
+            },
+        ];
+        let dir = format!(
+            "{}/tests/fixtures/agents/claude_code",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let mut derived = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if !name.ends_with(".json") {
+                continue;
+            }
+            for body in [fixture(&name), unmarked(&name)] {
+                for cache in &settings {
+                    for usage in [false, true] {
+                        let c = RewriteContext {
+                            usage_in_streams: usage,
+                            ..ctx(&images, &provider, cache, None, &())
+                        };
+                        let doc = dialect::parse(body.as_bytes(), Dialect::Anthropic).unwrap();
+                        let out = rewrite_doc(&c, body.as_bytes(), &doc).unwrap();
+                        let (Some(sent), Some(changes)) = (&out.body, &out.changes) else {
+                            continue;
+                        };
+                        let client = Prefix::of_doc(&doc, &key);
+                        let want = Prefix::of(Dialect::Anthropic, sent, &key).unwrap();
+                        if let Some(got) = client.after_changes(&doc, changes, sent, &key) {
+                            assert_eq!(got, want, "{name}");
+                            derived += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(derived >= 20, "derived only {derived} times");
     }
 
     fn auto(ttl: Option<CacheTtl>, stabilize: &[Stabiliser]) -> CacheSettings {

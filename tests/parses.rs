@@ -46,21 +46,40 @@ cache_breakpoints = "auto"
     );
     let proxy = start_proxy(&config_for(&mock.url(), &extra)).await;
     let c = client();
-    let key = [("x-api-key", "sk-parses"), ("anthropic-version", "2023-06-01")];
+    let key = [
+        ("x-api-key", "sk-parses"),
+        ("anthropic-version", "2023-06-01"),
+    ];
 
     // Each case: the path, the body, whether the proxy rewrites it.
     let big_system = "You are a careful assistant. ".repeat(4_000); // ~112 KB: the text lane
     let cases = [
         // A new session (its record is wanted, loaded, and the passes run again on the
         // same parse), nothing to change.
-        ("/anthropic/v1/messages", conversation("Be brief.", 0, "hi"), false),
+        (
+            "/anthropic/v1/messages",
+            conversation("Be brief.", 0, "hi"),
+            false,
+        ),
         // Its next turn (the record now in memory), nothing to change.
-        ("/anthropic/v1/messages", conversation("Be brief.", 1, "and then?"), false),
+        (
+            "/anthropic/v1/messages",
+            conversation("Be brief.", 1, "and then?"),
+            false,
+        ),
         // A body over the inline bound, run on the blocking pool.
-        ("/anthropic/v1/messages", conversation(&big_system, 2, "go on"), false),
+        (
+            "/anthropic/v1/messages",
+            conversation(&big_system, 2, "go on"),
+            false,
+        ),
         // A body the proxy rewrites (automatic cache breakpoints): the forwarded positions
         // come from the edits, not from a parse of the forwarded bytes.
-        ("/auto/v1/messages", conversation("Be brief.", 3, "more"), true),
+        (
+            "/auto/v1/messages",
+            conversation("Be brief.", 3, "more"),
+            true,
+        ),
     ];
     for (path, body, rewritten) in cases {
         let before = cachekeeper::json_parses();
@@ -68,7 +87,16 @@ cache_breakpoints = "auto"
         let parses = cachekeeper::json_parses() - before;
         assert_eq!(status, 200);
         let sent = mock.last().body;
-        assert_eq!(sent == body.as_bytes(), !rewritten, "{path}: rewritten {rewritten}");
-        assert_eq!(parses, 1, "{path} ({} bytes): parses per request", body.len());
+        assert_eq!(
+            sent == body.as_bytes(),
+            !rewritten,
+            "{path}: rewritten {rewritten}"
+        );
+        assert_eq!(
+            parses,
+            1,
+            "{path} ({} bytes): parses per request",
+            body.len()
+        );
     }
 }

@@ -96,6 +96,124 @@ impl Prefix {
         Self::of_doc_parts(doc.dialect, doc.text, &doc.top, &doc.index, key)
     }
 
+    /// The positions of `forwarded`, made from the parse `doc` (whose positions are `self`)
+    /// by one splice whose `changes` are given ([`crate::json::edit::changes`]), without
+    /// parsing `forwarded`: what no change touches keeps its digest; a touched tool list,
+    /// system prompt or list element is digested again from `forwarded` (its range moved by
+    /// the changes before it). `None` when a change could alter the structure the positions
+    /// describe (one that covers or crosses a tool list, system prompt or element boundary,
+    /// adds or removes an element, or writes one of those members' names at the top level);
+    /// the caller then parses `forwarded` ([`Self::of`]).
+    pub(crate) fn after_changes(
+        &self,
+        doc: &crate::dialect::doc::Doc<'_>,
+        changes: &[crate::json::edit::Change],
+        forwarded: &[u8],
+        key: &DigestKey,
+    ) -> Option<Prefix> {
+        let text = std::str::from_utf8(forwarded).ok()?;
+        let (old, ix, dialect) = (doc.text, Some(&doc.index), doc.dialect);
+        let (system_key, list_key) = member_names(dialect);
+        let member = |names: &[&str]| doc.top.get_any(names).map(|m| m.value.clone());
+        let tools_at = member(&["tools"]);
+        let system_at = member(system_key);
+        let list_at = member(list_key);
+        let elements = match &list_at {
+            Some(list) if scan::slice(old, list).starts_with('[') => {
+                scan::array_in(old, ix, list.start).unwrap_or_default()
+            }
+            Some(list) => vec![list.clone()],
+            None => Vec::new(),
+        };
+        if elements.len() != self.messages.len() {
+            return None;
+        }
+        let mut out = self.clone();
+        // Where each change lies: inside one unit (recomputed), or outside all of them.
+        let mut tools_touched = false;
+        let mut system_touched = false;
+        let mut touched = vec![false; elements.len()];
+        for (n, c) in changes.iter().enumerate() {
+            match place(&c.range, tools_at.as_ref())? {
+                Place::Inside => {
+                    tools_touched = true;
+                    continue;
+                }
+                Place::Outside => {}
+            }
+            match place(&c.range, system_at.as_ref())? {
+                Place::Inside => {
+                    system_touched = true;
+                    continue;
+                }
+                Place::Outside => {}
+            }
+            // The list: a change inside it must be inside one element.
+            let in_list = match place(&c.range, list_at.as_ref())? {
+                Place::Inside => true,
+                Place::Outside => false,
+            };
+            let at = elements.partition_point(|el| el.end <= c.range.start);
+            match elements.get(at).map(|el| place(&c.range, Some(el))) {
+                Some(Some(Place::Inside)) => {
+                    touched[at] = true;
+                    continue;
+                }
+                Some(None) => return None,
+                _ => {}
+            }
+            if in_list {
+                // Between elements: one may have been added or removed.
+                return None;
+            }
+            // At the top level, outside every unit: a parameter. It must not name one.
+            // Where its bytes start: moved by the changes before it (an insertion at the same
+            // byte sorted before it is written first).
+            let from = moved(&changes[..n], c.range.start);
+            let written = text.get(from..from + c.new_len)?;
+            let names = system_key.iter().chain(list_key).chain(&["tools"]);
+            for name in names {
+                if written.contains(&format!("\"{name}\"")) {
+                    return None;
+                }
+            }
+        }
+        let new_range = |r: &Range<usize>| {
+            let start = moved(changes, r.start);
+            let grown: isize = changes
+                .iter()
+                .filter(|c| matches!(place(&c.range, Some(r)), Some(Place::Inside)))
+                .map(|c| c.new_len as isize - c.range.len() as isize)
+                .sum();
+            let len = r.len().checked_add_signed(grown)?;
+            Some(start..start + len)
+        };
+        if tools_touched {
+            let r = new_range(tools_at.as_ref()?)?;
+            out.tools = Some(key.digest(b"tools", &[&canonical(text, None, &r)]));
+            out.tool_parts = parts(text, None, &r, key);
+        }
+        if system_touched {
+            let r = new_range(system_at.as_ref()?)?;
+            (out.system, out.system_stable) = system_digests(dialect, text, None, &r, key);
+            out.system_parts = parts(text, None, &r, key);
+            out.billing_at = billing_index(dialect, text, None, &r);
+        }
+        for (i, el) in elements.iter().enumerate().filter(|(i, _)| touched[*i]) {
+            let r = new_range(el)?;
+            out.messages[i] = key.digest(b"message", &[&canonical(text, None, &r)]);
+            let role = role_of(dialect, text, None, &r);
+            let was_user = out.first_user == Some(i);
+            let is_user = role.as_deref() == Some("user");
+            if was_user != is_user && out.first_user.is_none_or(|f| i <= f) {
+                // The first user message moved: rare enough to read the whole body again.
+                return None;
+            }
+            out.system_like[i] = matches!(role.as_deref(), Some("system" | "developer"));
+        }
+        Some(out)
+    }
+
     /// [`Self::of_parsed`] over the parts of a parse: its text, top-level object and index.
     fn of_doc_parts(
         dialect: Dialect,
@@ -106,12 +224,7 @@ impl Prefix {
     ) -> Prefix {
         let ix = Some(index);
         let member = |names: &[&str]| top.get_any(names).map(|m| m.value.clone());
-        let (system_key, list_key): (&[&str], &[&str]) = match dialect {
-            Dialect::Anthropic => (&["system"], &["messages"]),
-            Dialect::Openai => (&[], &["messages"]),
-            Dialect::OpenaiResponses => (&["instructions"], &["input"]),
-            Dialect::Gemini => (&["systemInstruction", "system_instruction"], &["contents"]),
-        };
+        let (system_key, list_key) = member_names(dialect);
         let tools_at = member(&["tools"]);
         let tools = tools_at
             .as_ref()
@@ -131,13 +244,7 @@ impl Prefix {
             .unwrap_or_default();
         let billing_at = system_at
             .as_ref()
-            .filter(|_| dialect == Dialect::Anthropic)
-            .and_then(|r| {
-                let billing = volatile::billing_block(text, ix, r)?;
-                scan::array_in(text, ix, r.start)?
-                    .iter()
-                    .position(|el| *el == billing)
-            });
+            .and_then(|r| billing_index(dialect, text, ix, r));
         let mut messages = Vec::new();
         let mut system_like = Vec::new();
         let mut first_user = None;
@@ -268,6 +375,75 @@ impl Prefix {
         }
         Some(key.digest(b"session", &parts))
     }
+}
+
+/// The members that hold the system prompt and the message list on `dialect`.
+fn member_names(dialect: Dialect) -> (&'static [&'static str], &'static [&'static str]) {
+    match dialect {
+        Dialect::Anthropic => (&["system"], &["messages"]),
+        Dialect::Openai => (&[], &["messages"]),
+        Dialect::OpenaiResponses => (&["instructions"], &["input"]),
+        Dialect::Gemini => (&["systemInstruction", "system_instruction"], &["contents"]),
+    }
+}
+
+/// The index of Claude Code's billing block among the system blocks at `r` (Anthropic only).
+fn billing_index(
+    dialect: Dialect,
+    text: &str,
+    ix: Option<&Index>,
+    r: &Range<usize>,
+) -> Option<usize> {
+    if dialect != Dialect::Anthropic {
+        return None;
+    }
+    let billing = volatile::billing_block(text, ix, r)?;
+    scan::array_in(text, ix, r.start)?
+        .iter()
+        .position(|el| *el == billing)
+}
+
+/// Where a change lies against a unit's range ([`Prefix::after_changes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Within the unit's bytes (an insertion at either edge is outside it).
+    Inside,
+    /// Apart from it, or no unit.
+    Outside,
+}
+
+/// Where the change `c` lies against `unit`; `None` when it covers or crosses an edge.
+fn place(c: &Range<usize>, unit: Option<&Range<usize>>) -> Option<Place> {
+    let Some(u) = unit else {
+        return Some(Place::Outside);
+    };
+    if c.is_empty() {
+        // An insertion: inside only strictly between the unit's first and last byte.
+        return Some(if c.start > u.start && c.start < u.end {
+            Place::Inside
+        } else {
+            Place::Outside
+        });
+    }
+    if c.end <= u.start || c.start >= u.end {
+        Some(Place::Outside)
+    } else if c.start >= u.start && c.end <= u.end {
+        Some(Place::Inside)
+    } else {
+        None
+    }
+}
+
+/// Where byte `p` of the original is in the spliced output: `p` moved by every change that
+/// ends at or before it (an insertion at `p` included: it is written before that byte).
+fn moved(changes: &[crate::json::edit::Change], p: usize) -> usize {
+    let mut at = p as isize;
+    for c in changes.iter().take_while(|c| c.range.start <= p) {
+        if c.range.end <= p {
+            at += c.new_len as isize - c.range.len() as isize;
+        }
+    }
+    at.max(0) as usize
 }
 
 /// One keyed digest per element of the array at `r` (empty when it is not an array).
@@ -657,5 +833,55 @@ mod tests {
             )
             .1
         );
+    }
+
+    /// [`Prefix::after_changes`] declines (the caller parses) where a change may alter the
+    /// structure the positions describe, and agrees with a parse where it derives.
+    #[test]
+    fn positions_after_changes_decline_structural_changes() {
+        use crate::json::edit::{changes, splice_all, Edit};
+        let body = r#"{"model":"m","system":"s","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}"#;
+        let doc = crate::dialect::parse(body.as_bytes(), Dialect::Anthropic).unwrap();
+        let client = Prefix::of_doc(&doc, &key());
+        let at = |needle: &str| body.find(needle).unwrap();
+        let run = |edits: Vec<Edit>| {
+            let out = splice_all(body.as_bytes(), &[&edits]).unwrap();
+            let ch = changes(body.as_bytes(), &[&edits]);
+            (
+                client.after_changes(&doc, &ch, &out, &key()),
+                Prefix::of(Dialect::Anthropic, &out, &key()),
+            )
+        };
+        let edit = |start: usize, end: usize, with: &str| Edit {
+            range: start..end,
+            replacement: with.as_bytes().to_vec(),
+        };
+        // Inside one message: derived, as a parse gives it.
+        let a = at("\"a\"");
+        let (got, want) = run(vec![edit(a, a + 3, "\"changed\"")]);
+        assert_eq!(got, want);
+        assert_ne!(got.unwrap().messages[0], client.messages[0]);
+        // A top-level parameter before everything: derived, nothing moved but the ranges.
+        let (got, want) = run(vec![edit(1, 1, r#""stream":true,"#)]);
+        assert_eq!(got, want);
+        // A new message between the two: declined.
+        let between = at(r#"},{"role":"assistant""#) + 1;
+        assert_eq!(
+            run(vec![edit(
+                between,
+                between,
+                r#",{"role":"user","content":"x"}"#
+            )])
+            .0,
+            None
+        );
+        // A change across a message's edge: declined.
+        assert_eq!(run(vec![edit(between - 2, between + 2, "\"}, {")]).0, None);
+        // A top-level member the positions read, added: declined.
+        assert_eq!(run(vec![edit(1, 1, r#""tools":[],"#)]).0, None);
+        // The system prompt replaced whole (its value): derived.
+        let s = at("\"s\"");
+        let (got, want) = run(vec![edit(s, s + 3, r#"[{"type":"text","text":"t"}]"#)]);
+        assert_eq!(got, want);
     }
 }

@@ -194,6 +194,11 @@ pub(crate) struct Opened {
 }
 
 impl Opened {
+    /// The client body's positions (what the turn was opened with).
+    pub(crate) fn client_prefix(&self) -> &Prefix {
+        &self.client
+    }
+
     /// The session's name.
     pub(crate) fn session(&self) -> &str {
         &self.session
@@ -470,6 +475,19 @@ impl SessionTracker {
     /// response's write wait, [`Self::write_state`], so the next turn finds it on any
     /// instance).
     pub(crate) fn commit_turn(&self, opened: Opened, t: &TurnInput<'_>) -> (TurnAccount, Prefix) {
+        self.commit_turn_at(opened, t, None)
+    }
+
+    /// [`Self::commit_turn`] with the forwarded positions already known (`forwarded`: derived
+    /// from the request's one parse and its changes, [`Prefix::after_changes`]); `None`: read
+    /// from `t.forwarded` (no parse when it is the client's body).
+    pub(crate) fn commit_turn_at(
+        &self,
+        opened: Opened,
+        t: &TurnInput<'_>,
+        forwarded: Option<Prefix>,
+    ) -> (TurnAccount, Prefix) {
+        let known = forwarded;
         let Opened {
             session,
             model,
@@ -478,7 +496,9 @@ impl SessionTracker {
             prev,
             idle_ms,
         } = opened;
-        let forwarded = if t.forwarded == t.client {
+        let forwarded = if let Some(known) = known {
+            known
+        } else if t.forwarded == t.client {
             client.clone()
         } else {
             Prefix::of(t.dialect, t.forwarded, t.key).unwrap_or_else(|| client.clone())

@@ -15,6 +15,33 @@ pub struct Edit {
     pub replacement: Vec<u8>,
 }
 
+/// What one edit of a splice did, without its bytes: `range` of the original replaced by
+/// `new_len` bytes. What a caller needs to map a range of the original to the output
+/// ([`changes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Change {
+    /// Byte range of the original body replaced.
+    pub range: Range<usize>,
+    /// Length of its replacement, bytes.
+    pub new_len: usize,
+}
+
+/// The edits of `groups` that change a byte (a replacement other than the bytes it replaces),
+/// sorted by position, as [`Change`]s: how [`splice_changed`]'s output relates to `original`.
+pub(crate) fn changes(original: &[u8], groups: &[&[Edit]]) -> Vec<Change> {
+    let mut out: Vec<Change> = groups
+        .iter()
+        .flat_map(|g| g.iter())
+        .filter(|e| original.get(e.range.clone()) != Some(e.replacement.as_slice()))
+        .map(|e| Change {
+            range: e.range.clone(),
+            new_len: e.replacement.len(),
+        })
+        .collect();
+    out.sort_by_key(|c| (c.range.start, c.range.end));
+    out
+}
+
 /// Why a set of edits could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum EditError {
