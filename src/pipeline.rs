@@ -20,43 +20,21 @@ use crate::accounting::prefix::{DigestKey, Prefix};
 use crate::accounting::session::{ColdMemo, Opened, SessionTracker, TurnInput};
 use crate::accounting::TurnAccount;
 use crate::caching::CacheTtl;
-use crate::dialect::doc::Doc;
+use crate::dialect::doc::{Doc, ParsedBody};
 use crate::dialect::{Dialect, ParseError};
 use crate::images::cache::TranscodeCache;
 use crate::images::recovery::ImageRejectionKind;
 use crate::images::retired::{ColdInputs, RetiredSet};
 use crate::reasoning::carriers::StoreLookup;
 use crate::rewrite::{
-    rewrite_parsed, ReasoningInputs, RewriteContext, RewriteOutcome, RewriteReport, VerdictLookup,
+    rewrite_parsed, PassMemo, ReasoningInputs, RewriteContext, RewriteOutcome, RewriteReport,
+    VerdictLookup,
 };
 use crate::route::Route;
 use crate::state::load::{Reads, Snapshot, Want};
 use crate::state::rejected::ScopedRejections;
 use crate::state::{Field, Store};
 use crate::wire::decode::DecodeError;
-
-self_cell::self_cell!(
-    /// A request body, decoded (`content-encoding` undone), with its one parse: the
-    /// [`Doc`] every run of the request's passes reads. Built by [`prepare`]; shared between
-    /// runs (an `Arc`), so a run after the load phase or on the image lane parses nothing.
-    pub(crate) struct ParsedBody {
-        owner: Bytes,
-        #[covariant]
-        dependent: Doc,
-    }
-);
-
-impl ParsedBody {
-    /// The decoded body's bytes (what the passes edit).
-    pub(crate) fn bytes(&self) -> &[u8] {
-        self.borrow_owner()
-    }
-
-    /// Its parse.
-    pub(crate) fn doc(&self) -> &Doc<'_> {
-        self.borrow_dependent()
-    }
-}
 
 /// Why [`prepare`] could not give the passes a body: the request then goes upstream as sent.
 #[derive(Debug)]
@@ -80,8 +58,7 @@ pub(crate) fn prepare(plan: &Plan, input: &Bytes) -> Result<Arc<ParsedBody>, Unr
                 .map_err(Unread::Decode)?,
         )
     };
-    let dialect = plan.dialect;
-    ParsedBody::try_new(decoded, |b| crate::dialect::parse(b, dialect))
+    ParsedBody::parse(decoded, plan.dialect)
         .map(Arc::new)
         .map_err(Unread::Shape)
 }
@@ -155,6 +132,14 @@ pub(crate) enum Step {
     /// The run needs records the store's memory does not hold ([`Reads::wanting`]): it
     /// committed nothing; the passes run again on what the load phase reads.
     Load(Vec<Want>),
+    /// The run deferred image work that needs a decode (`RunFor::defer`): it committed
+    /// nothing; `decode_bytes` is what the decodes will allocate at most (bytes,
+    /// [`crate::images::ImageReport::decode_bytes`]), and `reuse` what the run that does
+    /// them starts from ([`RunFor::reuse`]).
+    Deferred {
+        decode_bytes: u64,
+        reuse: Arc<Reuse>,
+    },
 }
 
 /// What a run of the passes is for (see [`run`]).
@@ -171,6 +156,21 @@ pub(crate) struct RunFor {
     /// Most bytes one image's decode may allocate: what was reserved in the memory budget
     /// ([`crate::rewrite::RewriteContext::decode_allowance`]).
     pub decode_allowance: u64,
+    /// What a run that deferred image work computed ([`Step::Deferred`]): the run that does
+    /// the image work reuses it and runs only the image passes again.
+    pub reuse: Option<Arc<Reuse>>,
+}
+
+/// What a run that deferred image work leaves for the run that does it: the opened session
+/// and cold-cache inputs, and what the passes other than the image passes computed
+/// ([`PassMemo`]). Valid for the same request, body and store snapshot.
+#[derive(Debug)]
+pub(crate) struct Reuse {
+    opened: Option<Opened>,
+    cold: Option<ColdMemo>,
+    /// The session that had no record (for the log line the run doing the work writes).
+    unrecorded: Option<String>,
+    passes: PassMemo,
 }
 
 /// One run of the passes on `body` (the request's one parse, [`prepare`]), wherever it runs:
@@ -193,14 +193,16 @@ pub(crate) fn run(
         memo,
         defer,
         decode_allowance,
+        reuse,
     } = run_for;
     let (decoded, doc) = (body.bytes(), body.doc());
     let key = &plan.digest_key;
     let reads = Reads::new(&plan.store, snapshot);
-    let opened = if begin_turn {
-        open(plan, doc, key, &reads)
-    } else {
-        None
+    let opened = match &reuse {
+        // The deferred run opened it (on the same snapshot).
+        Some(r) => r.opened.clone(),
+        None if begin_turn => open(plan, doc, key, &reads),
+        None => None,
     };
     if reads.wanting() {
         // The session's record first: the passes read its retired images.
@@ -209,8 +211,8 @@ pub(crate) fn run(
     let route = &plan.route;
     // A session with no record (new, or its record purged or unreadable) makes no
     // cold-cache decision on this turn.
-    let mut unrecorded = None;
-    let memo = memo.or_else(|| {
+    let mut unrecorded = reuse.as_ref().and_then(|r| r.unrecorded.clone());
+    let memo = memo.or_else(|| reuse.as_ref()?.cold.clone()).or_else(|| {
         let o = opened.as_ref()?;
         let (memo, known) = o.cold_memo(
             cold_route_ttl(
@@ -236,12 +238,21 @@ pub(crate) fn run(
         defer,
         decode_allowance,
     };
-    run_passes(plan, doc, recovery, cold, images, &reads).map(|outcome| {
+    let mut passes = reuse.as_ref().map(|r| r.passes.clone()).unwrap_or_default();
+    run_passes(plan, doc, recovery, cold, images, &reads, &mut passes).map(|outcome| {
         if reads.wanting() {
             return Step::Load(reads.wants());
         }
         if outcome.report.images.deferred > 0 {
-            return Step::Done(Box::new((outcome, (None, None), memo)));
+            return Step::Deferred {
+                decode_bytes: outcome.report.images.decode_bytes,
+                reuse: Arc::new(Reuse {
+                    opened,
+                    cold: memo,
+                    unrecorded,
+                    passes,
+                }),
+            };
         }
         if let Some(session) = unrecorded.filter(|_| outcome.report.images.seen > 0) {
             // A lost record costs one collapse: say why the images changed.
@@ -301,6 +312,7 @@ fn turn_input<'a>(
 /// for a body whose positions cannot be read.
 fn open(plan: &Plan, doc: &Doc<'_>, key: &DigestKey, reads: &Reads<'_>) -> Option<Opened> {
     let sessions = plan.sessions.as_ref()?;
+    crate::rewrite::count_pass("open");
     let none = RewriteReport::default();
     let body = doc.text.as_bytes();
     sessions.open_doc(&turn_input(plan, key, body, body, &none, None), doc, reads)
@@ -365,6 +377,7 @@ fn run_passes(
     cold: Option<ColdInputs<'_>>,
     images: ImageWork,
     reads: &Reads<'_>,
+    memo: &mut PassMemo,
 ) -> Result<RewriteOutcome, ParseError> {
     let route = &plan.route;
     let rejected = ScopedRejections::new(&plan.store, &plan.credential_scope);
@@ -399,7 +412,7 @@ fn run_passes(
         cache: &route.cache,
         cold,
     };
-    let first = rewrite_parsed(&ctx, &carriers, doc)?;
+    let first = rewrite_parsed(&ctx, &carriers, doc, memo)?;
     let sees_no_images = first
         .reasoning_route
         .as_ref()
@@ -410,7 +423,7 @@ fn run_passes(
             image_recovery: Some(ImageRejectionKind::ModelCannotSeeImages),
             ..ctx
         };
-        return rewrite_parsed(&ctx, &carriers, doc);
+        return rewrite_parsed(&ctx, &carriers, doc, memo);
     }
     Ok(first)
 }

@@ -21,7 +21,9 @@
 use crate::caching::{self, Breakpoints, CacheSettings, CacheTtl};
 use crate::config::ImagesConfig;
 use crate::dialect;
-use crate::dialect::doc::Doc;
+use std::sync::Arc;
+
+use crate::dialect::doc::{Doc, ParsedBody};
 use crate::dialect::{Dialect, ParseError};
 use crate::images::cache::Transcodes;
 use crate::images::passes::{self, Settings};
@@ -179,7 +181,7 @@ pub fn rewrite_request(
     body: &[u8],
 ) -> Result<RewriteOutcome, ParseError> {
     let doc = dialect::parse(body, ctx.dialect)?;
-    rewrite_doc(ctx, body, &doc)
+    rewrite_doc(ctx, body, &doc, &mut DocMemo::default())
 }
 
 /// [`rewrite_request`] with pass 5, carrier restore ([`crate::reasoning::restore`]), reading
@@ -198,40 +200,91 @@ pub(crate) fn rewrite_with_restore(
     body: &[u8],
 ) -> Result<RewriteOutcome, ParseError> {
     let doc = dialect::parse(body, ctx.dialect)?;
-    rewrite_parsed(ctx, carriers, &doc)
+    rewrite_parsed(ctx, carriers, &doc, &mut PassMemo::default())
 }
 
 /// [`rewrite_with_restore`] over the request's one parse, `doc` (the body is `doc.text`):
 /// no parse of its own, except of the restored body when restore re-attached a carrier (the
 /// passes then run on that body).
 ///
+/// `memo` keeps what the passes other than the image passes computed over each parse (the
+/// restored body and its parse, the prompt-cache passes' edits, shaping's decision for a
+/// given first changed byte): a run that deferred image work
+/// ([`RewriteContext::defer_image_work`]) leaves it for the run that does the image work, which
+/// then runs only the image passes again (and shaping only when the image edits move the first
+/// changed byte it reads). Start with [`PassMemo::default`]; a memo is only valid for the same
+/// body, context (but for `defer_image_work`, `decode_allowance` and `image_recovery`, which
+/// only the image passes read) and store snapshot.
+///
 /// Errors: as [`rewrite_request`] (a shape the passes cannot read).
 pub(crate) fn rewrite_parsed(
     ctx: &RewriteContext<'_>,
     carriers: &dyn TurnLookup,
     doc: &Doc<'_>,
+    memo: &mut PassMemo,
 ) -> Result<RewriteOutcome, ParseError> {
     let body = doc.text.as_bytes();
-    let Some((restored, counts, reasons)) = restore_pass(ctx, carriers, doc) else {
-        return rewrite_doc(ctx, body, doc);
+    let restored = memo
+        .restored
+        .get_or_insert_with(|| {
+            let (new, counts, reasons) = restore_pass(ctx, carriers, doc)?;
+            // Cannot fail for edits of one parse; then the original goes through the passes.
+            let parsed = ParsedBody::parse(bytes::Bytes::from(new), ctx.dialect).ok()?;
+            Some(Arc::new(RestoredBody {
+                parsed,
+                counts,
+                reasons,
+            }))
+        })
+        .clone();
+    let Some(restored) = restored else {
+        return rewrite_doc(ctx, body, doc, &mut memo.on_client);
     };
-    let mut out = match dialect::parse(&restored, ctx.dialect) {
-        Ok(doc) => rewrite_doc(ctx, &restored, &doc)?,
-        // Cannot happen for edits of one parse; the original goes through the passes.
-        Err(_) => return rewrite_doc(ctx, body, doc),
-    };
-    let sent = out.body.take().unwrap_or(restored);
+    let new = restored.parsed.bytes();
+    let mut out = rewrite_doc(ctx, new, restored.parsed.doc(), &mut memo.on_restored)?;
+    let sent = out.body.take().unwrap_or_else(|| new.to_vec());
     if sent == body {
         // Shaping took off all that was restored (a route that reads none of it): the
         // request is the client's, and the report says what the passes do to it.
-        return rewrite_doc(ctx, body, doc);
+        return rewrite_doc(ctx, body, doc, &mut memo.on_client);
     }
     out.body = Some(sent);
     // The passes' changes are of the restored body, not of `doc`.
     out.changes = None;
-    out.report.restore = counts;
-    out.report.reasons.splice(0..0, reasons);
+    out.report.restore = restored.counts.clone();
+    out.report
+        .reasons
+        .splice(0..0, restored.reasons.iter().cloned());
     Ok(out)
+}
+
+/// What [`rewrite_parsed`] keeps between runs of one request's passes (see there).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct PassMemo {
+    /// Restore's result: `None` not run yet, `Some(None)` nothing restored.
+    restored: Option<Option<Arc<RestoredBody>>>,
+    /// The passes over the client's parse.
+    on_client: DocMemo,
+    /// The passes over the restored body's parse.
+    on_restored: DocMemo,
+}
+
+/// A body restore re-attached carriers to, parsed, with what was restored and why.
+#[derive(Debug)]
+struct RestoredBody {
+    parsed: ParsedBody,
+    counts: RestoreCounts,
+    reasons: Vec<String>,
+}
+
+/// What the passes other than the image passes computed over one parse.
+#[derive(Debug, Default, Clone)]
+struct DocMemo {
+    /// The prompt-cache passes' edits ([`cache_passes`]).
+    cached: Option<CacheEdits>,
+    /// Shaping's decision for the first changed byte it was told ([`shape_pass`]), with the
+    /// reasoning route and the omitted fields it set on the outcome.
+    shaped: Option<(Option<usize>, Shaped, ResolvedRoute, FieldSet)>,
 }
 
 /// Benchmarks: the turns a body's own assistant messages carry, captured as the response
@@ -289,12 +342,30 @@ pub fn rewrite_known(
     rewrite_with_restore(ctx, known, body)
 }
 
+// Tests: how many times each pass ran on this thread (`"images"`, `"restore"`, `"cache"`,
+// `"shape"`; the pipeline adds `"open"`), to check what a run reuses.
+#[cfg(test)]
+thread_local! {
+    pub(crate) static PASS_RUNS: std::cell::RefCell<std::collections::BTreeMap<&'static str, usize>> =
+        const { std::cell::RefCell::new(std::collections::BTreeMap::new()) };
+}
+
+/// Tests: count a run of `pass` ([`PASS_RUNS`]); nothing outside tests.
+#[inline]
+pub(crate) fn count_pass(pass: &'static str) {
+    #[cfg(test)]
+    PASS_RUNS.with(|r| *r.borrow_mut().entry(pass).or_default() += 1);
+    #[cfg(not(test))]
+    let _ = pass;
+}
+
 /// Pass 5: the restored body, what was restored and why; `None` when nothing was.
 fn restore_pass(
     ctx: &RewriteContext<'_>,
     carriers: &dyn TurnLookup,
     doc: &Doc<'_>,
 ) -> Option<(Vec<u8>, RestoreCounts, Vec<String>)> {
+    count_pass("restore");
     let inputs = ctx.reasoning.as_ref()?;
     let model = doc.model.as_deref().or(inputs.path_model)?;
     if inputs
@@ -326,11 +397,13 @@ fn restore_pass(
     Some((new, restored.counts, restored.reasons))
 }
 
-/// The passes after restore over one parse of `body` (`doc`).
+/// The passes after restore over one parse of `body` (`doc`), reusing what `memo` holds of an
+/// earlier run over the same parse.
 fn rewrite_doc(
     ctx: &RewriteContext<'_>,
     body: &[u8],
     doc: &Doc<'_>,
+    memo: &mut DocMemo,
 ) -> Result<RewriteOutcome, ParseError> {
     let (mut image_edits, mut outcome) = image_passes(ctx, doc);
     outcome.answers = dialect::last_message(doc)
@@ -354,7 +427,10 @@ fn rewrite_doc(
         outcome.report.usage_in_streams = true;
         outcome.report.reasons.push(stream_usage::REASON.to_owned());
     }
-    let cached = cache_passes(ctx, doc);
+    let cached = memo
+        .cached
+        .get_or_insert_with(|| cache_passes(ctx, doc))
+        .clone();
     let Some(inputs) = &ctx.reasoning else {
         let groups: [&[Edit]; 2] = [&image_edits, &cached.edits];
         if let Ok(new) = json::edit::splice_changed(body, &groups) {
@@ -377,7 +453,25 @@ fn rewrite_doc(
         .map(|e| e.range.start)
         .chain(cached.changed_from)
         .min();
-    let shaped = shape_pass(inputs, doc, first_changed_byte, &mut outcome);
+    let shaped = match &memo.shaped {
+        Some((at, shaped, route, omit)) if *at == first_changed_byte => {
+            outcome.reasoning_route = Some(route.clone());
+            outcome.omitted = omit.clone();
+            shaped.clone()
+        }
+        _ => {
+            let shaped = shape_pass(inputs, doc, first_changed_byte, &mut outcome);
+            if let Some(route) = &outcome.reasoning_route {
+                memo.shaped = Some((
+                    first_changed_byte,
+                    shaped.clone(),
+                    route.clone(),
+                    outcome.omitted.clone(),
+                ));
+            }
+            shaped
+        }
+    };
     let groups: [&[Edit]; 3] = [&image_edits, &shaped.edits, &cached.edits];
     if let Ok(new) = json::edit::splice_changed(body, &groups) {
         outcome.body = new.filter(|n| n != body);
@@ -408,7 +502,7 @@ fn rewrite_doc(
 }
 
 /// The prompt-cache passes' edits of one body ([`cache_passes`]).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct CacheEdits {
     edits: Vec<Edit>,
     /// Lowest byte the stabilisers remove (for shaping's binding check).
@@ -425,6 +519,7 @@ struct CacheEdits {
 /// mark a block a stabiliser removes. A 1-hour `cache_ttl` places 1-hour markers, except for a
 /// (host, model) learned to reject [`caching::EXTENDED_CACHE_TTL_BETA`]: 5-minute markers there.
 fn cache_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> CacheEdits {
+    count_pass("cache");
     let mut out = CacheEdits::default();
     if ctx.dialect != Dialect::Anthropic {
         return out;
@@ -600,6 +695,7 @@ fn shape_pass(
     first_changed_byte: Option<usize>,
     outcome: &mut RewriteOutcome,
 ) -> Shaped {
+    count_pass("shape");
     let model = outcome.report.model.as_deref().or(inputs.path_model);
     let route = reasoning::for_request(inputs.provider, inputs.upstream_path, model);
     let omit = model
@@ -650,6 +746,7 @@ fn first_difference(a: &[u8], b: &[u8]) -> usize {
 /// Passes 1–4: the image passes ([`crate::images::passes`]) over `doc`'s image sites, on
 /// every dialect. Returns their edits (of the original bytes) and the outcome so far.
 fn image_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> (Vec<Edit>, RewriteOutcome) {
+    count_pass("images");
     let walk = dialect::image_sites(doc, ctx.images.agent_images_in_user_turns);
     let model = walk.model.clone();
     let profile = ImageProfile::for_request(
@@ -1485,7 +1582,8 @@ mod cache_tests {
                             ..ctx(&images, &provider, cache, None, &())
                         };
                         let doc = dialect::parse(body.as_bytes(), Dialect::Anthropic).unwrap();
-                        let out = rewrite_doc(&c, body.as_bytes(), &doc).unwrap();
+                        let out = rewrite_doc(&c, body.as_bytes(), &doc, &mut DocMemo::default())
+                            .unwrap();
                         let (Some(sent), Some(changes)) = (&out.body, &out.changes) else {
                             continue;
                         };

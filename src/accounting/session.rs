@@ -181,6 +181,7 @@ pub(crate) struct ColdMemo {
 }
 
 /// A session opened for a turn before the passes run ([`SessionTracker::open`]).
+#[derive(Debug, Clone)]
 pub(crate) struct Opened {
     session: String,
     /// The model the body names (else the caller's).

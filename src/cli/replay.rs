@@ -639,6 +639,7 @@ impl Session {
             memo: None,
             defer: false,
             decode_allowance: u64::MAX,
+            reuse: None,
         };
         // Replay's store is in memory: nothing to load.
         let memory = Snapshot::memory_only();
@@ -647,7 +648,8 @@ impl Session {
             .and_then(
                 |parsed| match pipeline::run(&plan, &parsed, run_for, &memory) {
                     Ok(Step::Done(done)) => Some(*done),
-                    Ok(Step::Load(_)) | Err(_) => None,
+                    // Replay defers nothing and its store is in memory: neither happens.
+                    Ok(Step::Load(_) | Step::Deferred { .. }) | Err(_) => None,
                 },
             );
         match done {

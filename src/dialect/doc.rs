@@ -35,6 +35,39 @@ impl Doc<'_> {
     }
 }
 
+self_cell::self_cell!(
+    /// A request body, decoded (`content-encoding` undone), with its one parse: the
+    /// [`Doc`] every run of the request's passes reads ([`ParsedBody::parse`]); shared between
+    /// runs (an `Arc`), so a run after the load phase or on the image lane parses nothing
+    /// (`crate::pipeline`).
+    pub(crate) struct ParsedBody {
+        owner: bytes::Bytes,
+        #[covariant]
+        dependent: Doc,
+    }
+
+    impl {Debug}
+);
+
+impl ParsedBody {
+    /// Parse `bytes` as `dialect` ([`super::parse`]), keeping both.
+    ///
+    /// Errors: as [`super::parse`].
+    pub(crate) fn parse(bytes: bytes::Bytes, dialect: Dialect) -> Result<Self, super::ParseError> {
+        Self::try_new(bytes, |b| super::parse(b, dialect))
+    }
+
+    /// The decoded body's bytes (what the passes edit).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.borrow_owner()
+    }
+
+    /// Its parse.
+    pub(crate) fn doc(&self) -> &Doc<'_> {
+        self.borrow_dependent()
+    }
+}
+
 /// One message of a `messages` list.
 #[derive(Debug, Clone)]
 pub(crate) struct Turn {

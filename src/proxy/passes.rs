@@ -12,11 +12,12 @@ use http::header::{self, HeaderMap, HeaderValue};
 use crate::accounting::prefix::Prefix;
 use crate::accounting::session::ColdMemo;
 use crate::accounting::TurnAccount;
+use crate::dialect::doc::ParsedBody;
 use crate::dialect::ParseError;
 use crate::images::recovery::ImageRejectionKind;
 use crate::images::retired::RetiredSet;
 pub(crate) use crate::pipeline::Plan;
-use crate::pipeline::{self, is_identity, ParsedBody, RunFor, Step, Unread};
+use crate::pipeline::{self, is_identity, RunFor, Step, Unread};
 use crate::proxy::ctx::BodyFate;
 use crate::reasoning::ResolvedRoute;
 use crate::response::fingerprint::Digest;
@@ -239,6 +240,7 @@ pub(crate) async fn run(
         memo,
         defer: schedule.defer,
         decode_allowance: u64::MAX,
+        reuse: None,
     };
     let mut input = Input::Received(original.clone());
     let mut joined = in_lane(schedule.first, plan, pools, &input, &run_for, &before).await;
@@ -254,14 +256,20 @@ pub(crate) async fn run(
         snapshot = Arc::new(Snapshot::clone(&snapshot).after(read, round));
         joined = in_lane(schedule.first, plan, pools, &input, &run_for, &snapshot).await;
     }
-    let decode = match &joined {
-        Ok(Ok((parsed, Ok(Step::Done(done))))) if done.0.report.images.deferred > 0 => {
+    let deferred = match &joined {
+        Ok(Ok((
+            parsed,
+            Ok(Step::Deferred {
+                decode_bytes,
+                reuse,
+            }),
+        ))) => {
             input = Input::Parsed(Arc::clone(parsed));
-            Some(done.0.report.images.decode_bytes)
+            Some((*decode_bytes, Arc::clone(reuse)))
         }
         _ => None,
     };
-    if let Some(need) = decode {
+    if let Some((need, reuse)) = deferred {
         // Some image needs a decode: its memory first, reserved in the budget the bodies use
         // (`max_buffered_bytes`), waiting for room as a body does; no room in time, or more
         // than the whole budget, leaves the images that need it as sent.
@@ -272,19 +280,22 @@ pub(crate) async fn run(
         }
         run_for.defer = false;
         run_for.decode_allowance = if reserved.is_some() { need } else { 0 };
+        run_for.reuse = Some(reuse);
         // Memory and what was loaded only: this run never stops for a load.
         let snapshot = Arc::new(Snapshot::clone(&snapshot).after(Snapshot::default(), MAX_LOADS));
-        // The passes again on the image lane, over the same parse (the deferred run committed
-        // nothing), so what is sent never depends on the lane.
+        // The image work on the image lane, over the same parse, from what the deferred run
+        // computed (it committed nothing): the image passes run again, the others are reused,
+        // so what is sent never depends on the lane.
         joined = in_lane(Lane::Images, plan, pools, &input, &run_for, &snapshot).await;
         drop(reserved);
     }
     let route = &plan.route.name;
     let (outcome, (turn, forwarded_prefix), memo) = match joined {
         Ok(Ok((_, Ok(Step::Done(done))))) => *done,
-        Ok(Ok((_, Ok(Step::Load(_))))) => {
-            // Cannot happen: a run after the load reads memory only and wants nothing.
-            tracing::warn!(target: "cachekeeper::rewrite", route = %route, "the passes wanted records after the load phase; forwarding the original request");
+        Ok(Ok((_, Ok(Step::Load(_) | Step::Deferred { .. })))) => {
+            // Cannot happen: a run after the load reads memory only and wants nothing, and the
+            // image lane's run defers nothing.
+            tracing::warn!(target: "cachekeeper::rewrite", route = %route, "the passes stopped after the load phase or on the image lane; forwarding the original request");
             return Passed::unchanged(original, BodyFate::PassFailed);
         }
         Ok(Ok((_, Err(e)))) | Ok(Err(Unread::Shape(e))) => {
@@ -589,6 +600,7 @@ mod tests {
             memo: None,
             defer: false,
             decode_allowance: u64::MAX,
+            reuse: None,
         };
         let input = Input::Received(bmp.clone());
         let (_, direct) = in_lane(Lane::Images, &plan, &pools, &input, &run_for, &before)
@@ -640,5 +652,99 @@ mod tests {
         assert_eq!(passed.report.images.repaired, 1);
         assert_eq!(passed.report.images.failed_open, 0);
         assert_eq!(large.reserved_bytes(), 0, "returned after the decode");
+    }
+
+    /// Issue 27 item 5: a body whose image needs a decode runs only the image work again on
+    /// the image lane. The deferred run opens the session, restores, runs the prompt-cache
+    /// passes and shaping; the run that does the decode reuses all of that (shaping too, as the
+    /// first changed byte it reads is the same: a media-type repair before the BMP) and runs
+    /// only the image passes, over the same parse; its bytes are those of a run that never
+    /// deferred.
+    #[test]
+    fn a_decode_runs_only_the_image_work_again() {
+        use crate::accounting::session::SessionTracker;
+        use crate::rewrite::PASS_RUNS;
+        use base64::Engine as _;
+        let store = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 20);
+        let mut plan = Arc::into_inner(plan(&store)).unwrap();
+        plan.sessions = Some(Arc::new(SessionTracker::new(store.clone())));
+        let encode = |format: image::ImageFormat| {
+            let mut out = std::io::Cursor::new(Vec::new());
+            image::RgbImage::from_pixel(8, 8, image::Rgb([200, 30, 30]))
+                .write_to(&mut out, format)
+                .unwrap();
+            base64::engine::general_purpose::STANDARD.encode(out.into_inner())
+        };
+        let (png, bmp) = (
+            encode(image::ImageFormat::Png),
+            encode(image::ImageFormat::Bmp),
+        );
+        let body = Bytes::from(format!(
+            r#"{{"model":"claude-sonnet-4-5","max_tokens":1,"messages":[{{"role":"user","content":[{{"type":"image","source":{{"type":"base64","media_type":"image/jpeg","data":"{png}"}}}},{{"type":"image","source":{{"type":"base64","media_type":"image/bmp","data":"{bmp}"}}}},{{"type":"text","text":"what are they?"}}]}}]}}"#
+        ));
+        let runs = || PASS_RUNS.with(|r| r.borrow().clone());
+        let memory = Snapshot::memory_only();
+        let parsed = pipeline::prepare(&plan, &body).unwrap();
+        let first = RunFor {
+            recovery: None,
+            begin_turn: true,
+            memo: None,
+            defer: true,
+            decode_allowance: u64::MAX,
+            reuse: None,
+        };
+        let before = runs();
+        let parses = crate::json::PARSES.with(std::cell::Cell::get);
+        let Ok(Step::Deferred { reuse, .. }) =
+            pipeline::run(&plan, &parsed, first.clone(), &memory)
+        else {
+            panic!("the BMP needs a decode");
+        };
+        let deferred = runs();
+        let second = RunFor {
+            defer: false,
+            reuse: Some(reuse),
+            ..first.clone()
+        };
+        let Ok(Step::Done(done)) = pipeline::run(&plan, &parsed, second, &memory) else {
+            panic!("the image run completes");
+        };
+        let after = runs();
+        let ran = |from: &std::collections::BTreeMap<&str, usize>,
+                   to: &std::collections::BTreeMap<&str, usize>,
+                   pass: &str| {
+            to.get(pass).copied().unwrap_or(0) - from.get(pass).copied().unwrap_or(0)
+        };
+        for pass in ["open", "restore", "cache", "shape", "images"] {
+            assert_eq!(ran(&before, &deferred, pass), 1, "deferred run: {pass}");
+        }
+        for pass in ["open", "restore", "cache", "shape"] {
+            assert_eq!(ran(&deferred, &after, pass), 0, "image run: {pass} reused");
+        }
+        assert_eq!(ran(&deferred, &after, "images"), 1);
+        assert_eq!(
+            crate::json::PARSES.with(std::cell::Cell::get),
+            parses,
+            "no parse"
+        );
+        let (outcome, (turn, _), _) = *done;
+        assert_eq!(
+            outcome.report.images.repaired, 2,
+            "{:?}",
+            outcome.report.reasons
+        );
+        assert_eq!(turn.map(|t| t.turn), Some(1));
+        // The same bytes as a run that never deferred, on a fresh session store.
+        let fresh = Store::with_backend(Box::new(MemoryBackend::new()), 0, u64::MAX, 1 << 20);
+        plan.sessions = Some(Arc::new(SessionTracker::new(fresh)));
+        let direct = RunFor {
+            defer: false,
+            ..first
+        };
+        let Ok(Step::Done(direct)) = pipeline::run(&plan, &parsed, direct, &memory) else {
+            panic!("a direct run completes");
+        };
+        assert_eq!(direct.0.body, outcome.body);
+        assert_eq!(direct.0.report.reasons, outcome.report.reasons);
     }
 }
