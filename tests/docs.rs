@@ -474,3 +474,36 @@ fn shipped_proxy_toml_names_every_documented_key() {
     assert!(missing.is_empty(), "proxy.toml lacks {missing:?}");
     assert!(toml.contains("[[pricing]]"));
 }
+
+/// README's minimal `proxy.toml` is a config the binary accepts, with the routes it shows.
+#[test]
+fn readme_minimal_config_loads() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut after_heading = false;
+    let mut in_block = false;
+    let mut block = String::new();
+    for event in parser(&readme) {
+        match event {
+            Event::Start(Tag::Heading { .. }) => after_heading = false,
+            Event::Text(t) if t.contains("A minimal ") => after_heading = true,
+            Event::Start(Tag::CodeBlock(pulldown_cmark::CodeBlockKind::Fenced(lang)))
+                if after_heading && lang.as_ref() == "toml" && block.is_empty() =>
+            {
+                in_block = true;
+            }
+            Event::Text(t) if in_block => block.push_str(&t),
+            Event::End(TagEnd::CodeBlock) => in_block = false,
+            _ => {}
+        }
+    }
+    assert!(block.contains("[[routes]]"), "no toml block under README's minimal config heading");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.toml");
+    std::fs::write(&path, &block).unwrap();
+    let out = Command::new(BIN).arg("check").arg("--config").arg(&path).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    for route in ["anthropic", "openai"] {
+        assert!(stdout.contains(route), "{route} not in: {stdout}");
+    }
+}
