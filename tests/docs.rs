@@ -129,7 +129,11 @@ fn normalise(path: &Path) -> Option<PathBuf> {
 
 /// Why `dest` (a link found in `from`, or a path relative to the repository when `from` is
 /// None) does not resolve, or None when it does. External links are not followed.
-fn broken(from: &Path, dest: &str, cache: &mut HashMap<PathBuf, BTreeSet<String>>) -> Option<String> {
+fn broken(
+    from: &Path,
+    dest: &str,
+    cache: &mut HashMap<PathBuf, BTreeSet<String>>,
+) -> Option<String> {
     if dest.contains("://") || dest.starts_with("mailto:") {
         return None;
     }
@@ -153,23 +157,35 @@ fn broken(from: &Path, dest: &str, cache: &mut HashMap<PathBuf, BTreeSet<String>
     }
     let anchor = anchor?;
     if target.extension().is_none_or(|e| e != "md") {
-        return Some(format!("{dest}: an anchor into a file that is not Markdown"));
+        return Some(format!(
+            "{dest}: an anchor into a file that is not Markdown"
+        ));
     }
     let known = cache
         .entry(target.clone())
         .or_insert_with(|| anchors(&std::fs::read_to_string(&target).unwrap()));
-    (!known.contains(anchor)).then(|| format!("{dest}: no heading #{anchor} in {}", target.display()))
+    (!known.contains(anchor))
+        .then(|| format!("{dest}: no heading #{anchor} in {}", target.display()))
 }
 
 #[test]
 fn slugs_follow_githubs_rules() {
-    assert_eq!(slug("Crashes (`kill -9`, power loss)"), "crashes-kill--9-power-loss");
+    assert_eq!(
+        slug("Crashes (`kill -9`, power loss)"),
+        "crashes-kill--9-power-loss"
+    );
     assert_eq!(
         slug("`[images]` (overridable per route in `[routes.images]`)"),
         "images-overridable-per-route-in-routesimages"
     );
-    assert_eq!(slug("The stack's floor (`examples/floor_proxy.rs`)"), "the-stacks-floor-examplesfloor_proxyrs");
-    assert_eq!(slug("Running N instances (a load balancer in front, one Redis)"), "running-n-instances-a-load-balancer-in-front-one-redis");
+    assert_eq!(
+        slug("The stack's floor (`examples/floor_proxy.rs`)"),
+        "the-stacks-floor-examplesfloor_proxyrs"
+    );
+    assert_eq!(
+        slug("Running N instances (a load balancer in front, one Redis)"),
+        "running-n-instances-a-load-balancer-in-front-one-redis"
+    );
     let text = "# A\n\n## Same\n\ntext\n\n### Same\n\n```\n# not a heading\n```\n\n## Same\n";
     let got: Vec<String> = anchors(text).into_iter().collect();
     assert_eq!(got, ["a", "same", "same-1", "same-2"]);
@@ -188,12 +204,20 @@ fn every_relative_link_and_anchor_resolves() {
         for dest in links(&text) {
             checked += 1;
             if let Some(why) = broken(&file, &dest, &mut cache) {
-                problems.push(format!("{}: {why}", file.strip_prefix(root()).unwrap().display()));
+                problems.push(format!(
+                    "{}: {why}",
+                    file.strip_prefix(root()).unwrap().display()
+                ));
             }
         }
     }
     assert!(checked > 200, "only {checked} links found");
-    assert!(problems.is_empty(), "{} broken:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} broken:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 /// The files whose comments may cite docs: sources, tests, scripts, benchmarks, the config.
@@ -269,19 +293,29 @@ fn source_comments_cite_docs_that_exist() {
                 let whole_file = line.contains("`README.md`") && !line.contains("README.md#");
                 let elsewhere = line.contains("fixtures/") || line.contains("docs/README.md");
                 if !whole_file && !elsewhere {
-                    problems.push(format!("{rel}:{}: cites README, not docs/: {}", n + 1, line.trim()));
+                    problems.push(format!(
+                        "{rel}:{}: cites README, not docs/: {}",
+                        n + 1,
+                        line.trim()
+                    ));
                 }
             }
         }
     }
     assert!(cited > 100, "only {cited} citations found");
-    assert!(problems.is_empty(), "{} broken:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} broken:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 /// The keys one section of the config accepts, from the binary's own error for an unknown key
 /// there (serde's `deny_unknown_fields`: "expected one of `a`, `b`, …" or "expected `a` or `b`").
 fn accepted_keys(section: &str) -> BTreeSet<String> {
-    const ROUTE: &str = "[[routes]]\nname = \"a\"\nprefix = \"/a\"\nupstream = \"http://127.0.0.1:9\"\n";
+    const ROUTE: &str =
+        "[[routes]]\nname = \"a\"\nprefix = \"/a\"\nupstream = \"http://127.0.0.1:9\"\n";
     let text = match section {
         "" => format!("zz_probe = 1\n{ROUTE}"),
         "routes" => format!("{ROUTE}zz_probe = 1\n"),
@@ -295,9 +329,17 @@ fn accepted_keys(section: &str) -> BTreeSet<String> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("probe.toml");
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(BIN).arg("check").arg("--config").arg(&path).output().unwrap();
+    let out = Command::new(BIN)
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{section}: the probe key was accepted");
+    assert!(
+        !out.status.success(),
+        "{section}: the probe key was accepted"
+    );
     let expected = err
         .split("unknown field `zz_probe`, expected ")
         .nth(1)
@@ -332,7 +374,10 @@ fn documented_keys() -> BTreeMap<String, Vec<String>> {
     let mut first_cell_of_row = false;
     for event in parser(&text) {
         match &event {
-            Event::Start(Tag::Heading { level: HeadingLevel::H2, .. }) => {
+            Event::Start(Tag::Heading {
+                level: HeadingLevel::H2,
+                ..
+            }) => {
                 in_h2 = true;
                 h2_section = None;
             }
@@ -353,7 +398,9 @@ fn documented_keys() -> BTreeMap<String, Vec<String>> {
             Event::Start(Tag::TableHead) => in_head = true,
             Event::End(TagEnd::TableHead) => in_head = false,
             Event::Start(Tag::TableRow) => first_cell_of_row = true,
-            Event::Start(Tag::TableCell) if !in_head && first_cell_of_row => cell = Some(Vec::new()),
+            Event::Start(Tag::TableCell) if !in_head && first_cell_of_row => {
+                cell = Some(Vec::new())
+            }
             Event::End(TagEnd::TableCell) => {
                 first_cell_of_row = false;
                 if let (Some(events), Some(s)) = (cell.take(), &section) {
@@ -381,7 +428,15 @@ fn documented_keys() -> BTreeMap<String, Vec<String>> {
 fn config_reference_documents_every_accepted_key_once() {
     let documented = documented_keys();
     let mut problems = Vec::new();
-    for section in ["", "server", "state", "images", "reasoning", "routes", "pricing"] {
+    for section in [
+        "",
+        "server",
+        "state",
+        "images",
+        "reasoning",
+        "routes",
+        "pricing",
+    ] {
         let accepted = accepted_keys(section);
         let rows = documented.get(section).cloned().unwrap_or_default();
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
@@ -396,7 +451,9 @@ fn config_reference_documents_every_accepted_key_once() {
             }
         }
         for key in counts.keys().filter(|k| !accepted.contains(**k)) {
-            problems.push(format!("[{section}] {key}: documented, but the config refuses it"));
+            problems.push(format!(
+                "[{section}] {key}: documented, but the config refuses it"
+            ));
         }
     }
     // `[routes.images]` takes the `[images]` keys (its row says so; the schema agrees).
@@ -410,7 +467,11 @@ fn shipped_proxy_toml_keys_are_documented() {
     let documented = documented_keys();
     let text = std::fs::read_to_string(root().join("proxy.toml")).unwrap();
     let doc: toml::Table = toml::from_str(&text).unwrap();
-    let has = |section: &str, key: &str| documented.get(section).is_some_and(|k| k.iter().any(|d| d == key));
+    let has = |section: &str, key: &str| {
+        documented
+            .get(section)
+            .is_some_and(|k| k.iter().any(|d| d == key))
+    };
     let mut missing = Vec::new();
     let mut seen = 0;
     for (name, value) in &doc {
@@ -429,7 +490,9 @@ fn shipped_proxy_toml_keys_are_documented() {
                 if !has(name, key) {
                     missing.push(format!("{name}.{key}"));
                 }
-                if let (true, toml::Value::Table(inner)) = (name == "routes" && key == "images", value) {
+                if let (true, toml::Value::Table(inner)) =
+                    (name == "routes" && key == "images", value)
+                {
                     for key in inner.keys().filter(|k| !has("images", k)) {
                         missing.push(format!("routes.images.{key}"));
                     }
@@ -438,7 +501,10 @@ fn shipped_proxy_toml_keys_are_documented() {
         }
     }
     assert!(seen > 40, "only {seen} keys in proxy.toml");
-    assert!(missing.is_empty(), "proxy.toml sets undocumented keys: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "proxy.toml sets undocumented keys: {missing:?}"
+    );
 }
 
 /// Every key of the configuration reference's tables (`| `key` | … |` rows) is in the shipped
@@ -467,7 +533,8 @@ fn shipped_proxy_toml_names_every_documented_key() {
     let named = |k: &str| {
         toml.lines().any(|l| {
             let l = l.trim_start().trim_start_matches('#').trim_start();
-            l.strip_prefix(k).is_some_and(|r| r.trim_start().starts_with('='))
+            l.strip_prefix(k)
+                .is_some_and(|r| r.trim_start().starts_with('='))
         })
     };
     let missing: Vec<&str> = keys.into_iter().filter(|k| !named(k)).collect();
@@ -496,13 +563,25 @@ fn readme_minimal_config_loads() {
             _ => {}
         }
     }
-    assert!(block.contains("[[routes]]"), "no toml block under README's minimal config heading");
+    assert!(
+        block.contains("[[routes]]"),
+        "no toml block under README's minimal config heading"
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("proxy.toml");
     std::fs::write(&path, &block).unwrap();
-    let out = Command::new(BIN).arg("check").arg("--config").arg(&path).output().unwrap();
+    let out = Command::new(BIN)
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for route in ["anthropic", "openai"] {
         assert!(stdout.contains(route), "{route} not in: {stdout}");
     }
