@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate the computer-use sessions that README's "Replay a session" figures come from.
+"""Generate the computer-use sessions that the figures of docs/guide/replay.md come from.
 
     python3 scripts/gen_sessions.py OUTDIR [--seed N] [--route NAME] [--only NAME ...]
                                    [--idle-at TURN] [--billing-line]

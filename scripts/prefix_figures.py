@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print README's "Keep the prefix cacheable" figures: `cachekeeper replay` over the generated
+"""Print the figures of docs/guide/replay.md#what-each-prefix-cache-feature-saves: `cachekeeper replay` over the generated
 computer-use sessions (scripts/gen_sessions.py), one route per policy being compared.
 
     python3 scripts/prefix_figures.py [--bin target/release/cachekeeper] [--keep DIR]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's one test command (README "Test it", and what .ci/run calls): installs what the
+# The project's one test command (docs/dev/testing.md#the-test-command, and what .ci/run calls): installs what the
 # tests need, then runs everything.
 #
 #   1. system packages (Debian names, SYSTEM_PACKAGES below): installed with apt-get when run

@@ -1,7 +1,7 @@
 //! Credential scopes and sealing keys: which tenant a request belongs to, and the key its
 //! stored user content is encrypted under, without keeping the credential.
 //!
-//! `docs/architecture.md#credentials`: a credential is the first present of `x-api-key`,
+//! `docs/dev/architecture.md#credentials`: a credential is the first present of `x-api-key`,
 //! `authorization`, `x-goog-api-key`, or the `key` query parameter (`server.client_token`,
 //! header `x-cachekeeper-token`, is the proxy's own and takes no part). Rotating OAuth tokens
 //! therefore start fresh scopes and keys. The scope (a hash) keeps per-tenant state apart

@@ -1,7 +1,7 @@
 //! Keyed digests of request content: what cachekeeper stores instead of the content itself
 //! (prefix positions of cache accounting, retired-image sets of cold-cache eviction). The key
 //! is derived from the credential's sealing key, so a stored digest says nothing about the
-//! text without the credential (`docs/accounting.md#sessions`).
+//! text without the credential (`docs/accounting.md#what-is-stored`).
 
 use sha2::{Digest as _, Sha256};
 

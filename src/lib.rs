@@ -1,6 +1,6 @@
 //! cachekeeper: a reverse proxy between LLM agents and LLM providers that keeps the
 //! provider's prompt-cache prefix stable while it retires, repairs and shapes what the agent
-//! sends. See `README.md` for the user's view and `docs/architecture.md` for the architecture.
+//! sends. See `README.md` for the user's view and `docs/dev/architecture.md` for the architecture.
 //!
 //! Layers, dependencies pointing down only:
 //! - `proxy` (one request's context and phases, the one retry) on top;

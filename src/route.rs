@@ -288,7 +288,7 @@ pub(crate) fn model_from_path(path: &str) -> Option<&str> {
 }
 
 /// The dialect the proxy's own errors take (`None`: OpenAI's shape): the one place that
-/// decides it (`docs/architecture.md#errors-the-proxy-produces`).
+/// decides it (`docs/dev/architecture.md#errors-the-proxy-produces`).
 ///
 /// - On a matched route (`route`: the route and the path after its prefix), the route's
 ///   dialect decides ([`Route::error_dialect`]).

@@ -1,5 +1,5 @@
 //! Fixed texts the passes insert. They never vary: tests and the provider prefix cache depend on
-//! them never changing (`docs/architecture.md#fixed-texts`). No time, no counter, no per-request
+//! them never changing (`docs/dev/architecture.md#fixed-texts`). No time, no counter, no per-request
 //! data.
 
 /// The sentence that replaces each retired image block / part (one text block per image).

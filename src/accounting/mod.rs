@@ -23,7 +23,7 @@ pub mod volatile;
 use serde::{Deserialize, Serialize};
 
 /// Why a turn's prompt-cache prefix collapsed: the cause its cache-write tokens are
-/// attributed to (`docs/accounting.md#causes`). Stored, logged and used as a metrics label
+/// attributed to (`docs/accounting.md#prefix-collapses`). Stored, logged and used as a metrics label
 /// as [`Cause::as_str`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

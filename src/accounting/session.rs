@@ -1,4 +1,4 @@
-//! Sessions, turns and prefix collapses (`docs/accounting.md#sessions`).
+//! Sessions, turns and prefix collapses (`docs/accounting.md#turns-and-sessions`).
 //!
 //! A **turn** is one generation request (not `count_tokens`, not the proxy's own retry). Its
 //! **session** is, in this order:

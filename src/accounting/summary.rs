@@ -1,5 +1,5 @@
 //! Per-session sums of the stored turns: the one aggregation behind `cachekeeper report` and
-//! the dashboard (`README.md#cachekeeper-report`; pricing in `docs/accounting.md#pricing`).
+//! the dashboard (`docs/guide/cache-money.md#cachekeeper-report`; pricing in `docs/accounting.md#pricing`).
 //!
 //! Every token sum is `None` when no turn of the session reported that number — "not
 //! reported" is never shown as 0. The cache-read share is Σ read / Σ (uncached + read +

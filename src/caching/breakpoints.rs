@@ -36,7 +36,7 @@ use crate::json::scan::{self, Object};
 use crate::json::Edit;
 
 /// Most breakpoints one request may carry (Anthropic: "A maximum of 4 blocks with
-/// cache_control may be provided"; `docs/caching.md#placement`).
+/// cache_control may be provided"; `docs/caching.md#automatic-breakpoints`).
 pub(crate) const MAX_BREAKPOINTS: usize = 4;
 
 /// Block types the provider's prompt-caching docs list as markable.

@@ -1,5 +1,5 @@
 //! `cachekeeper report --config FILE [--session ID] [--since DURATION] [--json]`: where the
-//! prompt-cache tokens of each recorded session went (`README.md#cachekeeper-report`).
+//! prompt-cache tokens of each recorded session went (`docs/guide/cache-money.md#cachekeeper-report`).
 //!
 //! Per session: turns, uncached / cache-read / cache-write / output tokens ("not reported"
 //! when no turn reported the number, never 0), the cache-read share ("n/a" when not reported),

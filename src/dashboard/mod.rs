@@ -1,4 +1,4 @@
-//! The dashboard at `/_cachekeeper/` (`README.md#dashboard`): one page (HTML, script and
+//! The dashboard at `/_cachekeeper/` (`docs/guide/cache-money.md#dashboard`): one page (HTML, script and
 //! style embedded in the binary: no CDN, no external fonts, works offline) and its JSON API.
 //!
 //! Paths below `/_cachekeeper` (the proxy's reserved-path dispatch strips that prefix, and a

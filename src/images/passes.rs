@@ -1,4 +1,4 @@
-//! Image passes 1–4 (`docs/architecture.md#request-passes`) over one [`Walk`]:
+//! Image passes 1–4 (`docs/dev/architecture.md#request-passes`) over one [`Walk`]:
 //!
 //! 1. **repair** (any image, uploads included — the one exception to "uploads are never
 //!    touched"): the declared media type set from the magic bytes; formats the profile rejects

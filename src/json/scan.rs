@@ -93,7 +93,7 @@ const INDEXED_STRING: usize = 64;
 
 /// Where every object, array and long string of a validated text ends: built by
 /// [`validate`] in its one pass, so the scans after it jump over a nested value in
-/// O(log n) instead of reading it again at every level (`docs/architecture.md`). Offsets are
+/// O(log n) instead of reading it again at every level (`docs/dev/architecture.md`). Offsets are
 /// `u32` (a text over 4 GiB gets no entries and is scanned as without an index).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Index {

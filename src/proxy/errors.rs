@@ -1,6 +1,6 @@
 //! The proxy's own failures and their responses in each dialect's error shape.
 //!
-//! Shapes (`docs/architecture.md#errors-the-proxy-produces`, `docs/wire-formats.md#error-bodies`):
+//! Shapes (`docs/dev/architecture.md#errors-the-proxy-produces`, `docs/wire-formats.md#error-bodies`):
 //! - Anthropic: `{"type":"error","error":{"type":…,"message":…}}`
 //! - OpenAI (also when the dialect is unknown): `{"error":{"message":…,"type":…,"param":null,"code":…}}`
 //!   (OpenAI's error object always has the four members; `param` names no request parameter

@@ -1,5 +1,5 @@
 //! The one retry (phase "on error status"). A 4xx to a buffered request earns at most one
-//! more attempt, in two cases (docs/architecture.md, "Retry"):
+//! more attempt, in two cases (`docs/dev/architecture.md#the-one-retry`):
 //!
 //! 1. it names as unknown a field this request sent, new for this (host, model): the verdict
 //!    is stored first, so every later request omits the field too;

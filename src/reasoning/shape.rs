@@ -1,4 +1,4 @@
-//! The reasoning shaping pass (`docs/architecture.md#request-passes`): keep / strip / pad the
+//! The reasoning shaping pass (`docs/dev/architecture.md#request-passes`): keep / strip / pad the
 //! reasoning carriers of every outbound assistant turn per the route's carrier set minus the
 //! learned verdicts, drop learned-unknown top-level parameters, add keep-thinking flags, and on the
 //! Anthropic wire replay or strip signed thinking per the route.

@@ -1,4 +1,4 @@
-//! The load phase (`docs/architecture.md#what-may-sit-on-a-requests-path`): what one request
+//! The load phase (`docs/state.md#the-load-phase`): what one request
 //! reads from the store, read before its passes with one bounded async wait, never on a
 //! runtime worker's thread.
 //!

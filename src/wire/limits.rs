@@ -1,5 +1,5 @@
 //! Request-head limits: what hyper's parser accepts, and the proxy's own, lower limits that are
-//! answered in the dialect's error shape (`docs/architecture.md#request-head-limits`).
+//! answered in the dialect's error shape (`docs/dev/architecture.md#request-head-limits`).
 //!
 //! Two layers, so a client learns what went wrong in the shape its SDK reads:
 //! - hyper's parser caps ([`PARSER_MAX_HEADER_FIELDS`], [`PARSER_MAX_HEAD_BYTES`]), raised

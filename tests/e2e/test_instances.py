@@ -53,7 +53,7 @@ REDIS_START_S = 20.0
 # deployment; the test machine runs the suite under load.
 READ_TIMEOUT_MS = 500
 # The pause between a verdict learned on A and B's request: over the one second within
-# which B's memory has it (pub/sub invalidation, README "Running N instances").
+# which B's memory has it (pub/sub invalidation, docs/guide/production.md#running-n-instances-a-load-balancer-in-front-one-redis).
 VERDICT_PAUSE_S = 1.2
 # What a 400 naming ``reasoning_content`` teaches (``cachekeeper verdicts``' fields column): the
 # whole family of reasoning carriers the route table groups with it.
@@ -197,7 +197,7 @@ def test_a_verdict_learned_through_one_instance_is_honoured_by_the_other(mock: M
             assert r.http_response.status_code == 200
             assert all(b'"reasoning_content"' in s.body for s in sent.requests[-1:]), "the client sends the field"
         # `cachekeeper verdicts` and `cachekeeper state` against either instance's config read
-        # the one verdict from Redis (README "Running N instances").
+        # the one verdict from Redis (docs/guide/production.md#running-n-instances-a-load-balancer-in-front-one-redis).
         for p in (a, b):
             rows = [line.split("\t") for line in cli(p, "verdicts").splitlines()]
             assert [(r[0], r[1], r[2]) for r in rows] == [(f"127.0.0.1:{mock.port}", model, REASONING_FAMILY)], rows
