@@ -9,8 +9,12 @@
 //! [`crate::proxy::passes`]) and runs the load phase between runs; `cachekeeper replay`
 //! ([`crate::cli::replay`]) calls the same [`prepare`] and [`run`] over a memory-only store. A
 //! body is parsed once per request however many times its passes run (after a load round, or
-//! again on the image lane): the [`ParsedBody`] travels between runs. The only other parse is
-//! of a body restore re-attached carriers to (the passes then read that body).
+//! again on the image lane): the [`ParsedBody`] travels between runs. A run that deferred image
+//! work leaves what it computed ([`Reuse`]) to the run that does it, which runs only the image
+//! passes again. A body is parsed again only when restore re-attached carriers (the passes read
+//! the restored body, parsed once per request too), when passes ran in turn (overlapping
+//! edits), or when a change may alter the message list, to read the forwarded positions
+//! (`docs/dev/architecture.md#one-pipeline-one-parse`; `tests/parses.rs` counts them).
 
 use std::sync::Arc;
 
