@@ -1372,6 +1372,70 @@ mod tests {
         }
     }
 
+    /// The failing input of a break-it pass: the recovery from a provider's "image does not
+    /// decode" rejection decoded every image outside the memory budget. Its check is now
+    /// charged like a transcode: a deferring run reports its cost (the frame and room for a
+    /// 16-bit one: 2 × 4 bytes per pixel), a run allowed less leaves the image as sent and says
+    /// why, and one allowed enough decodes it (a valid PNG stays, a header over garbage is
+    /// replaced).
+    #[test]
+    fn the_corrupt_image_check_is_charged_to_the_memory_budget() {
+        let mut png = std::io::Cursor::new(Vec::new());
+        image::RgbImage::from_pixel(40, 30, image::Rgb([1, 2, 3]))
+            .write_to(&mut png, image::ImageFormat::Png)
+            .unwrap();
+        let valid = STANDARD.encode(png.into_inner());
+        let body = |data: &str| {
+            serde_json::to_vec(&json!({"model": "claude-sonnet-4-5", "messages": [
+                {"role": "user", "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                     "data": data}},
+                    {"type": "text", "text": "what is it?"}]}]}))
+            .unwrap()
+        };
+        let images = ImagesConfig::default();
+        let cost = 2 * 40 * 30 * 4;
+        let recovering = RewriteContext {
+            image_recovery: Some(ImageRejectionKind::Corrupt),
+            ..RewriteContext::new(Dialect::Anthropic, &images)
+        };
+        let deferring = RewriteContext {
+            defer_image_work: true,
+            ..recovering
+        };
+        let out = rewrite_request(&deferring, &body(&valid)).unwrap();
+        assert_eq!(out.report.images.deferred, 1);
+        assert_eq!(out.report.images.decode_bytes, cost);
+        let short = RewriteContext {
+            decode_allowance: cost - 1,
+            ..recovering
+        };
+        let out = rewrite_request(&short, &body(&valid)).unwrap();
+        assert_eq!(out.body, None, "left as sent");
+        assert_eq!(out.report.images.failed_open, 1);
+        assert!(
+            out.report.reasons[0].starts_with(&format!(
+                "left image messages[0].content[0] as sent: checking whether its image/png data \
+                 decodes needs {cost} bytes"
+            )),
+            "{:?}",
+            out.report.reasons
+        );
+        let enough = RewriteContext {
+            decode_allowance: cost,
+            ..recovering
+        };
+        let out = rewrite_request(&enough, &body(&valid)).unwrap();
+        assert_eq!(out.report.images.replaced, 0, "{:?}", out.report.reasons);
+        assert_eq!(out.report.images.failed_open, 0);
+        let garbage = b64_png(40, 30, 64);
+        let out = rewrite_request(&enough, &body(&garbage)).unwrap();
+        assert_eq!(out.report.images.replaced, 1, "{:?}", out.report.reasons);
+        assert!(String::from_utf8(out.body.unwrap())
+            .unwrap()
+            .contains(crate::texts::CORRUPT_IMAGE));
+    }
+
     fn body_model(body: &[u8]) -> Value {
         serde_json::from_slice::<Value>(body).unwrap()["model"].clone()
     }

@@ -74,6 +74,18 @@ pub(crate) fn decode_cost((w, h): (u32, u32), target: &Target) -> u64 {
     2 * frame + resize + resized
 }
 
+/// Most bytes checking that an image of `(w, h)` px decodes may allocate at once, bytes: the
+/// decoded frame and room for a 16-bit one (2 × [`FRAME_BYTES_PER_PIXEL`] per pixel), what
+/// the image-rejection recovery for corrupt data (`Corrupt`) reserves in the proxy's memory
+/// budget before it decodes. 0 for an image over [`MAX_PIXELS`] (never decoded).
+pub(crate) fn check_cost((w, h): (u32, u32)) -> u64 {
+    let pixels = u64::from(w) * u64::from(h);
+    if pixels > MAX_PIXELS {
+        return 0;
+    }
+    2 * pixels * FRAME_BYTES_PER_PIXEL
+}
+
 /// What the transcode must achieve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Target {
@@ -285,17 +297,8 @@ fn smaller(jpeg: Option<Transcoded>, png: Transcoded, data_url: bool) -> Transco
 }
 
 /// Decode the first frame with the bomb guards: the header's pixel count (at most
-/// `max_pixels`) and the frame count are checked before any pixel is decoded.
-pub(crate) fn decode(
-    bytes: &[u8],
-    format: Format,
-    max_pixels: u64,
-) -> Result<DynamicImage, TranscodeError> {
-    decode_within(bytes, format, max_pixels, MAX_ALLOC)
-}
-
-/// [`decode`] with the decoder's allocation limit at `max_alloc` bytes (at most
-/// [`MAX_ALLOC`]).
+/// `max_pixels`) and the frame count are checked before any pixel is decoded, and the decoder's
+/// allocations are capped at `max_alloc` bytes (at most [`MAX_ALLOC`]).
 pub(crate) fn decode_within(
     bytes: &[u8],
     format: Format,

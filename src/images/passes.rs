@@ -446,12 +446,34 @@ fn repair_and_downscale(
         return;
     };
     if s.recovery == Some(ImageRejectionKind::Corrupt) {
+        // Whether the data decodes, with the decode charged to the memory budget as a
+        // transcode is (the failing input of a break-it pass: this check decoded outside it).
+        let cost = st.dims.map_or(0, codec::check_cost);
         if s.defer_image_work {
             report.deferred += 1;
+            report.decode_bytes = report.decode_bytes.max(cost);
             return;
         }
-        let decodes = format::decode_all(b64)
-            .is_some_and(|bytes| codec::decode(&bytes, format, codec::MAX_PIXELS).is_ok());
+        if cost > s.decode_allowance {
+            report.failed_open += 1;
+            report.reasons.push(format!(
+                "left image {} as sent: checking whether its {} data decodes needs {cost} bytes, \
+                 more than the memory budget allows ({} bytes, max_buffered_bytes)",
+                site.path,
+                format.mime(),
+                s.decode_allowance
+            ));
+            return;
+        }
+        // Header unreadable (no size): whatever the budget allowed, at most the decoder's cap.
+        let limit = if cost == 0 {
+            s.decode_allowance.min(codec::MAX_ALLOC)
+        } else {
+            cost
+        };
+        let decodes = format::decode_all(b64).is_some_and(|bytes| {
+            codec::decode_within(&bytes, format, codec::MAX_PIXELS, limit).is_ok()
+        });
         if !decodes {
             st.fate = Fate::Text(texts::CORRUPT_IMAGE.to_owned());
             report.replaced += 1;
