@@ -25,7 +25,7 @@
 //! proxy pass that changed the forwarded bytes (`eviction`, `repair`, `restore`).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hashlink::LruCache;
@@ -76,10 +76,6 @@ pub(crate) const SESSION_READ_TIMEOUT: Duration = Duration::from_millis(50);
 /// Payload of a [`Kind::Session`] record (and the in-memory state): the previous turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct SessionState {
-    /// The state before the last turn (memory only): what the session goes back to when
-    /// that turn fails ([`SessionTracker::end`]).
-    #[serde(skip)]
-    before: Option<Box<SessionState>>,
     /// The last turn's number.
     turn: u32,
     /// When the last turn arrived, Unix ms.
@@ -91,6 +87,18 @@ struct SessionState {
     /// The images cold-cache eviction retired in this session (`docs/images.md#cold-cache-eviction`).
     #[serde(default, skip_serializing_if = "RetiredSet::is_empty")]
     retired: RetiredSet,
+}
+
+/// A session as memory keeps it: its state and the state before its last turn, each shared
+/// ([`Arc`]) with the turns reading them, so opening and committing a turn copy no
+/// [`Prefix`].
+#[derive(Debug, Clone)]
+struct Kept {
+    /// The session's state after its last turn.
+    state: Arc<SessionState>,
+    /// The state before the last turn: what the session goes back to when that turn fails
+    /// ([`SessionTracker::end`]).
+    before: Option<Arc<SessionState>>,
 }
 
 /// What a turn committed on its request leaves for [`SessionTracker::settle`], after its
@@ -109,10 +117,10 @@ pub(crate) struct Pending {
 /// The inputs of a turn's collapse comparison, kept from its commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Compare {
-    prev_client: Prefix,
-    prev_forwarded: Prefix,
-    client: Prefix,
-    forwarded: Prefix,
+    /// The previous turn's state (its positions as received and as forwarded).
+    prev: Arc<SessionState>,
+    /// This turn's state as its commit kept it.
+    now: Arc<SessionState>,
     ignore_billing_line: bool,
     idle_ms: Option<u64>,
     /// The provider's cache TTL for the request, ms ([`ttl_ms`]).
@@ -125,15 +133,14 @@ impl Compare {
     /// position the previous turn had ([`Prefix::first_difference`]).
     fn collapse(&self) -> Option<Collapse> {
         let ignore = self.ignore_billing_line;
-        let at = self
-            .forwarded
-            .first_difference(&self.prev_forwarded, ignore)?;
+        let (prev, now) = (&*self.prev, &*self.now);
+        let at = now.forwarded.first_difference(&prev.forwarded, ignore)?;
         Some(Collapse {
-            at: self.forwarded.location(&self.prev_forwarded, at, ignore),
+            at: now.forwarded.location(&prev.forwarded, at, ignore),
             cause: attribute(
                 at,
-                self.client.first_difference(&self.prev_client, ignore),
-                &self.client,
+                now.client.first_difference(&prev.client, ignore),
+                &now.client,
                 self.idle_ms,
                 self.ttl_ms,
                 &self.acted,
@@ -189,7 +196,7 @@ pub(crate) struct Opened {
     /// An OpenAI Responses request chained by `previous_response_id`.
     chained: bool,
     client: Prefix,
-    prev: Option<SessionState>,
+    prev: Option<Arc<SessionState>>,
     /// Time since the session's previous turn, ms; `None` when no previous turn is known.
     pub idle_ms: Option<u64>,
 }
@@ -286,7 +293,7 @@ pub(crate) struct SessionTracker {
 struct Inner {
     /// (scope, session) → state, at most [`MAX_SESSIONS_IN_MEMORY`], in order of activity
     /// (a commit moves a session to the back; reads and roll-backs do not).
-    sessions: LruCache<(String, String), SessionState>,
+    sessions: LruCache<(String, String), Kept>,
     /// (scope, response id) → session, with insertion order for the bound.
     responses: HashMap<(String, String), String>,
     response_order: std::collections::VecDeque<(String, String)>,
@@ -428,7 +435,7 @@ impl SessionTracker {
             .inner
             .lock()
             .ok()
-            .and_then(|g| g.sessions.peek(&map_key).cloned());
+            .and_then(|g| g.sessions.peek(&map_key).map(|k| Arc::clone(&k.state)));
         // With a shared store (several instances on one Redis) the conversation's previous
         // turn may have been answered by another instance: its stored state, not this
         // process's copy, is the previous turn (else two instances number the same turn).
@@ -437,12 +444,12 @@ impl SessionTracker {
             // process committed since the load read it is in memory (the failing input of a
             // break-it pass: turns of one session in parallel on one instance took one
             // number).
-            match (self.load(t.scope, &session, reads), cached) {
+            match (self.load(t.scope, &session, reads).map(Arc::new), cached) {
                 (Some(stored), Some(mine)) if mine.turn > stored.turn => Some(mine),
                 (stored, mine) => stored.or(mine),
             }
         } else {
-            cached.or_else(|| self.load(t.scope, &session, reads))
+            cached.or_else(|| self.load(t.scope, &session, reads).map(Arc::new))
         };
         let idle_ms = prev
             .as_ref()
@@ -504,14 +511,25 @@ impl SessionTracker {
         } else {
             Prefix::of(t.dialect, t.forwarded, t.key).unwrap_or_else(|| client.clone())
         };
+        let turn = prev.as_ref().map_or(1, |p| p.turn.saturating_add(1));
+        let retired = match (t.retired, &prev) {
+            (Some(new), _) => new.clone(),
+            (None, Some(p)) => p.retired.clone(),
+            (None, None) => RetiredSet::default(),
+        };
+        let state = Arc::new(SessionState {
+            turn,
+            last_ms: t.now_ms,
+            client,
+            forwarded: forwarded.clone(),
+            retired,
+        });
         // A chained Responses request sends only its new items: its positions say nothing
         // of the prefix the provider holds.
         let compare = match &prev {
             Some(p) if !chained => Some(Box::new(Compare {
-                prev_client: p.client.clone(),
-                prev_forwarded: p.forwarded.clone(),
-                client: client.clone(),
-                forwarded: forwarded.clone(),
+                prev: Arc::clone(p),
+                now: Arc::clone(&state),
                 ignore_billing_line: ignores_billing_line(t.provider),
                 idle_ms,
                 ttl_ms: ttl_ms(t.provider, &model, t.forwarded),
@@ -519,27 +537,14 @@ impl SessionTracker {
             })),
             _ => None,
         };
-        let turn = prev.as_ref().map_or(1, |p| p.turn.saturating_add(1));
-        let retired = match (t.retired, &prev) {
-            (Some(new), _) => new.clone(),
-            (None, Some(p)) => p.retired.clone(),
-            (None, None) => RetiredSet::default(),
-        };
-        let state = SessionState {
-            before: prev.map(|mut p| {
-                p.before = None;
-                Box::new(p)
-            }),
-            turn,
-            last_ms: t.now_ms,
-            client,
-            forwarded: forwarded.clone(),
-            retired,
+        let kept = Kept {
+            state,
+            before: prev,
         };
         let map_key = (t.scope.to_owned(), session.clone());
         if let Ok(mut g) = self.inner.lock() {
             // Past the bound the least recently active session goes (`LruCache::insert`).
-            g.sessions.insert(map_key, state);
+            g.sessions.insert(map_key, kept);
         }
         (
             TurnAccount {
@@ -580,10 +585,10 @@ impl SessionTracker {
         let state = self.inner.lock().ok().and_then(|g| {
             g.sessions
                 .peek(&(pending.scope.clone(), account.session.clone()))
-                .filter(|s| s.turn == account.turn)
-                .cloned()
+                .filter(|k| k.state.turn == account.turn)
+                .map(|k| Arc::clone(&k.state))
         });
-        if let Some(v) = state.and_then(|s| serde_json::to_vec(&s).ok()) {
+        if let Some(v) = state.and_then(|s| serde_json::to_vec(&*s).ok()) {
             self.store.put(Record::new(
                 Kind::Session,
                 &pending.scope,
@@ -606,7 +611,14 @@ impl SessionTracker {
             return;
         };
         let key = (scope.to_owned(), account.session.clone());
-        if let Some(s) = g.sessions.peek_mut(&key).filter(|s| s.turn == account.turn) {
+        if let Some(k) = g
+            .sessions
+            .peek_mut(&key)
+            .filter(|k| k.state.turn == account.turn)
+        {
+            // A copy when a turn still reads the old state (its comparison keeps what the
+            // commit saw).
+            let s = Arc::make_mut(&mut k.state);
             s.forwarded = forwarded;
             if let Some(r) = retired {
                 s.retired = r;
@@ -646,12 +658,15 @@ impl SessionTracker {
             return;
         };
         let key = (scope.to_owned(), record.session.clone());
-        let Some(current) = g.sessions.peek(&key).filter(|s| s.turn == record.turn) else {
+        let Some(current) = g
+            .sessions
+            .peek(&key)
+            .filter(|k| k.state.turn == record.turn)
+        else {
             return;
         };
         let restored = match current.before.as_deref() {
             Some(before) => SessionState {
-                before: None,
                 turn: record.turn,
                 ..before.clone()
             },
@@ -671,8 +686,11 @@ impl SessionTracker {
                 .put(Record::new(Kind::Session, scope, &record.session, v));
         }
         // In place: a roll-back keeps the session where its failed turn's commit put it.
-        if let Some(s) = g.sessions.peek_mut(&key) {
-            *s = restored;
+        if let Some(k) = g.sessions.peek_mut(&key) {
+            *k = Kept {
+                state: Arc::new(restored),
+                before: None,
+            };
         }
     }
 
