@@ -339,9 +339,15 @@ fn account(
         return (None, None);
     };
     let decoded = doc.text.as_bytes();
-    let client = opened
-        .as_ref()
-        .map_or_else(|| Prefix::of_doc(doc, key), |o| o.client_prefix().clone());
+    // The client's positions: the opened turn's (borrowed), else read from the parse.
+    let own;
+    let client = match &opened {
+        Some(o) => o.client_prefix(),
+        None => {
+            own = Prefix::of_doc(doc, key);
+            &own
+        }
+    };
     let (forwarded, prefix) = match &outcome.body {
         Some(b) if !plan.route.dry_run => {
             let derived = outcome
@@ -351,7 +357,8 @@ fn account(
                 .or_else(|| Prefix::of(plan.dialect, b, key));
             (b.as_slice(), derived)
         }
-        _ => (decoded, Some(client)),
+        // Unchanged: the client's positions (the commit takes them from the opened turn).
+        _ => (decoded, opened.is_none().then(|| client.clone())),
     };
     let Some(opened) = opened else {
         return (None, prefix);
