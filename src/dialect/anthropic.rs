@@ -115,3 +115,22 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
     }
     walk
 }
+
+/// Anthropic Messages as a [`WireFormat`](super::format::WireFormat).
+pub(crate) struct Anthropic;
+
+impl super::format::WireFormat for Anthropic {
+    fn dialect(&self) -> super::Dialect {
+        super::Dialect::Anthropic
+    }
+
+    // ---- request side ----
+
+    // ---- end of the request side ----
+    //
+    // (The two sides are kept apart so they can grow independently.)
+    //
+    // ---- response side ----
+
+    // ---- end of the response side ----
+}

@@ -158,6 +158,25 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
     walk
 }
 
+/// Gemini generateContent as a [`WireFormat`](super::format::WireFormat).
+pub(crate) struct Gemini;
+
+impl super::format::WireFormat for Gemini {
+    fn dialect(&self) -> super::Dialect {
+        super::Dialect::Gemini
+    }
+
+    // ---- request side ----
+
+    // ---- end of the request side ----
+    //
+    // (The two sides are kept apart so they can grow independently.)
+    //
+    // ---- response side ----
+
+    // ---- end of the response side ----
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

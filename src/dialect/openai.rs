@@ -159,3 +159,22 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<
     }
     walk
 }
+
+/// OpenAI Chat Completions as a [`WireFormat`](super::format::WireFormat).
+pub(crate) struct OpenaiChat;
+
+impl super::format::WireFormat for OpenaiChat {
+    fn dialect(&self) -> super::Dialect {
+        super::Dialect::Openai
+    }
+
+    // ---- request side ----
+
+    // ---- end of the request side ----
+    //
+    // (The two sides are kept apart so they can grow independently.)
+    //
+    // ---- response side ----
+
+    // ---- end of the response side ----
+}

@@ -87,6 +87,25 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<
     walk
 }
 
+/// OpenAI Responses as a [`WireFormat`](super::format::WireFormat).
+pub(crate) struct OpenaiResponses;
+
+impl super::format::WireFormat for OpenaiResponses {
+    fn dialect(&self) -> super::Dialect {
+        super::Dialect::OpenaiResponses
+    }
+
+    // ---- request side ----
+
+    // ---- end of the request side ----
+    //
+    // (The two sides are kept apart so they can grow independently.)
+    //
+    // ---- response side ----
+
+    // ---- end of the response side ----
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

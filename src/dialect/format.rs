@@ -1,0 +1,57 @@
+//! The one trait per wire format: everything cachekeeper knows about one dialect's wire, asked
+//! through [`WireFormat`] by the policy modules (images, reasoning shaping, caching, accounting,
+//! the proxy), none of which matches on [`Dialect`].
+//!
+//! One impl per dialect, one file each: [`super::anthropic`] (Anthropic Messages),
+//! [`super::openai`] (OpenAI Chat Completions), [`super::responses`] (OpenAI Responses),
+//! [`super::gemini`] (Gemini `generateContent`). [`Dialect::format`] is the one table from a
+//! dialect to its impl. Adding a wire format: `docs/dev/new-wire-format.md`.
+
+use super::Dialect;
+
+/// One wire format: its request view, prefix positions, restore edits and path
+/// classification (the request side), its echoed-turn reading, response observer and error
+/// shapes (the response side). Implementations are unit structs, one per [`Dialect`].
+pub(crate) trait WireFormat: Sync + 'static {
+    /// The dialect this impl describes.
+    fn dialect(&self) -> Dialect;
+
+    // ---- request side ----
+
+    // ---- end of the request side ----
+    //
+    // (The two sides are kept apart so they can grow independently.)
+    //
+    // ---- response side ----
+
+    // ---- end of the response side ----
+}
+
+impl Dialect {
+    /// This dialect's [`WireFormat`]: the one place a dialect is mapped to its impl.
+    pub(crate) fn format(self) -> &'static dyn WireFormat {
+        match self {
+            Dialect::Anthropic => &super::anthropic::Anthropic,
+            Dialect::Openai => &super::openai::OpenaiChat,
+            Dialect::OpenaiResponses => &super::responses::OpenaiResponses,
+            Dialect::Gemini => &super::gemini::Gemini,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_dialect_maps_to_its_own_impl() {
+        for d in [
+            Dialect::Anthropic,
+            Dialect::Openai,
+            Dialect::OpenaiResponses,
+            Dialect::Gemini,
+        ] {
+            assert_eq!(d.format().dialect(), d);
+        }
+    }
+}
