@@ -23,6 +23,7 @@ pub mod dialect;
 pub mod digest;
 pub mod images;
 pub(crate) mod json;
+pub mod media;
 pub(crate) mod metrics;
 pub(crate) mod pipeline;
 pub mod provider;

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::dialect::Dialect;
-use crate::images::format::Format;
+use crate::media::Format;
 
 // ---- Vocabulary --------------------------------------------------------------------------
 
@@ -163,8 +163,9 @@ pub struct ImageLimits {
 pub(crate) const ANTHROPIC_MAX_SIDE: u32 = 8000;
 /// Anthropic's many-image rule: above this many images in one request…
 pub(crate) const MANY_IMAGE_COUNT: usize = 20;
-/// …each image must be ≤ this many px per side. Source: `docs/images.md#anthropic-limits`.
-pub(crate) const MANY_IMAGE_SIDE: u32 = crate::images::probe::MANY_IMAGE_DIMENSION_LIMIT;
+/// …each image must be ≤ this many px per side (2000; Hermes calls it
+/// `MANY_IMAGE_DIMENSION_LIMIT`). Source: `docs/images.md#anthropic-limits`.
+pub(crate) const MANY_IMAGE_SIDE: u32 = 2000;
 
 const COMMON_FORMATS: &[Format] = &[Format::Jpeg, Format::Png, Format::Gif, Format::Webp];
 const GEMINI_FORMATS: &[Format] = &[
@@ -201,7 +202,7 @@ pub(crate) const GEMINI_IMAGES: ImageLimits = ImageLimits {
 /// A provider's per-request image-count ceiling for some of its models, where it differs from
 /// the `[images]` defaults (`docs/providers.md#image-ceilings`). Precedence per request: a
 /// route's `[routes.images]` key, then this, then the global `[images]` value
-/// ([`crate::config::ImagesConfig::for_model`]).
+/// ([`crate::images::settings::ImagesConfig::for_model`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImageCeiling {
     /// Lowercased model-name prefix (after any `vendor/`) the ceiling is for.

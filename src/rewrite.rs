@@ -19,8 +19,8 @@
 //! output instead).
 
 use crate::caching::{self, Breakpoints, CacheSettings, CacheTtl};
-use crate::config::ImagesConfig;
 use crate::dialect;
+use crate::images::settings::ImagesConfig;
 use std::sync::Arc;
 
 use crate::dialect::doc::{Doc, ParsedBody};

@@ -16,6 +16,7 @@ pub(crate) mod probe;
 pub(crate) mod profile;
 pub mod recovery;
 pub mod retired;
+pub mod settings;
 
 use crate::json::Edit;
 use policy::{Limits, Load};

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::config::ImagesConfig;
+use super::settings::ImagesConfig;
 use crate::dialect::doc::{split_data_url, Payload, Placement, Walk};
 use crate::images::cache::{self, Entry, Transcodes};
 use crate::images::codec::{self, Mode, Target, TranscodeError, Transcoded};

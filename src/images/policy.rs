@@ -14,7 +14,7 @@
 //! time, moving the frontier only at a crossing, so a request that appends a turn gets the
 //! frontier of the request before it unless its own newest carrier crosses a ceiling.
 
-use crate::config::ImagesConfig;
+use super::settings::ImagesConfig;
 
 /// The ceilings and step sizes of one request (from [`ImagesConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

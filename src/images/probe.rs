@@ -12,7 +12,7 @@ pub(crate) const PROBE_CHARS: usize = 32 * 1024;
 
 /// Side length in px above which an image keeps the strict block ceiling (Hermes
 /// `MANY_IMAGE_DIMENSION_LIMIT`, `docs/images.md#constants`; Anthropic's many-image rule).
-pub(crate) const MANY_IMAGE_DIMENSION_LIMIT: u32 = 2000;
+pub(crate) const MANY_IMAGE_DIMENSION_LIMIT: u32 = crate::provider::MANY_IMAGE_SIDE;
 
 /// `(width, height)` in px.
 pub(crate) type Dimensions = (u32, u32);
