@@ -40,16 +40,7 @@ pub struct Route {
     pub provider: ResolvedProvider,
 }
 
-/// What a generation path is, for the passes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Endpoint {
-    /// Produces a model response (`/v1/messages`, `/chat/completions`, `/responses`,
-    /// `:generateContent`, `:streamGenerateContent`).
-    Generate,
-    /// Counts tokens for a body (`/v1/messages/count_tokens`, `:countTokens`): gets the same
-    /// rewrites so the count matches what would be sent.
-    CountTokens,
-}
+pub(crate) use crate::dialect::format::Endpoint;
 
 /// The upstream's host with its port when that is not the scheme's default (never the
 /// authority's userinfo): what [`ResolvedProvider::resolve`] keys verdicts by.
@@ -236,32 +227,7 @@ pub(crate) fn climbs_out(rest: &str) -> bool {
 /// too), except OpenAI's Assistants API `…/threads/{thread_id}/messages`, which is never
 /// Anthropic. `…/messages/count_tokens` and `:countTokens` are [`Endpoint::CountTokens`].
 pub(crate) fn classify_path(path: &str) -> Option<(Dialect, Endpoint)> {
-    let path = path.trim_end_matches('/');
-    if path.ends_with("/messages/count_tokens") {
-        return Some((Dialect::Anthropic, Endpoint::CountTokens));
-    }
-    if path == "/messages" || path.ends_with("/messages") {
-        // `…/threads/{id}/messages`: the segment two before `messages` is `threads`.
-        let mut segments = path.rsplit('/').skip(2);
-        if segments.next() == Some("threads") {
-            return None;
-        }
-        return Some((Dialect::Anthropic, Endpoint::Generate));
-    }
-    if path.ends_with("/chat/completions") {
-        return Some((Dialect::Openai, Endpoint::Generate));
-    }
-    if path.ends_with("/responses") {
-        return Some((Dialect::OpenaiResponses, Endpoint::Generate));
-    }
-    let last = path.rsplit('/').next().unwrap_or("");
-    if last.ends_with(":generateContent") || last.ends_with(":streamGenerateContent") {
-        return Some((Dialect::Gemini, Endpoint::Generate));
-    }
-    if last.ends_with(":countTokens") {
-        return Some((Dialect::Gemini, Endpoint::CountTokens));
-    }
-    None
+    crate::dialect::classify_path(path)
 }
 
 impl Route {

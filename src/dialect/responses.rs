@@ -9,7 +9,10 @@
 //!   `file_id` images are counted, never fetched.
 //! - Replacement texts are `{"type":"input_text","text":…}` (valid in both places).
 
+use std::ops::Range;
+
 use super::doc::{Doc, TextStyle, Walk};
+use super::format::{Endpoint, ImageRules, PromptLayout, ReasoningCarriers};
 use super::kind;
 use super::openai::{agent_label, image_site, text_len};
 use crate::json::scan;
@@ -96,6 +99,60 @@ impl super::format::WireFormat for OpenaiResponses {
     }
 
     // ---- request side ----
+
+    fn prompt_layout(&self) -> PromptLayout {
+        PromptLayout {
+            system: &["instructions"],
+            turns: "input",
+            parts: "content",
+            system_parts: None,
+            string_turns: true,
+            default_role: None,
+            parsed_turns: false,
+        }
+    }
+
+    /// The last item of `input`; a string `input` is itself that message.
+    fn last_message(&self, doc: &Doc<'_>) -> Option<Range<usize>> {
+        let input = &doc.top.get("input")?.value;
+        if doc.text.as_bytes().get(input.start) == Some(&b'"') {
+            return Some(input.clone());
+        }
+        scan::array_in(doc.text, doc.ix(), input.start)?.pop()
+    }
+
+    fn image_sites<'a>(&self, doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a> {
+        walk(doc, agent_images_in_user_turns)
+    }
+
+    fn default_image_rules(&self) -> ImageRules {
+        ImageRules::Openai
+    }
+
+    fn reasoning_carriers(&self) -> ReasoningCarriers {
+        ReasoningCarriers::Untouched
+    }
+
+    fn cache_control_markers(&self) -> bool {
+        false
+    }
+
+    fn system_billing_line(&self) -> bool {
+        false
+    }
+
+    fn stream_usage_option(&self) -> bool {
+        false
+    }
+
+    fn previous_response_key(&self) -> Option<&'static str> {
+        Some("previous_response_id")
+    }
+
+    /// A path ending in `/responses`.
+    fn classify_path(&self, path: &str) -> Option<Endpoint> {
+        path.ends_with("/responses").then_some(Endpoint::Generate)
+    }
 
     // ---- end of the request side ----
     //

@@ -64,6 +64,7 @@ use super::profiles::{
     KEEP_THINKING_PARAMS,
 };
 use crate::dialect::doc::Doc;
+use crate::dialect::format::ReasoningCarriers;
 use crate::dialect::{Dialect, ParseError};
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
@@ -188,16 +189,16 @@ pub(crate) fn shape(ctx: &ShapeContext<'_>, doc: &Doc<'_>) -> Shaped {
     };
     s.drop_betas();
     let removed_top = s.drop_params(top);
-    match ctx.dialect {
-        Dialect::Openai => {
+    match ctx.dialect.format().reasoning_carriers() {
+        ReasoningCarriers::MessageFields => {
             s.shape_chat(top);
             s.keep_thinking(top, &removed_top);
         }
-        Dialect::Anthropic => {
+        ReasoningCarriers::SignedBlocks => {
             let signed = s.shape_anthropic();
             s.binding(top, &signed, &removed_top);
         }
-        Dialect::OpenaiResponses | Dialect::Gemini => {}
+        ReasoningCarriers::Untouched => {}
     }
     if s.beta_changed {
         let value = s.beta.take().unwrap_or_default();
@@ -384,7 +385,7 @@ impl Shaper<'_, '_> {
         let Some(takes) = self.ctx.route.reasoning_controls else {
             return Vec::new();
         };
-        if self.ctx.dialect != Dialect::Openai {
+        if self.ctx.dialect.format().reasoning_carriers() != ReasoningCarriers::MessageFields {
             return Vec::new();
         }
         top.members
