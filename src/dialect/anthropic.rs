@@ -9,6 +9,12 @@
 //!   `url` / `file` sources and for a block without `source`. Those are unprobeable, hence large.
 //!   (See `docs/wire-formats.md#anthropic-messages`.)
 
+pub(crate) mod restore;
+
+use super::restore::{List, TurnEdit};
+use crate::json::Edit;
+use crate::response::fingerprint::EchoedTurn;
+use crate::response::turn::CapturedTurn;
 use std::ops::Range;
 
 use super::doc::{CarrierInfo, Doc, Payload, Placement, Site, TextStyle, Walk};
@@ -188,6 +194,28 @@ impl super::format::WireFormat for Anthropic {
             }
             return Some(Endpoint::Generate);
         }
+        None
+    }
+
+    fn restore_turn(
+        &self,
+        list: &List<'_>,
+        turn: &EchoedTurn,
+        captured: &CapturedTurn,
+    ) -> TurnEdit {
+        restore::restore_turn(list, turn, captured)
+    }
+
+    fn first_call_signed(&self, _captured: &CapturedTurn) -> bool {
+        false
+    }
+
+    fn placeholder_signature(
+        &self,
+        _list: &List<'_>,
+        _entry: &Object,
+        _value: &serde_json::Value,
+    ) -> Option<Edit> {
         None
     }
 

@@ -9,8 +9,17 @@
 
 use std::ops::Range;
 
+use serde_json::Value;
+
 use super::doc::{Doc, Walk};
+use super::restore::{List, TurnEdit};
 use super::Dialect;
+use crate::json::scan::Object;
+use crate::json::Edit;
+// moved: the response side moves these types into the dialect tree (issue 28's merge fixes
+// the paths).
+use crate::response::fingerprint::EchoedTurn;
+use crate::response::turn::CapturedTurn;
 
 /// One wire format: its request view, prefix positions, restore edits and path
 /// classification (the request side), its echoed-turn reading, response observer and error
@@ -66,6 +75,23 @@ pub(crate) trait WireFormat: Sync + 'static {
     /// Which endpoint of this wire a request path is (the path after a route's prefix, with
     /// its trailing `/` trimmed), or `None` when it is none of this wire's parsed paths.
     fn classify_path(&self, path: &str) -> Option<Endpoint>;
+
+    /// The edits that put back on the echoed assistant turn `turn` (entries of `list`) the
+    /// reasoning carriers of `captured` (the turn the response carried) that the echo lacks,
+    /// where this wire keeps them; empty when the echo kept its own
+    /// (`docs/reasoning.md#carrier-restore`).
+    fn restore_turn(&self, list: &List<'_>, turn: &EchoedTurn, captured: &CapturedTurn)
+        -> TurnEdit;
+
+    /// Whether `captured` holds its first function call's thought signature (Gemini, and
+    /// Gemini's OpenAI-compatible endpoint), so no placeholder goes on that call.
+    fn first_call_signed(&self, captured: &CapturedTurn) -> bool;
+
+    /// The placeholder thought signature for the list entry `entry` (`value`: the same entry
+    /// parsed), when this wire carries one and the entry is a model turn with function calls
+    /// whose first call has no signature; `None` otherwise.
+    fn placeholder_signature(&self, list: &List<'_>, entry: &Object, value: &Value)
+        -> Option<Edit>;
 
     // ---- end of the request side ----
     //

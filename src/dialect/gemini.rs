@@ -12,6 +12,12 @@
 //!   image replaced there is removed from that list and its text goes into the content's
 //!   `parts` right after the function response (as does the downscale note).
 
+pub(crate) mod restore;
+
+use super::restore::{List, TurnEdit};
+use crate::json::Edit;
+use crate::response::fingerprint::EchoedTurn;
+use crate::response::turn::CapturedTurn;
 use std::ops::Range;
 
 use super::doc::{CarrierInfo, Doc, Payload, Placement, Site, TextStyle, Walk};
@@ -225,6 +231,28 @@ impl super::format::WireFormat for Gemini {
         }
         last.ends_with(":countTokens")
             .then_some(Endpoint::CountTokens)
+    }
+
+    fn restore_turn(
+        &self,
+        list: &List<'_>,
+        turn: &EchoedTurn,
+        captured: &CapturedTurn,
+    ) -> TurnEdit {
+        restore::restore_turn(list, turn, captured)
+    }
+
+    fn first_call_signed(&self, captured: &CapturedTurn) -> bool {
+        restore::first_call_signed(captured)
+    }
+
+    fn placeholder_signature(
+        &self,
+        list: &List<'_>,
+        entry: &Object,
+        value: &serde_json::Value,
+    ) -> Option<Edit> {
+        restore::placeholder(list, entry, value)
     }
 
     // ---- end of the request side ----

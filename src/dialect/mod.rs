@@ -58,6 +58,7 @@ pub(crate) mod format;
 pub(crate) mod gemini;
 pub(crate) mod openai;
 pub(crate) mod responses;
+pub(crate) mod restore;
 
 /// Every dialect, in the order [`classify_path`] asks them.
 pub(crate) const ALL: [Dialect; 4] = [

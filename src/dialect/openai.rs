@@ -11,6 +11,13 @@
 //!   [`crate::texts::RETIRED_IMAGE`].
 //! - Every other image part is reserved (an upload): counted, never rewritten.
 
+pub(crate) mod details;
+pub(crate) mod restore;
+
+use super::restore::{List, TurnEdit};
+use crate::json::Edit;
+use crate::response::fingerprint::EchoedTurn;
+use crate::response::turn::CapturedTurn;
 use std::ops::Range;
 
 use super::doc::{split_data_url, Doc, Payload, Placement, Site, TextStyle, Walk};
@@ -219,6 +226,28 @@ impl super::format::WireFormat for OpenaiChat {
     fn classify_path(&self, path: &str) -> Option<Endpoint> {
         path.ends_with("/chat/completions")
             .then_some(Endpoint::Generate)
+    }
+
+    fn restore_turn(
+        &self,
+        list: &List<'_>,
+        turn: &EchoedTurn,
+        captured: &CapturedTurn,
+    ) -> TurnEdit {
+        restore::restore_turn(list, turn, captured)
+    }
+
+    fn first_call_signed(&self, captured: &CapturedTurn) -> bool {
+        restore::first_call_signed(captured)
+    }
+
+    fn placeholder_signature(
+        &self,
+        list: &List<'_>,
+        entry: &Object,
+        value: &serde_json::Value,
+    ) -> Option<Edit> {
+        restore::placeholder(list, entry, value)
     }
 
     // ---- end of the request side ----

@@ -9,13 +9,19 @@
 //!   `file_id` images are counted, never fetched.
 //! - Replacement texts are `{"type":"input_text","text":…}` (valid in both places).
 
+pub(crate) mod restore;
+
+use super::restore::{List, TurnEdit};
+use crate::json::Edit;
+use crate::response::fingerprint::EchoedTurn;
+use crate::response::turn::CapturedTurn;
 use std::ops::Range;
 
 use super::doc::{Doc, TextStyle, Walk};
 use super::format::{Endpoint, ImageRules, PromptLayout, ReasoningCarriers};
 use super::kind;
 use super::openai::{agent_label, image_site, text_len};
-use crate::json::scan;
+use crate::json::scan::{self, Object};
 
 /// Every `input_image` of an OpenAI Responses body, with spans.
 pub(crate) fn walk<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a> {
@@ -152,6 +158,28 @@ impl super::format::WireFormat for OpenaiResponses {
     /// A path ending in `/responses`.
     fn classify_path(&self, path: &str) -> Option<Endpoint> {
         path.ends_with("/responses").then_some(Endpoint::Generate)
+    }
+
+    fn restore_turn(
+        &self,
+        list: &List<'_>,
+        turn: &EchoedTurn,
+        captured: &CapturedTurn,
+    ) -> TurnEdit {
+        restore::restore_turn(list, turn, captured)
+    }
+
+    fn first_call_signed(&self, _captured: &CapturedTurn) -> bool {
+        false
+    }
+
+    fn placeholder_signature(
+        &self,
+        _list: &List<'_>,
+        _entry: &Object,
+        _value: &serde_json::Value,
+    ) -> Option<Edit> {
+        None
     }
 
     // ---- end of the request side ----
