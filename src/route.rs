@@ -221,11 +221,10 @@ pub(crate) fn climbs_out(rest: &str) -> bool {
 /// The dialect a request path speaks and which endpoint it is, from the path alone, or `None`
 /// for paths that are not parsed (files, batches, model lists, ...: tunnelled untouched). The
 /// proxy asks the route instead ([`Route::classify`]), which also checks the path's dialect
-/// against the provider row; this route-less form shapes the proxy's own errors.
-///
-/// A path ending in `/messages` is Anthropic Messages (gateways mount it under other bases
-/// too), except OpenAI's Assistants API `…/threads/{thread_id}/messages`, which is never
-/// Anthropic. `…/messages/count_tokens` and `:countTokens` are [`Endpoint::CountTokens`].
+/// against the provider row; this route-less form shapes the proxy's own errors. Each wire
+/// says which paths are its own ([`crate::dialect::format::WireFormat::classify_path`]; e.g. a
+/// path ending in `/messages` is Anthropic Messages, except OpenAI's Assistants API
+/// `…/threads/{thread_id}/messages`).
 pub(crate) fn classify_path(path: &str) -> Option<(Dialect, Endpoint)> {
     crate::dialect::classify_path(path)
 }
@@ -267,15 +266,13 @@ pub(crate) fn error_dialect(route: Option<(&Route, &str)>, path: &str) -> Option
     }
 }
 
-/// What a path alone says about its dialect: [`classify_path`], else a Gemini API version
-/// segment.
+/// What a path alone says about its dialect: [`classify_path`], else the first wire whose
+/// [`crate::dialect::format::WireFormat::path_hint`] knows it (a Gemini API version segment).
 fn path_dialect_hint(path: &str) -> Option<Dialect> {
     classify_path(path).map(|(d, _)| d).or_else(|| {
-        if path.contains("/v1beta/") || path.contains("/v1alpha/") {
-            Some(Dialect::Gemini)
-        } else {
-            None
-        }
+        crate::dialect::ALL
+            .into_iter()
+            .find(|d| d.format().path_hint(path))
     })
 }
 

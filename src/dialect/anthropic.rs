@@ -11,10 +11,8 @@
 
 pub(crate) mod restore;
 
-use super::restore::{List, TurnEdit};
+use super::restore::{CapturedTurn, EchoedTurn, List, TurnEdit};
 use crate::json::Edit;
-use crate::response::fingerprint::EchoedTurn;
-use crate::response::turn::CapturedTurn;
 use std::ops::Range;
 
 use super::doc::{CarrierInfo, Doc, Payload, Placement, Site, TextStyle, Walk};
@@ -195,6 +193,10 @@ impl super::format::WireFormat for Anthropic {
             return Some(Endpoint::Generate);
         }
         None
+    }
+
+    fn path_hint(&self, _path: &str) -> bool {
+        false
     }
 
     fn restore_turn(

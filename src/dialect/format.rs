@@ -12,14 +12,10 @@ use std::ops::Range;
 use serde_json::Value;
 
 use super::doc::{Doc, Walk};
-use super::restore::{List, TurnEdit};
+use super::restore::{CapturedTurn, EchoedTurn, List, TurnEdit};
 use super::Dialect;
 use crate::json::scan::Object;
 use crate::json::Edit;
-// moved: the response side moves these types into the dialect tree (issue 28's merge fixes
-// the paths).
-use crate::response::fingerprint::EchoedTurn;
-use crate::response::turn::CapturedTurn;
 
 /// One wire format: its request view, prefix positions, restore edits and path
 /// classification (the request side), its echoed-turn reading, response observer and error
@@ -32,7 +28,7 @@ pub(crate) trait WireFormat: Sync + 'static {
 
     /// Where the prompt's parts live in a request body, in the provider's cache order after
     /// `tools`: the system prompt's member, the turn list's, a turn's parts. Read by the
-    /// prompt-cache positions ([`crate::accounting::prefix`]), the cache model's block list
+    /// prompt-cache positions (`crate::accounting::prefix`), the cache model's block list
     /// and the restore pass's list.
     fn prompt_layout(&self) -> PromptLayout;
 
@@ -50,22 +46,22 @@ pub(crate) trait WireFormat: Sync + 'static {
     fn default_image_rules(&self) -> ImageRules;
 
     /// Where this wire carries reasoning in a request, which decides what the reasoning
-    /// shaping pass ([`crate::reasoning::shape`]) works on.
+    /// shaping pass (`crate::reasoning::shape`) works on.
     fn reasoning_carriers(&self) -> ReasoningCarriers;
 
     /// Whether the request marks its prompt-cache breakpoints itself with `cache_control`
     /// members (Anthropic Messages): the wire the prompt-cache passes
-    /// ([`crate::caching`]) place and stabilise on.
+    /// (`crate::caching`) place and stabilise on.
     fn cache_control_markers(&self) -> bool;
 
     /// Whether the system prompt may open with Claude Code's billing line
-    /// ([`crate::accounting::volatile`]), a per-request block the prefix positions digest
+    /// (`crate::accounting::volatile`), a per-request block the prefix positions digest
     /// apart. Claude Code speaks Anthropic Messages only.
     fn system_billing_line(&self) -> bool;
 
     /// Whether a stream's usage is asked for with `stream_options.include_usage`
     /// (OpenAI Chat Completions; the other wires always send it): the `usage_in_streams`
-    /// edit ([`crate::rewrite`]).
+    /// edit (`crate::rewrite`).
     fn stream_usage_option(&self) -> bool;
 
     /// The top-level member naming the server-side state a request continues (OpenAI
@@ -75,6 +71,11 @@ pub(crate) trait WireFormat: Sync + 'static {
     /// Which endpoint of this wire a request path is (the path after a route's prefix, with
     /// its trailing `/` trimmed), or `None` when it is none of this wire's parsed paths.
     fn classify_path(&self, path: &str) -> Option<Endpoint>;
+
+    /// Whether `path`, which no wire's [`Self::classify_path`] claims, is still recognisably
+    /// this wire's API (Gemini's `/v1beta/` and `/v1alpha/` version segments): the dialect
+    /// the proxy's own errors take on an unrouted path.
+    fn path_hint(&self, path: &str) -> bool;
 
     /// The edits that put back on the echoed assistant turn `turn` (entries of `list`) the
     /// reasoning carriers of `captured` (the turn the response carried) that the echo lacks,
@@ -127,7 +128,7 @@ pub(crate) struct PromptLayout {
 
 /// Which published image limits a wire's requests are held to when nothing more specific
 /// is known ([`WireFormat::default_image_rules`]); the limits themselves live in
-/// [`crate::images::profile`].
+/// `crate::images::profile`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ImageRules {
     /// Anthropic's.

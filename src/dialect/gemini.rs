@@ -14,10 +14,8 @@
 
 pub(crate) mod restore;
 
-use super::restore::{List, TurnEdit};
+use super::restore::{CapturedTurn, EchoedTurn, List, TurnEdit};
 use crate::json::Edit;
-use crate::response::fingerprint::EchoedTurn;
-use crate::response::turn::CapturedTurn;
 use std::ops::Range;
 
 use super::doc::{CarrierInfo, Doc, Payload, Placement, Site, TextStyle, Walk};
@@ -231,6 +229,11 @@ impl super::format::WireFormat for Gemini {
         }
         last.ends_with(":countTokens")
             .then_some(Endpoint::CountTokens)
+    }
+
+    /// Gemini's API version segments, `/v1beta/` and `/v1alpha/`.
+    fn path_hint(&self, path: &str) -> bool {
+        path.contains("/v1beta/") || path.contains("/v1alpha/")
     }
 
     fn restore_turn(

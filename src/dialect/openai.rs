@@ -14,10 +14,8 @@
 pub(crate) mod details;
 pub(crate) mod restore;
 
-use super::restore::{List, TurnEdit};
+use super::restore::{CapturedTurn, EchoedTurn, List, TurnEdit};
 use crate::json::Edit;
-use crate::response::fingerprint::EchoedTurn;
-use crate::response::turn::CapturedTurn;
 use std::ops::Range;
 
 use super::doc::{split_data_url, Doc, Payload, Placement, Site, TextStyle, Walk};
@@ -226,6 +224,10 @@ impl super::format::WireFormat for OpenaiChat {
     fn classify_path(&self, path: &str) -> Option<Endpoint> {
         path.ends_with("/chat/completions")
             .then_some(Endpoint::Generate)
+    }
+
+    fn path_hint(&self, _path: &str) -> bool {
+        false
     }
 
     fn restore_turn(

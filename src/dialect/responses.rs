@@ -11,10 +11,8 @@
 
 pub(crate) mod restore;
 
-use super::restore::{List, TurnEdit};
+use super::restore::{CapturedTurn, EchoedTurn, List, TurnEdit};
 use crate::json::Edit;
-use crate::response::fingerprint::EchoedTurn;
-use crate::response::turn::CapturedTurn;
 use std::ops::Range;
 
 use super::doc::{Doc, TextStyle, Walk};
@@ -158,6 +156,10 @@ impl super::format::WireFormat for OpenaiResponses {
     /// A path ending in `/responses`.
     fn classify_path(&self, path: &str) -> Option<Endpoint> {
         path.ends_with("/responses").then_some(Endpoint::Generate)
+    }
+
+    fn path_hint(&self, _path: &str) -> bool {
+        false
     }
 
     fn restore_turn(
