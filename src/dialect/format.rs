@@ -38,7 +38,7 @@ pub(crate) trait WireFormat: Sync + 'static {
     fn last_message(&self, doc: &Doc<'_>) -> Option<Range<usize>>;
 
     /// Every image of `doc`, with spans: the view the image passes work on.
-    /// `agent_images_in_user_turns`: the route's setting (`docs/configuration.md`), read by
+    /// `agent_images_in_user_turns`: the `[images]` setting (`docs/reference/config.md`), read by
     /// the wires whose agents put tool images in user turns (OpenAI Chat, Responses).
     fn image_sites<'a>(&self, doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a>;
 
