@@ -400,9 +400,11 @@ fn blocks(dialect: Dialect, body: &[u8]) -> Result<Vec<Block>, ParseError> {
         (other, _) => out.list_or_text(Section::System, other),
     }
     match top.get(layout.turns) {
-        Some(Value::Array(_)) | None => out.messages(top.get(layout.turns), layout.parts),
-        other if layout.string_turns => out.list_or_text(Section::Message(0), other),
-        other => out.messages(other, layout.parts),
+        // A string `input` (Responses) is one user message.
+        Some(v) if layout.string_turns && !v.is_array() => {
+            out.list_or_text(Section::Message(0), Some(v))
+        }
+        list => out.messages(list, layout.parts),
     }
     // A top-level `cache_control` (Anthropic's automatic caching) marks the last block.
     if let (Some(marker), Some(last)) = (top.get("cache_control"), out.0.last_mut()) {

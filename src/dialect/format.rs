@@ -106,8 +106,8 @@ pub(crate) trait WireFormat: Sync + 'static {
 /// Where a request keeps its prompt's parts ([`WireFormat::prompt_layout`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PromptLayout {
-    /// The top-level members that may hold the system prompt, the first present wins; empty
-    /// when system prompts are turns of the list (OpenAI Chat's `system` / `developer`
+    /// The top-level members that may hold the system prompt (spellings of one member);
+    /// empty when system prompts are turns of the list (OpenAI Chat's `system` / `developer`
     /// messages).
     pub system: &'static [&'static str],
     /// The top-level member holding the turn list.
