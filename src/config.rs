@@ -558,7 +558,7 @@ impl Config {
             if let Some(problem) = cache_problem(r, &host) {
                 return invalid(format!("{at}: {problem}"));
             }
-            if r.usage_in_streams && r.dialect.is_some_and(|d| d != Dialect::Openai) {
+            if r.usage_in_streams && r.dialect.is_some_and(|d| !d.format().stream_usage_option()) {
                 return invalid(format!(
                     "{at}: usage_in_streams applies to OpenAI Chat streams only \
                      (stream_options.include_usage); this route is pinned to {}",
@@ -595,7 +595,7 @@ impl Config {
 /// Why a route's prompt-cache keys cannot work, if they cannot (`host`: the upstream's host).
 fn cache_problem(r: &RouteConfig, host: &str) -> Option<String> {
     use crate::caching::Breakpoints;
-    let pinned = r.dialect.filter(|d| *d != Dialect::Anthropic);
+    let pinned = r.dialect.filter(|d| !d.format().cache_control_markers());
     if r.cache_breakpoints == Some(Breakpoints::Auto) {
         if let Some(d) = pinned {
             return Some(format!(

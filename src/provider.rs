@@ -381,13 +381,8 @@ const CEREBRAS_CONTROLS: &[&str] = &[
 /// `include_reasoning`. Source: https://console.groq.com/docs/reasoning (`docs/providers.md`).
 const GROQ_CONTROLS: &[&str] = &["reasoning_effort", "reasoning_format", "include_reasoning"];
 
-/// Every dialect: a provider whose wires are not restricted.
-pub(crate) const ALL_DIALECTS: &[Dialect] = &[
-    Dialect::Anthropic,
-    Dialect::Openai,
-    Dialect::OpenaiResponses,
-    Dialect::Gemini,
-];
+/// Every dialect ([`crate::dialect::ALL`]): a provider whose wires are not restricted.
+pub(crate) const ALL_DIALECTS: &[Dialect] = &crate::dialect::ALL;
 
 use Carrier::{CopilotOpaque as CO, ReasoningContent as RC, ReasoningDetails as RD};
 const R: Carrier = Carrier::Reasoning;

@@ -521,7 +521,7 @@ struct CacheEdits {
 fn cache_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> CacheEdits {
     count_pass("cache");
     let mut out = CacheEdits::default();
-    if ctx.dialect != Dialect::Anthropic {
+    if !ctx.dialect.format().cache_control_markers() {
         return out;
     }
     let provider = ctx.reasoning.map(|r| r.provider);
@@ -598,7 +598,7 @@ fn apply_cached(ctx: &RewriteContext<'_>, c: CacheEdits, outcome: &mut RewriteOu
 /// they changed nothing), with a second parse: the fallback when their edits overlap.
 fn cache_in_turn(ctx: &RewriteContext<'_>, original: &[u8], outcome: &mut RewriteOutcome) {
     let runs = !ctx.cache.stabilize.is_empty() || ctx.cache.breakpoints == Breakpoints::Auto;
-    if ctx.dialect != Dialect::Anthropic || !runs {
+    if !ctx.dialect.format().cache_control_markers() || !runs {
         return;
     }
     let current = outcome.body.clone().unwrap_or_else(|| original.to_vec());

@@ -40,16 +40,8 @@ pub struct Route {
     pub provider: ResolvedProvider,
 }
 
-/// What a generation path is, for the passes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Endpoint {
-    /// Produces a model response (`/v1/messages`, `/chat/completions`, `/responses`,
-    /// `:generateContent`, `:streamGenerateContent`).
-    Generate,
-    /// Counts tokens for a body (`/v1/messages/count_tokens`, `:countTokens`): gets the same
-    /// rewrites so the count matches what would be sent.
-    CountTokens,
-}
+// moved: re-export until issue 28's merge (the proxy names `route::Endpoint`).
+pub(crate) use crate::dialect::format::Endpoint;
 
 /// The upstream's host with its port when that is not the scheme's default (never the
 /// authority's userinfo): what [`ResolvedProvider::resolve`] keys verdicts by.
@@ -230,38 +222,12 @@ pub(crate) fn climbs_out(rest: &str) -> bool {
 /// The dialect a request path speaks and which endpoint it is, from the path alone, or `None`
 /// for paths that are not parsed (files, batches, model lists, ...: tunnelled untouched). The
 /// proxy asks the route instead ([`Route::classify`]), which also checks the path's dialect
-/// against the provider row; this route-less form shapes the proxy's own errors.
-///
-/// A path ending in `/messages` is Anthropic Messages (gateways mount it under other bases
-/// too), except OpenAI's Assistants API `…/threads/{thread_id}/messages`, which is never
-/// Anthropic. `…/messages/count_tokens` and `:countTokens` are [`Endpoint::CountTokens`].
+/// against the provider row; this route-less form shapes the proxy's own errors. Each wire
+/// says which paths are its own ([`crate::dialect::format::WireFormat::classify_path`]; e.g. a
+/// path ending in `/messages` is Anthropic Messages, except OpenAI's Assistants API
+/// `…/threads/{thread_id}/messages`).
 pub(crate) fn classify_path(path: &str) -> Option<(Dialect, Endpoint)> {
-    let path = path.trim_end_matches('/');
-    if path.ends_with("/messages/count_tokens") {
-        return Some((Dialect::Anthropic, Endpoint::CountTokens));
-    }
-    if path == "/messages" || path.ends_with("/messages") {
-        // `…/threads/{id}/messages`: the segment two before `messages` is `threads`.
-        let mut segments = path.rsplit('/').skip(2);
-        if segments.next() == Some("threads") {
-            return None;
-        }
-        return Some((Dialect::Anthropic, Endpoint::Generate));
-    }
-    if path.ends_with("/chat/completions") {
-        return Some((Dialect::Openai, Endpoint::Generate));
-    }
-    if path.ends_with("/responses") {
-        return Some((Dialect::OpenaiResponses, Endpoint::Generate));
-    }
-    let last = path.rsplit('/').next().unwrap_or("");
-    if last.ends_with(":generateContent") || last.ends_with(":streamGenerateContent") {
-        return Some((Dialect::Gemini, Endpoint::Generate));
-    }
-    if last.ends_with(":countTokens") {
-        return Some((Dialect::Gemini, Endpoint::CountTokens));
-    }
-    None
+    crate::dialect::classify_path(path)
 }
 
 impl Route {
@@ -301,15 +267,13 @@ pub(crate) fn error_dialect(route: Option<(&Route, &str)>, path: &str) -> Option
     }
 }
 
-/// What a path alone says about its dialect: [`classify_path`], else a Gemini API version
-/// segment.
+/// What a path alone says about its dialect: [`classify_path`], else the first wire whose
+/// [`crate::dialect::format::WireFormat::path_hint`] knows it (a Gemini API version segment).
 fn path_dialect_hint(path: &str) -> Option<Dialect> {
     classify_path(path).map(|(d, _)| d).or_else(|| {
-        if path.contains("/v1beta/") || path.contains("/v1alpha/") {
-            Some(Dialect::Gemini)
-        } else {
-            None
-        }
+        crate::dialect::ALL
+            .into_iter()
+            .find(|d| d.format().path_hint(path))
     })
 }
 

@@ -362,11 +362,7 @@ fn position_label(dialect: Dialect, section: Section) -> String {
 
 /// The name of a dialect's message list.
 fn list_key(dialect: Dialect) -> &'static str {
-    match dialect {
-        Dialect::Anthropic | Dialect::Openai => "messages",
-        Dialect::OpenaiResponses => "input",
-        Dialect::Gemini => "contents",
-    }
+    dialect.format().prompt_layout().turns
 }
 
 /// Estimated tokens of `bytes` bytes of text: ⌈bytes / [`TEXT_BYTES_PER_TOKEN`]⌉.
@@ -397,29 +393,18 @@ fn blocks(dialect: Dialect, body: &[u8]) -> Result<Vec<Block>, ParseError> {
     for t in tools.into_iter().flatten() {
         out.push(Section::Tools, None, t);
     }
-    match dialect {
-        Dialect::Anthropic => {
-            out.list_or_text(Section::System, top.get("system"));
-            out.messages(top.get("messages"), "content");
+    let layout = dialect.format().prompt_layout();
+    let system = layout.system.iter().find_map(|k| top.get(*k));
+    match (system, layout.system_parts) {
+        (Some(Value::Object(s)), Some(parts)) => out.message(Section::System, s, parts),
+        (other, _) => out.list_or_text(Section::System, other),
+    }
+    match top.get(layout.turns) {
+        // A string `input` (Responses) is one user message.
+        Some(v) if layout.string_turns && !v.is_array() => {
+            out.list_or_text(Section::Message(0), Some(v))
         }
-        Dialect::Openai => out.messages(top.get("messages"), "content"),
-        Dialect::OpenaiResponses => {
-            out.list_or_text(Section::System, top.get("instructions"));
-            match top.get("input") {
-                Some(Value::Array(_)) => out.messages(top.get("input"), "content"),
-                other => out.list_or_text(Section::Message(0), other),
-            }
-        }
-        Dialect::Gemini => {
-            let system = top
-                .get("systemInstruction")
-                .or_else(|| top.get("system_instruction"));
-            match system {
-                Some(Value::Object(s)) => out.message(Section::System, s, "parts"),
-                other => out.list_or_text(Section::System, other),
-            }
-            out.messages(top.get("contents"), "parts");
-        }
+        list => out.messages(list, layout.parts),
     }
     // A top-level `cache_control` (Anthropic's automatic caching) marks the last block.
     if let (Some(marker), Some(last)) = (top.get("cache_control"), out.0.last_mut()) {

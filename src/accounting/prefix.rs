@@ -117,7 +117,7 @@ impl Prefix {
         let member = |names: &[&str]| doc.top.get_any(names).map(|m| m.value.clone());
         let tools_at = member(&["tools"]);
         let system_at = member(system_key);
-        let list_at = member(list_key);
+        let list_at = member(&list_key);
         let elements = match &list_at {
             Some(list) if scan::slice(old, list).starts_with('[') => {
                 scan::array_in(old, ix, list.start).unwrap_or_default()
@@ -171,7 +171,7 @@ impl Prefix {
             // byte sorted before it is written first).
             let from = moved(&changes[..n], c.range.start);
             let written = text.get(from..from + c.new_len)?;
-            let names = system_key.iter().chain(list_key).chain(&["tools"]);
+            let names = system_key.iter().chain(&list_key).chain(&["tools"]);
             for name in names {
                 if written.contains(&format!("\"{name}\"")) {
                     return None;
@@ -248,7 +248,7 @@ impl Prefix {
         let mut messages = Vec::new();
         let mut system_like = Vec::new();
         let mut first_user = None;
-        if let Some(list) = member(list_key) {
+        if let Some(list) = member(&list_key) {
             let elements = if scan::slice(text, &list).starts_with('[') {
                 scan::array_in(text, ix, list.start).unwrap_or_default()
             } else {
@@ -377,14 +377,11 @@ impl Prefix {
     }
 }
 
-/// The members that hold the system prompt and the message list on `dialect`.
-fn member_names(dialect: Dialect) -> (&'static [&'static str], &'static [&'static str]) {
-    match dialect {
-        Dialect::Anthropic => (&["system"], &["messages"]),
-        Dialect::Openai => (&[], &["messages"]),
-        Dialect::OpenaiResponses => (&["instructions"], &["input"]),
-        Dialect::Gemini => (&["systemInstruction", "system_instruction"], &["contents"]),
-    }
+/// The members that hold the system prompt and the message list on `dialect`
+/// ([`crate::dialect::format::WireFormat::prompt_layout`]).
+fn member_names(dialect: Dialect) -> (&'static [&'static str], [&'static str; 1]) {
+    let layout = dialect.format().prompt_layout();
+    (layout.system, [layout.turns])
 }
 
 /// The index of Claude Code's billing block among the system blocks at `r` (Anthropic only).
@@ -394,7 +391,7 @@ fn billing_index(
     ix: Option<&Index>,
     r: &Range<usize>,
 ) -> Option<usize> {
-    if dialect != Dialect::Anthropic {
+    if !dialect.format().system_billing_line() {
         return None;
     }
     let billing = volatile::billing_block(text, ix, r)?;
@@ -477,7 +474,7 @@ fn system_digests(
     key: &DigestKey,
 ) -> (Option<PosDigest>, Option<PosDigest>) {
     let full = canonical(text, ix, r);
-    let billing = (dialect == Dialect::Anthropic)
+    let billing = (dialect.format().system_billing_line())
         .then(|| volatile::billing_block(text, ix, r))
         .flatten();
     let Some(billing) = billing else {
@@ -515,18 +512,14 @@ fn system_digests(
 /// The role of a list element (`role`; Gemini's absent role is the user's; a Responses item
 /// of another type has none).
 fn role_of(dialect: Dialect, text: &str, ix: Option<&Index>, el: &Range<usize>) -> Option<String> {
-    if dialect == Dialect::OpenaiResponses && scan::slice(text, el).starts_with('"') {
+    let layout = dialect.format().prompt_layout();
+    if layout.string_turns && scan::slice(text, el).starts_with('"') {
         return Some("user".to_owned());
     }
     let obj = scan::object_in(text, ix, el.start)?;
-    match obj
-        .get("role")
+    obj.get("role")
         .and_then(|m| scan::string_at(text, &m.value))
-    {
-        Some(r) => Some(r),
-        None if dialect == Dialect::Gemini => Some("user".to_owned()),
-        None => None,
-    }
+        .or_else(|| layout.default_role.map(str::to_owned))
 }
 
 /// The xxh3-128 of the value at `r` in canonical form, as 16 bytes.

@@ -865,10 +865,7 @@ fn attribute(
 /// The Responses request's `previous_response_id` (`top` is its top-level object in
 /// `text`), when it is a non-empty string; `None` on the other dialects.
 fn previous_response_id(dialect: Dialect, text: &str, top: &scan::Object) -> Option<String> {
-    if dialect != Dialect::OpenaiResponses {
-        return None;
-    }
-    let m = top.get("previous_response_id")?;
+    let m = top.get(dialect.format().previous_response_key()?)?;
     scan::string_at(text, &m.value).filter(|s| !s.is_empty())
 }
 

@@ -30,7 +30,6 @@ use std::ops::Range;
 
 use super::{marker_member, CacheTtl};
 use crate::dialect::doc::{Block, Doc, Turn};
-use crate::dialect::Dialect;
 use crate::json::edit::append_member;
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
@@ -66,7 +65,7 @@ pub(crate) struct Placed {
 /// the default marker). `skip`: spans of `system` blocks another pass removes (never marked).
 pub(crate) fn place(doc: &Doc<'_>, ttl: Option<CacheTtl>, skip: &[Range<usize>]) -> Placed {
     let mut out = Placed::default();
-    if doc.dialect != Dialect::Anthropic {
+    if !doc.dialect.format().cache_control_markers() {
         return out;
     }
     let text = doc.text;

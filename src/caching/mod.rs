@@ -134,7 +134,10 @@ impl CacheSettings {
                 out
             }
             None if row.third_party_anthropic_wire
-                && row.dialects.contains(&crate::dialect::Dialect::Anthropic) =>
+                && row
+                    .dialects
+                    .iter()
+                    .any(|d| d.format().cache_control_markers()) =>
             {
                 vec![Stabiliser::ClaudeCodeBillingLine]
             }

@@ -14,7 +14,6 @@ use std::ops::Range;
 use super::Stabiliser;
 use crate::accounting::volatile;
 use crate::dialect::doc::Doc;
-use crate::dialect::Dialect;
 use crate::json::edit::removal_edits;
 use crate::json::scan;
 use crate::json::Edit;
@@ -33,7 +32,7 @@ pub(crate) struct Stabilised {
 /// Run `stabilisers` on `doc`; `provider` is the route's row name, for the reason line.
 pub(crate) fn stabilize(stabilisers: &[Stabiliser], doc: &Doc<'_>, provider: &str) -> Stabilised {
     let mut out = Stabilised::default();
-    if doc.dialect != Dialect::Anthropic {
+    if !doc.dialect.format().cache_control_markers() {
         return out;
     }
     for s in stabilisers {
@@ -86,6 +85,7 @@ fn billing_line(doc: &Doc<'_>, provider: &str, out: &mut Stabilised) {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::dialect::Dialect;
     use crate::json::splice;
     use serde_json::Value;
 

@@ -9,7 +9,14 @@
 //!   `url` / `file` sources and for a block without `source`. Those are unprobeable, hence large.
 //!   (See `docs/wire-formats.md#anthropic-messages`.)
 
+pub(crate) mod restore;
+
+use super::restore::{CapturedTurn, EchoedTurn, List, TurnEdit};
+use crate::json::Edit;
+use std::ops::Range;
+
 use super::doc::{CarrierInfo, Doc, Payload, Placement, Site, TextStyle, Walk};
+use super::format::{Endpoint, ImageRules, PromptLayout, ReasoningCarriers};
 use super::{kind, str_at};
 use crate::json::scan::{self, Index, Object};
 
@@ -125,6 +132,94 @@ impl super::format::WireFormat for Anthropic {
     }
 
     // ---- request side ----
+
+    fn prompt_layout(&self) -> PromptLayout {
+        PromptLayout {
+            system: &["system"],
+            turns: "messages",
+            parts: "content",
+            system_parts: None,
+            string_turns: false,
+            default_role: None,
+            parsed_turns: true,
+        }
+    }
+
+    fn last_message(&self, doc: &Doc<'_>) -> Option<Range<usize>> {
+        super::last_turn(doc)
+    }
+
+    fn image_sites<'a>(&self, doc: &Doc<'a>, _agent_images_in_user_turns: bool) -> Walk<'a> {
+        walk(doc)
+    }
+
+    fn default_image_rules(&self) -> ImageRules {
+        ImageRules::Anthropic
+    }
+
+    fn reasoning_carriers(&self) -> ReasoningCarriers {
+        ReasoningCarriers::SignedBlocks
+    }
+
+    fn cache_control_markers(&self) -> bool {
+        true
+    }
+
+    fn system_billing_line(&self) -> bool {
+        true
+    }
+
+    fn stream_usage_option(&self) -> bool {
+        false
+    }
+
+    fn previous_response_key(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// A path ending in `/messages` (gateways mount it under other bases too), except
+    /// OpenAI's Assistants API `…/threads/{thread_id}/messages`, which is never Anthropic;
+    /// `…/messages/count_tokens` counts tokens.
+    fn classify_path(&self, path: &str) -> Option<Endpoint> {
+        if path.ends_with("/messages/count_tokens") {
+            return Some(Endpoint::CountTokens);
+        }
+        if path == "/messages" || path.ends_with("/messages") {
+            // `…/threads/{id}/messages`: the segment two before `messages` is `threads`.
+            let mut segments = path.rsplit('/').skip(2);
+            if segments.next() == Some("threads") {
+                return None;
+            }
+            return Some(Endpoint::Generate);
+        }
+        None
+    }
+
+    fn path_hint(&self, _path: &str) -> bool {
+        false
+    }
+
+    fn restore_turn(
+        &self,
+        list: &List<'_>,
+        turn: &EchoedTurn,
+        captured: &CapturedTurn,
+    ) -> TurnEdit {
+        restore::restore_turn(list, turn, captured)
+    }
+
+    fn first_call_signed(&self, _captured: &CapturedTurn) -> bool {
+        false
+    }
+
+    fn placeholder_signature(
+        &self,
+        _list: &List<'_>,
+        _entry: &Object,
+        _value: &serde_json::Value,
+    ) -> Option<Edit> {
+        None
+    }
 
     // ---- end of the request side ----
     //

@@ -12,7 +12,14 @@
 //!   image replaced there is removed from that list and its text goes into the content's
 //!   `parts` right after the function response (as does the downscale note).
 
+pub(crate) mod restore;
+
+use super::restore::{CapturedTurn, EchoedTurn, List, TurnEdit};
+use crate::json::Edit;
+use std::ops::Range;
+
 use super::doc::{CarrierInfo, Doc, Payload, Placement, Site, TextStyle, Walk};
+use super::format::{Endpoint, ImageRules, PromptLayout, ReasoningCarriers};
 use super::str_at;
 use crate::json::scan::{self, Index, Object};
 
@@ -167,6 +174,89 @@ impl super::format::WireFormat for Gemini {
     }
 
     // ---- request side ----
+
+    fn prompt_layout(&self) -> PromptLayout {
+        PromptLayout {
+            system: &["systemInstruction", "system_instruction"],
+            turns: "contents",
+            parts: "parts",
+            system_parts: Some("parts"),
+            string_turns: false,
+            default_role: Some("user"),
+            parsed_turns: false,
+        }
+    }
+
+    /// The last element of `contents`.
+    fn last_message(&self, doc: &Doc<'_>) -> Option<Range<usize>> {
+        scan::array_in(doc.text, doc.ix(), doc.top.get("contents")?.value.start)?.pop()
+    }
+
+    fn image_sites<'a>(&self, doc: &Doc<'a>, _agent_images_in_user_turns: bool) -> Walk<'a> {
+        walk(doc)
+    }
+
+    fn default_image_rules(&self) -> ImageRules {
+        ImageRules::Gemini
+    }
+
+    fn reasoning_carriers(&self) -> ReasoningCarriers {
+        ReasoningCarriers::Untouched
+    }
+
+    fn cache_control_markers(&self) -> bool {
+        false
+    }
+
+    fn system_billing_line(&self) -> bool {
+        false
+    }
+
+    fn stream_usage_option(&self) -> bool {
+        false
+    }
+
+    fn previous_response_key(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// A last path segment ending in `:generateContent` or `:streamGenerateContent`
+    /// (generation) or `:countTokens`.
+    fn classify_path(&self, path: &str) -> Option<Endpoint> {
+        let last = path.rsplit('/').next().unwrap_or("");
+        if last.ends_with(":generateContent") || last.ends_with(":streamGenerateContent") {
+            return Some(Endpoint::Generate);
+        }
+        last.ends_with(":countTokens")
+            .then_some(Endpoint::CountTokens)
+    }
+
+    /// Gemini's API version segments, `/v1beta/` and `/v1alpha/`.
+    fn path_hint(&self, path: &str) -> bool {
+        path.contains("/v1beta/") || path.contains("/v1alpha/")
+    }
+
+    fn restore_turn(
+        &self,
+        list: &List<'_>,
+        turn: &EchoedTurn,
+        captured: &CapturedTurn,
+    ) -> TurnEdit {
+        restore::restore_turn(list, turn, captured)
+    }
+
+    fn first_call_signed(&self, captured: &CapturedTurn) -> bool {
+        restore::first_call_signed(captured)
+    }
+
+    fn placeholder_signature(
+        &self,
+        list: &List<'_>,
+        entry: &Object,
+        value: &serde_json::Value,
+    ) -> Option<Edit> {
+        restore::placeholder(list, entry, value)
+    }
 
     // ---- end of the request side ----
     //

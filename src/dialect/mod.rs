@@ -54,11 +54,29 @@ pub enum ParseError {
 
 pub(crate) mod anthropic;
 pub(crate) mod doc;
-#[allow(dead_code)] // Skeleton: the policy modules move onto it next (issue 28).
 pub(crate) mod format;
 pub(crate) mod gemini;
 pub(crate) mod openai;
 pub(crate) mod responses;
+pub(crate) mod restore;
+
+/// Every dialect, in the order [`classify_path`] asks them.
+pub(crate) const ALL: [Dialect; 4] = [
+    Dialect::Anthropic,
+    Dialect::Openai,
+    Dialect::OpenaiResponses,
+    Dialect::Gemini,
+];
+
+/// The dialect a request path speaks and which endpoint it is, from the path alone (trailing
+/// `/` ignored): the first wire whose [`format::WireFormat::classify_path`] claims it, or
+/// `None` for paths that are not parsed (files, batches, model lists, ...).
+pub(crate) fn classify_path(path: &str) -> Option<(Dialect, format::Endpoint)> {
+    let path = path.trim_end_matches('/');
+    ALL.into_iter()
+        .map(Dialect::format)
+        .find_map(|f| f.classify_path(path).map(|e| (f.dialect(), e)))
+}
 
 /// Parse `body` as `dialect`: the one parse of a run of the passes.
 ///
@@ -78,9 +96,10 @@ pub(crate) fn parse(body: &[u8], dialect: Dialect) -> Result<Doc<'_>, ParseError
     let model = top
         .get("model")
         .and_then(|m| scan::string_at(text, &m.value));
-    let turns = match dialect {
-        Dialect::Anthropic | Dialect::Openai => turns(text, Some(&index), &top).map_err(shape)?,
-        Dialect::OpenaiResponses | Dialect::Gemini => Vec::new(),
+    let turns = if dialect.format().prompt_layout().parsed_turns {
+        turns(text, Some(&index), &top).map_err(shape)?
+    } else {
+        Vec::new()
     };
     Ok(Doc {
         dialect,
@@ -126,29 +145,20 @@ fn turns(text: &str, ix: Option<&scan::Index>, top: &scan::Object) -> Result<Vec
     Ok(out)
 }
 
-/// One element of a content list.
 /// Byte range of the message a response to this request answers: the last element of
 /// `messages` (Anthropic, OpenAI Chat), of `contents` (Gemini) or of `input` (Responses; a
 /// string `input` is itself that message). `None` when the list is absent or empty.
 pub(crate) fn last_message(doc: &Doc<'_>) -> Option<Range<usize>> {
-    match doc.dialect {
-        Dialect::Anthropic | Dialect::Openai => {
-            let t = doc.turns.last()?;
-            Some(t.obj.open..t.obj.end)
-        }
-        Dialect::Gemini => {
-            scan::array_in(doc.text, doc.ix(), doc.top.get("contents")?.value.start)?.pop()
-        }
-        Dialect::OpenaiResponses => {
-            let input = &doc.top.get("input")?.value;
-            if doc.text.as_bytes().get(input.start) == Some(&b'"') {
-                return Some(input.clone());
-            }
-            scan::array_in(doc.text, doc.ix(), input.start)?.pop()
-        }
-    }
+    doc.dialect.format().last_message(doc)
 }
 
+/// The last of the parsed turns ([`Doc::turns`]), as a byte range.
+fn last_turn(doc: &Doc<'_>) -> Option<Range<usize>> {
+    let t = doc.turns.last()?;
+    Some(t.obj.open..t.obj.end)
+}
+
+/// One element of a content list.
 pub(crate) fn block(text: &str, ix: Option<&scan::Index>, span: Range<usize>) -> Block {
     let obj = scan::object_in(text, ix, span.start);
     let kind = obj.as_ref().and_then(|o| kind(text, o));
@@ -163,12 +173,9 @@ pub(crate) fn kind(text: &str, obj: &scan::Object) -> Option<String> {
 
 /// Every image of `doc`, with spans: the view the image passes work on.
 pub(crate) fn image_sites<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a> {
-    match doc.dialect {
-        Dialect::Anthropic => anthropic::walk(doc),
-        Dialect::Openai => openai::walk(doc, agent_images_in_user_turns),
-        Dialect::OpenaiResponses => responses::walk(doc, agent_images_in_user_turns),
-        Dialect::Gemini => gemini::walk(doc),
-    }
+    doc.dialect
+        .format()
+        .image_sites(doc, agent_images_in_user_turns)
 }
 
 /// A JSON string value at `range` of `text`: its text as sent (escapes kept) and the span of

@@ -11,9 +11,15 @@
 //!   [`crate::texts::RETIRED_IMAGE`].
 //! - Every other image part is reserved (an upload): counted, never rewritten.
 
+pub(crate) mod details;
+pub(crate) mod restore;
+
+use super::restore::{CapturedTurn, EchoedTurn, List, TurnEdit};
+use crate::json::Edit;
 use std::ops::Range;
 
 use super::doc::{split_data_url, Doc, Payload, Placement, Site, TextStyle, Walk};
+use super::format::{Endpoint, ImageRules, PromptLayout, ReasoningCarriers};
 use super::str_at;
 use crate::json::scan::{self, Index, Object};
 
@@ -169,6 +175,82 @@ impl super::format::WireFormat for OpenaiChat {
     }
 
     // ---- request side ----
+
+    fn prompt_layout(&self) -> PromptLayout {
+        PromptLayout {
+            system: &[],
+            turns: "messages",
+            parts: "content",
+            system_parts: None,
+            string_turns: false,
+            default_role: None,
+            parsed_turns: true,
+        }
+    }
+
+    fn last_message(&self, doc: &Doc<'_>) -> Option<Range<usize>> {
+        super::last_turn(doc)
+    }
+
+    fn image_sites<'a>(&self, doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a> {
+        walk(doc, agent_images_in_user_turns)
+    }
+
+    fn default_image_rules(&self) -> ImageRules {
+        ImageRules::Openai
+    }
+
+    fn reasoning_carriers(&self) -> ReasoningCarriers {
+        ReasoningCarriers::MessageFields
+    }
+
+    fn cache_control_markers(&self) -> bool {
+        false
+    }
+
+    fn system_billing_line(&self) -> bool {
+        false
+    }
+
+    fn stream_usage_option(&self) -> bool {
+        true
+    }
+
+    fn previous_response_key(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// A path ending in `/chat/completions`.
+    fn classify_path(&self, path: &str) -> Option<Endpoint> {
+        path.ends_with("/chat/completions")
+            .then_some(Endpoint::Generate)
+    }
+
+    fn path_hint(&self, _path: &str) -> bool {
+        false
+    }
+
+    fn restore_turn(
+        &self,
+        list: &List<'_>,
+        turn: &EchoedTurn,
+        captured: &CapturedTurn,
+    ) -> TurnEdit {
+        restore::restore_turn(list, turn, captured)
+    }
+
+    fn first_call_signed(&self, captured: &CapturedTurn) -> bool {
+        restore::first_call_signed(captured)
+    }
+
+    fn placeholder_signature(
+        &self,
+        list: &List<'_>,
+        entry: &Object,
+        value: &serde_json::Value,
+    ) -> Option<Edit> {
+        restore::placeholder(list, entry, value)
+    }
 
     // ---- end of the request side ----
     //

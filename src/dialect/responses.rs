@@ -9,10 +9,17 @@
 //!   `file_id` images are counted, never fetched.
 //! - Replacement texts are `{"type":"input_text","text":…}` (valid in both places).
 
+pub(crate) mod restore;
+
+use super::restore::{CapturedTurn, EchoedTurn, List, TurnEdit};
+use crate::json::Edit;
+use std::ops::Range;
+
 use super::doc::{Doc, TextStyle, Walk};
+use super::format::{Endpoint, ImageRules, PromptLayout, ReasoningCarriers};
 use super::kind;
 use super::openai::{agent_label, image_site, text_len};
-use crate::json::scan;
+use crate::json::scan::{self, Object};
 
 /// Every `input_image` of an OpenAI Responses body, with spans.
 pub(crate) fn walk<'a>(doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a> {
@@ -96,6 +103,86 @@ impl super::format::WireFormat for OpenaiResponses {
     }
 
     // ---- request side ----
+
+    fn prompt_layout(&self) -> PromptLayout {
+        PromptLayout {
+            system: &["instructions"],
+            turns: "input",
+            parts: "content",
+            system_parts: None,
+            string_turns: true,
+            default_role: None,
+            parsed_turns: false,
+        }
+    }
+
+    /// The last item of `input`; a string `input` is itself that message.
+    fn last_message(&self, doc: &Doc<'_>) -> Option<Range<usize>> {
+        let input = &doc.top.get("input")?.value;
+        if doc.text.as_bytes().get(input.start) == Some(&b'"') {
+            return Some(input.clone());
+        }
+        scan::array_in(doc.text, doc.ix(), input.start)?.pop()
+    }
+
+    fn image_sites<'a>(&self, doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a> {
+        walk(doc, agent_images_in_user_turns)
+    }
+
+    fn default_image_rules(&self) -> ImageRules {
+        ImageRules::Openai
+    }
+
+    fn reasoning_carriers(&self) -> ReasoningCarriers {
+        ReasoningCarriers::Untouched
+    }
+
+    fn cache_control_markers(&self) -> bool {
+        false
+    }
+
+    fn system_billing_line(&self) -> bool {
+        false
+    }
+
+    fn stream_usage_option(&self) -> bool {
+        false
+    }
+
+    fn previous_response_key(&self) -> Option<&'static str> {
+        Some("previous_response_id")
+    }
+
+    /// A path ending in `/responses`.
+    fn classify_path(&self, path: &str) -> Option<Endpoint> {
+        path.ends_with("/responses").then_some(Endpoint::Generate)
+    }
+
+    fn path_hint(&self, _path: &str) -> bool {
+        false
+    }
+
+    fn restore_turn(
+        &self,
+        list: &List<'_>,
+        turn: &EchoedTurn,
+        captured: &CapturedTurn,
+    ) -> TurnEdit {
+        restore::restore_turn(list, turn, captured)
+    }
+
+    fn first_call_signed(&self, _captured: &CapturedTurn) -> bool {
+        false
+    }
+
+    fn placeholder_signature(
+        &self,
+        _list: &List<'_>,
+        _entry: &Object,
+        _value: &serde_json::Value,
+    ) -> Option<Edit> {
+        None
+    }
 
     // ---- end of the request side ----
     //

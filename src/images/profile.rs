@@ -7,6 +7,7 @@
 //! Anthropic's rules, Gemini's gets Gemini's, everything else OpenAI's). Limits and their
 //! sources: `docs/images.md#provider-limits`, `docs/providers.md`.
 
+use crate::dialect::format::ImageRules;
 use crate::dialect::Dialect;
 use crate::provider::{
     ImageLimits, ModelFamily, ResolvedProvider, ANTHROPIC_IMAGES, GEMINI_IMAGES, OPENAI_IMAGES,
@@ -46,10 +47,10 @@ impl ImageProfile {
         if family.gemini {
             return ImageProfile::GEMINI;
         }
-        match dialect {
-            Dialect::Anthropic => ImageProfile::ANTHROPIC,
-            Dialect::Gemini => ImageProfile::GEMINI,
-            Dialect::Openai | Dialect::OpenaiResponses => ImageProfile::OPENAI,
+        match dialect.format().default_image_rules() {
+            ImageRules::Anthropic => ImageProfile::ANTHROPIC,
+            ImageRules::Gemini => ImageProfile::GEMINI,
+            ImageRules::Openai => ImageProfile::OPENAI,
         }
     }
 }

@@ -24,7 +24,6 @@
 
 pub mod betas;
 pub(crate) mod carriers;
-pub(crate) mod details;
 pub(crate) mod profiles;
 pub(crate) mod restore;
 pub(crate) mod restore_rejected;

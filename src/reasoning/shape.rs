@@ -22,7 +22,7 @@
 //! - `reasoning_details`, `extra_content` (message and `tool_calls[i]`), `reasoning_opaque` /
 //!   `reasoning_text`: kept as sent when read, dropped otherwise (Copilot: `reasoning_text` is
 //!   sent only next to its `reasoning_opaque`). Where `reasoning_details` is read, its entries
-//!   that carry nothing ([`super::details::carries_nothing`]) are removed, and the array with
+//!   that carry nothing ([`crate::dialect::openai::details::carries_nothing`]) are removed, and the array with
 //!   them when no other entry is left.
 //! - A strict route (no carrier) never gets one, not even the pad. On a must-echo route RC is
 //!   never omitted, even if `omit` names it (a complaint about RC there is about its value).
@@ -64,6 +64,7 @@ use super::profiles::{
     KEEP_THINKING_PARAMS,
 };
 use crate::dialect::doc::Doc;
+use crate::dialect::format::ReasoningCarriers;
 use crate::dialect::{Dialect, ParseError};
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
@@ -188,16 +189,16 @@ pub(crate) fn shape(ctx: &ShapeContext<'_>, doc: &Doc<'_>) -> Shaped {
     };
     s.drop_betas();
     let removed_top = s.drop_params(top);
-    match ctx.dialect {
-        Dialect::Openai => {
+    match ctx.dialect.format().reasoning_carriers() {
+        ReasoningCarriers::MessageFields => {
             s.shape_chat(top);
             s.keep_thinking(top, &removed_top);
         }
-        Dialect::Anthropic => {
+        ReasoningCarriers::SignedBlocks => {
             let signed = s.shape_anthropic();
             s.binding(top, &signed, &removed_top);
         }
-        Dialect::OpenaiResponses | Dialect::Gemini => {}
+        ReasoningCarriers::Untouched => {}
     }
     if s.beta_changed {
         let value = s.beta.take().unwrap_or_default();
@@ -250,14 +251,16 @@ pub(crate) fn signature_id(text: &str, obj: &Object, kind: Option<&str>) -> Opti
 }
 
 /// The message's (last) `reasoning_details` array, when it holds entries that carry nothing
-/// ([`super::details::carries_nothing`]): its element ranges and the indexes of those entries.
+/// ([`crate::dialect::openai::details::carries_nothing`]): its element ranges and the indexes of those entries.
 /// `None` when there is no such entry (or no array).
 fn empty_details(text: &str, msg: &Object) -> Option<(Vec<Range<usize>>, Vec<usize>)> {
     let ranges = scan::array_at(text, msg.get("reasoning_details")?.value.start)?;
     let empty: Vec<usize> = ranges
         .iter()
         .enumerate()
-        .filter(|(_, r)| super::details::text_carries_nothing(scan::slice(text, r)))
+        .filter(|(_, r)| {
+            crate::dialect::openai::details::text_carries_nothing(scan::slice(text, r))
+        })
         .map(|(i, _)| i)
         .collect();
     (!empty.is_empty()).then_some((ranges, empty))
@@ -384,7 +387,7 @@ impl Shaper<'_, '_> {
         let Some(takes) = self.ctx.route.reasoning_controls else {
             return Vec::new();
         };
-        if self.ctx.dialect != Dialect::Openai {
+        if self.ctx.dialect.format().reasoning_carriers() != ReasoningCarriers::MessageFields {
             return Vec::new();
         }
         top.members

@@ -9,7 +9,6 @@
 //! `stream_options` that is not an object or `null`.
 
 use crate::dialect::doc::Doc;
-use crate::dialect::Dialect;
 use crate::json::edit::append_member;
 use crate::json::scan;
 use crate::json::Edit;
@@ -21,7 +20,7 @@ pub(crate) const REASON: &str =
 /// The edit that asks for the usage chunk, when the request is an OpenAI Chat stream that
 /// lacks `stream_options.include_usage`.
 pub(crate) fn edit(doc: &Doc<'_>) -> Option<Edit> {
-    if doc.dialect != Dialect::Openai {
+    if !doc.dialect.format().stream_usage_option() {
         return None;
     }
     let text = doc.text;
@@ -53,6 +52,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::dialect;
+    use crate::dialect::Dialect;
 
     fn run(body: &str, d: Dialect) -> Option<String> {
         let doc = dialect::parse(body.as_bytes(), d).unwrap();

@@ -1,4 +1,5 @@
 use super::*;
+use crate::dialect::Dialect;
 use crate::json::splice;
 use crate::testing::Rng;
 use serde_json::{json, Value};

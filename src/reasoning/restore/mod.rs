@@ -5,24 +5,24 @@
 //! give the same edits. Per assistant turn the request echoes
 //! ([`crate::response::fingerprint::echoed_turns`]), the lookup is asked for the turn captured
 //! with the same fingerprint; when that turn had carriers the echo lacks, edits re-attach them
-//! where each [`Carrier`] variant says (one module per wire: [`chat`], [`anthropic`],
-//! [`gemini`], [`responses`]). A turn that already carries its own is left byte-identical.
-//! On a route that validates Gemini 3 thought signatures, a function call whose signature is
-//! unknown gets the documented placeholder ([`gemini::PLACEHOLDER_SIGNATURE`]).
+//! where each [`Carrier`] variant says (one `restore` module per wire, asked through
+//! [`crate::dialect::format::WireFormat::restore_turn`]: [`crate::dialect::openai::restore`],
+//! [`crate::dialect::anthropic::restore`], [`crate::dialect::gemini::restore`],
+//! [`crate::dialect::responses::restore`]). A turn that already carries its own is left
+//! byte-identical. On a route that validates Gemini 3 thought signatures, a function call whose signature is
+//! unknown gets the documented placeholder
+//! ([`crate::dialect::gemini::restore::PLACEHOLDER_SIGNATURE`]).
 //!
 //! The edits are byte ranges of the body as given ([`crate::json::splice`] keeps every other
 //! byte identical); new JSON is written with `serde_json` from the captured values (opaque
 //! strings come back as the same strings; a Responses reasoning item as the JSON text received).
 
-mod anthropic;
-mod chat;
-mod gemini;
-mod responses;
 #[cfg(test)]
 mod tests;
 
-use std::ops::Range;
+use serde_json::Value;
 
+use crate::dialect::restore::{Kind, List, TurnEdit};
 use crate::dialect::Dialect;
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
@@ -68,35 +68,6 @@ pub struct RestoreCounts {
     pub placeholder_signature: usize,
 }
 
-/// One kind of restored carrier (a counter of [`RestoreCounts`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    ReasoningContent,
-    Reasoning,
-    ReasoningDetails,
-    ThoughtSignature,
-    Thinking,
-    RedactedThinking,
-    ReasoningItem,
-    PlaceholderSignature,
-}
-
-impl Kind {
-    /// The name in reasons.
-    fn label(self) -> &'static str {
-        match self {
-            Kind::ReasoningContent => "reasoning_content",
-            Kind::Reasoning => "reasoning",
-            Kind::ReasoningDetails => "reasoning_details",
-            Kind::ThoughtSignature => "thought signature",
-            Kind::Thinking => "thinking block",
-            Kind::RedactedThinking => "redacted_thinking block",
-            Kind::ReasoningItem => "reasoning item",
-            Kind::PlaceholderSignature => "placeholder thought signature",
-        }
-    }
-}
-
 impl RestoreCounts {
     /// Every counter with its report name (`restored_<kind>`), in a fixed order.
     pub(crate) fn kinds(&self) -> [(&'static str, usize); 8] {
@@ -136,52 +107,9 @@ pub(crate) struct Restored {
     pub reasons: Vec<String>,
 }
 
-/// The edits of one turn and what they restored.
-#[derive(Debug, Default)]
-struct TurnEdit {
-    edits: Vec<Edit>,
-    kinds: Vec<(Kind, usize)>,
-    /// Responses: the turn's items were put back in the response's output order.
-    reordered: bool,
-}
-
-impl TurnEdit {
-    fn push(&mut self, kind: Kind, edits: impl IntoIterator<Item = Edit>) {
-        let before = self.edits.len();
-        self.edits.extend(edits);
-        if self.edits.len() > before {
-            self.note(kind);
-        }
-    }
-
-    fn note(&mut self, kind: Kind) {
-        match self.kinds.iter_mut().find(|(k, _)| *k == kind) {
-            Some((_, n)) => *n += 1,
-            None => self.kinds.push((kind, 1)),
-        }
-    }
-}
-
 /// The list the turns live in, per dialect.
 pub(crate) fn list_key(dialect: Dialect) -> &'static str {
-    match dialect {
-        Dialect::Anthropic | Dialect::Openai => "messages",
-        Dialect::Gemini => "contents",
-        Dialect::OpenaiResponses => "input",
-    }
-}
-
-/// One request's turn list: the body text and the byte ranges of its entries.
-pub(super) struct List<'t> {
-    pub text: &'t str,
-    pub entries: Vec<Range<usize>>,
-}
-
-impl List<'_> {
-    /// Entry `i` as an object, if it is one.
-    fn object(&self, i: usize) -> Option<Object> {
-        scan::object_at(self.text, self.entries.get(i)?.start)
-    }
+    dialect.format().prompt_layout().turns
 }
 
 /// Restore the carriers of the assistant turns `body` echoes (see the module doc). Never
@@ -228,16 +156,12 @@ pub(crate) fn restore_parsed(ctx: &RestoreContext<'_>, text: &str, top: &Object)
         if !same_turn(&captured, &turn.turn) {
             continue;
         }
-        let edit = match ctx.dialect {
-            Dialect::Openai => chat::restore_turn(&list, turn, &captured),
-            Dialect::Anthropic => anthropic::restore_turn(&list, turn, &captured),
-            Dialect::Gemini => gemini::restore_turn(&list, turn, &captured),
-            Dialect::OpenaiResponses => responses::restore_turn(&list, turn, &captured),
-        };
+        let wire = ctx.dialect.format();
+        let edit = wire.restore_turn(&list, turn, &captured);
         if edit.edits.is_empty() {
             continue;
         }
-        if gemini::signs_first_call(ctx.dialect, turn, &captured) {
+        if wire.first_call_signed(&captured) {
             first_call_signed.push(turn.index);
         }
         let kinds: Vec<String> = edit
@@ -265,12 +189,44 @@ pub(crate) fn restore_parsed(ctx: &RestoreContext<'_>, text: &str, top: &Object)
         finish(&mut out, edit);
     }
     if ctx.provider.wants_placeholder_signature(ctx.model) {
-        for (index, edit) in gemini::placeholders(ctx.dialect, &list, &first_call_signed) {
+        for (index, edit) in placeholders(ctx.dialect, &list, &first_call_signed) {
             out.reasons.push(format!(
                 "placeholder thought signature on the first function call of {key}[{index}] \
                  (no signature known for it; Gemini 3 rejects an unsigned call)"
             ));
             finish(&mut out, edit);
+        }
+    }
+    out
+}
+
+/// Placeholder signatures ([`crate::dialect::gemini::restore::PLACEHOLDER_SIGNATURE`]): on
+/// every model content (Gemini) / assistant message (Gemini's OpenAI-compatible endpoint) with
+/// function calls whose first call has no signature, after the restore, that call gets the
+/// placeholder ([`crate::dialect::format::WireFormat::placeholder_signature`]). Every such
+/// turn, not only the current one the API validates: the placeholder a turn gets stays on it
+/// in later requests, so the prefix the provider caches does not change when the next user
+/// message arrives. `signed`: entries whose first call's signature the restore put back.
+fn placeholders(dialect: Dialect, list: &List<'_>, signed: &[usize]) -> Vec<(usize, TurnEdit)> {
+    let wire = dialect.format();
+    let mut out = Vec::new();
+    for (i, range) in list.entries.iter().enumerate() {
+        if signed.contains(&i) {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(scan::slice(list.text, range)) else {
+            continue;
+        };
+        let Some(entry) = list.object(i) else {
+            continue;
+        };
+        let mut t = TurnEdit::default();
+        t.push(
+            Kind::PlaceholderSignature,
+            wire.placeholder_signature(list, &entry, &v),
+        );
+        if !t.edits.is_empty() {
+            out.push((i, t));
         }
     }
     out
@@ -296,89 +252,4 @@ fn short(turn: &EchoedTurn) -> String {
 /// text-only turn the same text.
 fn same_turn(captured: &CapturedTurn, echoed: &CapturedTurn) -> bool {
     captured.calls == echoed.calls && (!echoed.calls.is_empty() || captured.text == echoed.text)
-}
-
-// ---- JSON writing helpers -----------------------------------------------------------------
-
-/// A JSON string literal of `s` (serde_json's escaping; non-ASCII and U+2028 written as is).
-fn json_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
-}
-
-/// Insert `members` (`(key, value JSON)`) at the end of `obj`, as one edit.
-fn append_members(obj: &Object, members: &[(&str, String)]) -> Option<Edit> {
-    if members.is_empty() {
-        return None;
-    }
-    let (at, comma) = obj.append_point();
-    let mut s = String::new();
-    for (i, (k, v)) in members.iter().enumerate() {
-        if comma || i > 0 {
-            s.push(',');
-        }
-        s.push_str(&json_str(k));
-        s.push(':');
-        s.push_str(v);
-    }
-    Some(Edit {
-        range: at..at,
-        replacement: s.into_bytes(),
-    })
-}
-
-/// Set `key` of `obj` to `value` (JSON): replace the value of its last member `key` (one the
-/// pass found empty), else append the member.
-fn set_member(obj: &Object, key: &str, value: String) -> Option<Edit> {
-    match obj.get(key) {
-        Some(m) => Some(Edit {
-            range: m.value.clone(),
-            replacement: value.into_bytes(),
-        }),
-        None => append_members(obj, &[(key, value)]),
-    }
-}
-
-/// Insert `items` (JSON texts) into an array so they come before element `k` (after the last
-/// one when `k` is past the end). `value` is the array's range (an empty array is rewritten).
-fn insert_into_array(
-    value: &Range<usize>,
-    elements: &[Range<usize>],
-    k: usize,
-    items: &[String],
-) -> Edit {
-    let joined = items.join(",");
-    if let Some(e) = elements.get(k) {
-        Edit {
-            range: e.start..e.start,
-            replacement: format!("{joined},").into_bytes(),
-        }
-    } else if let Some(last) = elements.last() {
-        Edit {
-            range: last.end..last.end,
-            replacement: format!(",{joined}").into_bytes(),
-        }
-    } else {
-        Edit {
-            range: value.clone(),
-            replacement: format!("[{joined}]").into_bytes(),
-        }
-    }
-}
-
-/// Place carriers at their original positions among the items that are not carriers: a
-/// carrier at position `p` (its index in the original list) preceded by `c` other carriers
-/// goes before the `(p - c)`-th remaining item, never past `limit`. Returns, per insertion
-/// point (in order), the carriers' indexes into `positions`.
-fn insertion_groups(positions: &[usize], limit: usize) -> Vec<(usize, Vec<usize>)> {
-    let mut order: Vec<usize> = (0..positions.len()).collect();
-    order.sort_by_key(|&i| (positions[i], i));
-    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
-    for (before, &i) in order.iter().enumerate() {
-        let k = positions[i].saturating_sub(before).min(limit);
-        match groups.last_mut() {
-            Some((at, members)) if *at == k => members.push(i),
-            _ => groups.push((k, vec![i])),
-        }
-    }
-    groups
 }

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::dialect::gemini::restore as gemini;
 use crate::dialect::Dialect::{self, Anthropic, Gemini, Openai, OpenaiResponses};
 use crate::json::splice;
 use crate::response::fingerprint::{

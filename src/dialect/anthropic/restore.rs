@@ -6,7 +6,9 @@
 //! sent (adding blocks to a partly kept set would edit the turn's thinking, which the API
 //! refuses).
 
-use super::{insert_into_array, insertion_groups, json_str, Kind, List, TurnEdit};
+use crate::dialect::restore::{
+    insert_into_array, insertion_groups, json_str, Kind, List, TurnEdit,
+};
 use crate::json::scan;
 use crate::json::Edit;
 use crate::response::fingerprint::EchoedTurn;
@@ -39,7 +41,7 @@ fn block(c: &Carrier) -> Option<(usize, String, Kind)> {
     }
 }
 
-pub(super) fn restore_turn(
+pub(crate) fn restore_turn(
     list: &List<'_>,
     turn: &EchoedTurn,
     captured: &CapturedTurn,

@@ -12,8 +12,7 @@ use std::ops::Range;
 
 use serde_json::Value;
 
-use super::{append_members, insert_into_array, json_str, Kind, List, TurnEdit};
-use crate::dialect::Dialect;
+use crate::dialect::restore::{append_members, insert_into_array, json_str, Kind, List, TurnEdit};
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
 use crate::response::fingerprint::EchoedTurn;
@@ -64,7 +63,7 @@ fn part_signature(text: &str, part: &Object, sig: String) -> Option<Edit> {
     }
 }
 
-pub(super) fn restore_turn(
+pub(crate) fn restore_turn(
     list: &List<'_>,
     turn: &EchoedTurn,
     captured: &CapturedTurn,
@@ -136,79 +135,35 @@ pub(super) fn restore_turn(
 }
 
 /// Whether the captured turn holds its first call's signature (so no placeholder goes there).
-pub(super) fn signs_first_call(
-    dialect: Dialect,
-    _turn: &EchoedTurn,
-    captured: &CapturedTurn,
-) -> bool {
-    captured.carriers.iter().any(|c| match (dialect, c) {
-        (Dialect::Gemini, Carrier::GeminiSignature { on, .. }) => *on == PartRef::Call(0),
-        (Dialect::Openai, Carrier::ToolCallSignature { call, .. }) => *call == 0,
-        _ => false,
-    })
+pub(crate) fn first_call_signed(captured: &CapturedTurn) -> bool {
+    captured
+        .carriers
+        .iter()
+        .any(|c| matches!(c, Carrier::GeminiSignature { on, .. } if *on == PartRef::Call(0)))
 }
 
-/// Placeholder signatures: on every model content (Gemini) / assistant message (Gemini's
-/// OpenAI-compatible endpoint) with function calls whose first call has no signature, after
-/// the restore, that call gets [`PLACEHOLDER_SIGNATURE`]. Every such turn, not only the
-/// current one the API validates: the placeholder a turn gets stays on it in later requests,
-/// so the prefix the provider caches does not change when the next user message arrives.
-/// `signed`: entries whose first call's signature the restore put back.
-pub(super) fn placeholders(
-    dialect: Dialect,
-    list: &List<'_>,
-    signed: &[usize],
-) -> Vec<(usize, TurnEdit)> {
-    let mut out = Vec::new();
-    let text = list.text;
-    let placeholder = json_str(PLACEHOLDER_SIGNATURE);
-    for (i, range) in list.entries.iter().enumerate() {
-        if signed.contains(&i) {
-            continue;
-        }
-        let Ok(v) = serde_json::from_str::<Value>(scan::slice(text, range)) else {
-            continue;
-        };
-        let role = v.get("role").and_then(Value::as_str);
-        let Some(entry) = list.object(i) else {
-            continue;
-        };
-        let edit = match dialect {
-            Dialect::Gemini if role == Some("model") => {
-                let turn = crate::response::gemini::content_turn(&v);
-                if turn.calls.is_empty() || first_signed(&turn) {
-                    continue;
-                }
-                parts(list, &entry).and_then(|(_, elements)| {
-                    let first = elements
-                        .iter()
-                        .filter_map(|e| scan::object_at(text, e.start))
-                        .find(|o| is_call(text, o))?;
-                    part_signature(text, &first, placeholder.clone())
-                })
-            }
-            Dialect::Openai if role == Some("assistant") => {
-                let turn = crate::response::chat::message_turn(&v);
-                if turn.calls.is_empty() || first_signed(&turn) {
-                    continue;
-                }
-                super::chat::tool_call(text, &entry, 0).and_then(|call| {
-                    super::chat::call_signature(text, &call, PLACEHOLDER_SIGNATURE)
-                })
-            }
-            _ => continue,
-        };
-        let mut t = TurnEdit::default();
-        t.push(Kind::PlaceholderSignature, edit);
-        if !t.edits.is_empty() {
-            out.push((i, t));
-        }
+/// The placeholder signature ([`PLACEHOLDER_SIGNATURE`]) for the list entry `entry` (`v`: its
+/// value): on the first function call of a model content with calls whose first call has no
+/// signature, else `None`. The pass that asks is `reasoning::restore`'s placeholders.
+pub(crate) fn placeholder(list: &List<'_>, entry: &Object, v: &Value) -> Option<Edit> {
+    if v.get("role").and_then(Value::as_str) != Some("model") {
+        return None;
     }
-    out
+    let turn = crate::response::gemini::content_turn(v);
+    if turn.calls.is_empty() || first_signed(&turn) {
+        return None;
+    }
+    let text = list.text;
+    let (_, elements) = parts(list, entry)?;
+    let first = elements
+        .iter()
+        .filter_map(|e| scan::object_at(text, e.start))
+        .find(|o| is_call(text, o))?;
+    part_signature(text, &first, json_str(PLACEHOLDER_SIGNATURE))
 }
 
 /// The turn (as read back) has a signature for its first call.
-fn first_signed(turn: &CapturedTurn) -> bool {
+pub(crate) fn first_signed(turn: &CapturedTurn) -> bool {
     turn.carriers.iter().any(|c| match c {
         Carrier::GeminiSignature {
             on: PartRef::Call(0),

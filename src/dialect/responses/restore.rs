@@ -16,13 +16,13 @@
 
 use serde_json::Value;
 
-use super::{insert_into_array, insertion_groups, Kind, List, TurnEdit};
+use crate::dialect::restore::{insert_into_array, insertion_groups, Kind, List, TurnEdit};
 use crate::json::scan;
 use crate::json::Edit;
 use crate::response::fingerprint::EchoedTurn;
 use crate::response::turn::{CapturedTurn, Carrier};
 
-pub(super) fn restore_turn(
+pub(crate) fn restore_turn(
     list: &List<'_>,
     turn: &EchoedTurn,
     captured: &CapturedTurn,

@@ -19,12 +19,13 @@
 
 use serde_json::Value;
 
-use super::{
+use super::details::{carries_nothing, same_entry, text_carries_nothing};
+use crate::dialect::gemini::restore::{first_signed, PLACEHOLDER_SIGNATURE};
+use crate::dialect::restore::{
     append_members, insert_into_array, insertion_groups, json_str, set_member, Kind, List, TurnEdit,
 };
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
-use crate::reasoning::details::{carries_nothing, same_entry, text_carries_nothing};
 use crate::response::fingerprint::EchoedTurn;
 use crate::response::turn::{CapturedTurn, Carrier};
 
@@ -44,7 +45,7 @@ fn restorable_detail(v: &Value) -> bool {
     v.is_object() && !carries_nothing(v)
 }
 
-pub(super) fn restore_turn(
+pub(crate) fn restore_turn(
     list: &List<'_>,
     turn: &EchoedTurn,
     captured: &CapturedTurn,
@@ -183,13 +184,13 @@ fn missing_details(
 }
 
 /// Tool call `i` of the message's `tool_calls`, as an object.
-pub(super) fn tool_call(text: &str, message: &Object, i: usize) -> Option<Object> {
+pub(crate) fn tool_call(text: &str, message: &Object, i: usize) -> Option<Object> {
     let calls = scan::array_at(text, message.get("tool_calls")?.value.start)?;
     scan::object_at(text, calls.get(i)?.start)
 }
 
 /// The edit putting `signature` on a tool call object.
-pub(super) fn call_signature(text: &str, call: &Object, signature: &str) -> Option<Edit> {
+pub(crate) fn call_signature(text: &str, call: &Object, signature: &str) -> Option<Edit> {
     match signature_edit(text, call, &json_str(signature)) {
         SigEdit::Append(v) => append_members(call, &[("extra_content", v)]),
         SigEdit::Edit(e) => Some(e),
@@ -233,4 +234,28 @@ fn signature_edit(text: &str, obj: &Object, sig: &str) -> SigEdit {
             None => replace(&g.value, google),
         },
     }
+}
+
+/// Whether the captured turn holds its first tool call's signature (Gemini's
+/// OpenAI-compatible endpoint; so no placeholder goes there).
+pub(crate) fn first_call_signed(captured: &CapturedTurn) -> bool {
+    captured
+        .carriers
+        .iter()
+        .any(|c| matches!(c, Carrier::ToolCallSignature { call, .. } if *call == 0))
+}
+
+/// The placeholder signature ([`PLACEHOLDER_SIGNATURE`]) for the list entry `entry` (`v`: its
+/// value), on Gemini's OpenAI-compatible endpoint: in the first tool call's `extra_content` of
+/// an assistant message with tool calls whose first call has no signature, else `None`.
+pub(crate) fn placeholder(list: &List<'_>, entry: &Object, v: &Value) -> Option<Edit> {
+    if v.get("role").and_then(Value::as_str) != Some("assistant") {
+        return None;
+    }
+    let turn = crate::response::chat::message_turn(v);
+    if turn.calls.is_empty() || first_signed(&turn) {
+        return None;
+    }
+    let call = tool_call(list.text, entry, 0)?;
+    call_signature(list.text, &call, PLACEHOLDER_SIGNATURE)
 }
