@@ -18,7 +18,6 @@ pub mod pricing;
 pub mod record;
 pub(crate) mod session;
 pub mod summary;
-pub mod volatile;
 
 use serde::{Deserialize, Serialize};
 

@@ -11,7 +11,7 @@
 //! A digest ignores every `cache_control` member at any depth (clients move their markers
 //! every turn) and the JSON whitespace between tokens; everything else counts byte for byte
 //! (scalars as sent, keys decoded). The system digest comes in two kinds: with and without
-//! Claude Code's billing line ([`super::volatile`]), so a caller can ignore it where the
+//! Claude Code's billing line ([`crate::caching::volatile`]), so a caller can ignore it where the
 //! provider does. Digests are keyed ([`DigestKey`], derived from the credential), so a stored
 //! digest says nothing about the text without the credential.
 
@@ -19,7 +19,7 @@ use std::ops::Range;
 
 use xxhash_rust::xxh3::Xxh3;
 
-use super::volatile;
+use crate::caching::volatile;
 use crate::dialect::Dialect;
 use crate::json;
 use crate::json::scan::{self, Index};

@@ -12,6 +12,7 @@
 
 pub(crate) mod breakpoints;
 pub(crate) mod stabilize;
+pub mod volatile;
 
 use serde::Deserialize;
 
@@ -78,7 +79,7 @@ impl CacheTtl {
 #[serde(rename_all = "snake_case")]
 pub enum Stabiliser {
     /// Remove Claude Code's `x-anthropic-billing-header: …` text block from `system`
-    /// ([`crate::accounting::volatile`]).
+    /// ([`volatile`]).
     ClaudeCodeBillingLine,
 }
 

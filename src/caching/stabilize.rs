@@ -4,15 +4,15 @@
 //!
 //! [`Stabiliser::ClaudeCodeBillingLine`]: on an Anthropic Messages body whose `system` is an
 //! array starting with Claude Code's billing block (found by
-//! [`crate::accounting::volatile::billing_block`], the one detector), that element is removed
+//! [`super::volatile::billing_block`], the one detector), that element is removed
 //! with its comma. When it is the only element, the whole `system` member goes (a request
 //! without a system prompt, rather than an empty list a strict host might refuse). Nothing else
 //! in `system`, and nothing in any message, is touched; a body without the block gives no edit.
 
 use std::ops::Range;
 
+use super::volatile;
 use super::Stabiliser;
-use crate::accounting::volatile;
 use crate::dialect::doc::Doc;
 use crate::json::edit::removal_edits;
 use crate::json::scan;

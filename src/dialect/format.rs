@@ -55,7 +55,7 @@ pub(crate) trait WireFormat: Sync + 'static {
     fn cache_control_markers(&self) -> bool;
 
     /// Whether the system prompt may open with Claude Code's billing line
-    /// (`crate::accounting::volatile`), a per-request block the prefix positions digest
+    /// (`crate::caching::volatile`), a per-request block the prefix positions digest
     /// apart. Claude Code speaks Anthropic Messages only.
     fn system_billing_line(&self) -> bool;
 

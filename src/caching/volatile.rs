@@ -1,6 +1,7 @@
 //! Per-request text some clients put at the head of the prompt, recognised by its exact
-//! shape (`docs/accounting.md#volatile-text`). The one place this is known: session naming and
-//! collapse detection use it here, and the prefix stabiliser (next issue) will too.
+//! shape (`docs/accounting.md#volatile-text`). The one place this is known: the prefix
+//! stabiliser (`super::stabilize`) moves it, and session naming and collapse detection
+//! (`crate::accounting::prefix`) digest around it.
 //!
 //! **Claude Code's billing line.** Claude Code sends, as `system[0]`, a text block of its own
 //! (no `cache_control`) of this grammar, recorded from Claude Code 2.1.197 itself
