@@ -132,5 +132,19 @@ impl super::format::WireFormat for Anthropic {
     //
     // ---- response side ----
 
+    fn conversation(&self) -> &'static super::conversation::Conversation {
+        &super::conversation::Conversation {
+            key: "messages",
+            assistant_role: "assistant",
+            items: None,
+            string_content_is_text_block: true,
+            bare_input: false,
+        }
+    }
+
+    fn echoed_turn(&self, entries: &[&str]) -> Option<super::turn::CapturedTurn> {
+        super::conversation::one_message(entries, crate::response::anthropic::message_turn)
+    }
+
     // ---- end of the response side ----
 }

@@ -7,6 +7,8 @@
 //! [`super::gemini`] (Gemini `generateContent`). [`Dialect::format`] is the one table from a
 //! dialect to its impl. Adding a wire format: `docs/dev/new-wire-format.md`.
 
+use super::conversation::Conversation;
+use super::turn::CapturedTurn;
 use super::Dialect;
 
 /// One wire format: its request view, prefix positions, restore edits and path
@@ -23,6 +25,15 @@ pub(crate) trait WireFormat: Sync + 'static {
     // (The two sides are kept apart so they can grow independently.)
     //
     // ---- response side ----
+
+    /// Where a request holds its conversation and how it spells an echoed turn (read by the
+    /// turn fingerprints, `crate::response::fingerprint`).
+    fn conversation(&self) -> &'static Conversation;
+
+    /// The assistant turn a request echoes, read from its entries' JSON texts: one message
+    /// (Anthropic, Chat, Gemini; `entries[0]`), or the run of input items (Responses).
+    /// Carriers the client kept are read too. `None` when an entry that must be JSON is not.
+    fn echoed_turn(&self, entries: &[&str]) -> Option<CapturedTurn>;
 
     // ---- end of the response side ----
 }

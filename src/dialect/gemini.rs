@@ -174,6 +174,20 @@ impl super::format::WireFormat for Gemini {
     //
     // ---- response side ----
 
+    fn conversation(&self) -> &'static super::conversation::Conversation {
+        &super::conversation::Conversation {
+            key: "contents",
+            assistant_role: "model",
+            items: None,
+            string_content_is_text_block: false,
+            bare_input: false,
+        }
+    }
+
+    fn echoed_turn(&self, entries: &[&str]) -> Option<super::turn::CapturedTurn> {
+        super::conversation::one_message(entries, crate::response::gemini::content_turn)
+    }
+
     // ---- end of the response side ----
 }
 

@@ -103,6 +103,23 @@ impl super::format::WireFormat for OpenaiResponses {
     //
     // ---- response side ----
 
+    fn conversation(&self) -> &'static super::conversation::Conversation {
+        &super::conversation::Conversation {
+            key: "input",
+            assistant_role: "assistant",
+            items: Some(super::conversation::ItemTypes {
+                message: "message",
+                turn: &["reasoning", "function_call"],
+            }),
+            string_content_is_text_block: false,
+            bare_input: true,
+        }
+    }
+
+    fn echoed_turn(&self, entries: &[&str]) -> Option<super::turn::CapturedTurn> {
+        Some(crate::response::responses::items_turn(entries))
+    }
+
     // ---- end of the response side ----
 }
 

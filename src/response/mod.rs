@@ -26,10 +26,9 @@ pub(crate) mod anthropic;
 pub(crate) mod chat;
 pub(crate) mod fingerprint;
 pub(crate) mod gemini;
-pub(crate) mod lenient;
 pub(crate) mod responses;
-pub(crate) mod turn;
-pub(crate) mod usage;
+// moved: re-export until issue 28's merge
+pub(crate) use crate::dialect::{lenient, turn, usage};
 
 pub(crate) use turn::CapturedTurn;
 pub(crate) use usage::Usage;

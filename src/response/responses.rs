@@ -193,11 +193,11 @@ fn response_error(response: &Value) -> Option<&str> {
 /// `message` (role assistant; `type` may be omitted, as in the SDK's easy input form),
 /// `function_call` and `reasoning`, count for positions only. The items' `id`s, in order,
 /// are [`CapturedTurn::item_ids`] when every item has one.
-pub(crate) fn items_turn(items: &[String]) -> CapturedTurn {
+pub(crate) fn items_turn<S: AsRef<str>>(items: &[S]) -> CapturedTurn {
     let mut turn = CapturedTurn::default();
     let mut ids = Some(Vec::with_capacity(items.len()));
     for (position, raw) in items.iter().enumerate() {
-        let Ok(item) = serde_json::from_str::<Value>(raw) else {
+        let Ok(item) = serde_json::from_str::<Value>(raw.as_ref()) else {
             ids = None;
             continue;
         };
@@ -218,7 +218,7 @@ pub(crate) fn items_turn(items: &[String]) -> CapturedTurn {
             Some("reasoning") => turn.carriers.push(Carrier::ResponsesReasoning {
                 position,
                 id: str_field(&item, "id").map(str::to_owned),
-                item: raw.clone(),
+                item: raw.as_ref().to_owned(),
             }),
             Some("message") | None if str_field(&item, "role") == Some("assistant") => {
                 match item.get("content") {
