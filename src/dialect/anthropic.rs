@@ -146,5 +146,16 @@ impl super::format::WireFormat for Anthropic {
         super::conversation::one_message(entries, crate::response::anthropic::message_turn)
     }
 
+    fn error_body(&self, status: u16, message: &str, _code: &str) -> String {
+        errors::body(status, message)
+    }
+
+    fn stream_error_event(&self, message: &str, _: &str, _: Option<u64>) -> Option<String> {
+        Some(errors::stream_error_event(message))
+    }
+
     // ---- end of the response side ----
 }
+
+// The response side's submodules (issue 28).
+pub(crate) mod errors;

@@ -35,6 +35,22 @@ pub(crate) trait WireFormat: Sync + 'static {
     /// Carriers the client kept are read too. `None` when an entry that must be JSON is not.
     fn echoed_turn(&self, entries: &[&str]) -> Option<CapturedTurn>;
 
+    /// The body of an error the proxy answers itself (HTTP `status`, `message` starting with
+    /// `cachekeeper:`, `code` the error's short label), as JSON text in this format's error
+    /// shape (`docs/wire-formats.md#error-bodies`).
+    fn error_body(&self, status: u16, message: &str, code: &str) -> String;
+
+    /// The SSE event that ends a stream the proxy cuts (upstream broke, shutdown) in this
+    /// format's stream error shape, `code` the reason's label and `last_sequence` the last
+    /// `sequence_number` the stream carried (Responses); `None` when the format has no error
+    /// event (Gemini: the stream is aborted instead).
+    fn stream_error_event(
+        &self,
+        message: &str,
+        code: &str,
+        last_sequence: Option<u64>,
+    ) -> Option<String>;
+
     // ---- end of the response side ----
 }
 

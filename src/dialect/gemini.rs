@@ -188,8 +188,19 @@ impl super::format::WireFormat for Gemini {
         super::conversation::one_message(entries, crate::response::gemini::content_turn)
     }
 
+    fn error_body(&self, status: u16, message: &str, _code: &str) -> String {
+        errors::body(status, message)
+    }
+
+    fn stream_error_event(&self, _: &str, _: &str, _: Option<u64>) -> Option<String> {
+        None
+    }
+
     // ---- end of the response side ----
 }
+
+// The response side's submodules (issue 28).
+pub(crate) mod errors;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

@@ -190,5 +190,16 @@ impl super::format::WireFormat for OpenaiChat {
         super::conversation::one_message(entries, crate::response::chat::message_turn)
     }
 
+    fn error_body(&self, status: u16, message: &str, code: &str) -> String {
+        errors::body(status, message, code)
+    }
+
+    fn stream_error_event(&self, message: &str, code: &str, _: Option<u64>) -> Option<String> {
+        Some(errors::stream_error_event(message, code))
+    }
+
     // ---- end of the response side ----
 }
+
+// The response side's submodules (issue 28).
+pub(crate) mod errors;

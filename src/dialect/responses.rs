@@ -120,8 +120,24 @@ impl super::format::WireFormat for OpenaiResponses {
         Some(crate::response::responses::items_turn(entries))
     }
 
+    fn error_body(&self, status: u16, message: &str, code: &str) -> String {
+        super::openai::errors::body(status, message, code)
+    }
+
+    fn stream_error_event(
+        &self,
+        message: &str,
+        code: &str,
+        last_sequence: Option<u64>,
+    ) -> Option<String> {
+        Some(errors::stream_error_event(message, code, last_sequence))
+    }
+
     // ---- end of the response side ----
 }
+
+// The response side's submodules (issue 28).
+pub(crate) mod errors;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
