@@ -154,6 +154,18 @@ impl super::format::WireFormat for Anthropic {
         Some(errors::stream_error_event(message))
     }
 
+    fn rejected_signature(&self, status: u16, error_body: &[u8]) -> Option<String> {
+        errors::invalid_signature(status, error_body)
+    }
+
+    fn example_path(&self) -> &'static str {
+        "/v1/messages"
+    }
+
+    fn image_placeholder_style(&self) -> super::doc::TextStyle {
+        super::doc::TextStyle::Text
+    }
+
     // ---- end of the response side ----
 }
 

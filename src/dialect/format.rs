@@ -51,6 +51,20 @@ pub(crate) trait WireFormat: Sync + 'static {
         last_sequence: Option<u64>,
     ) -> Option<String>;
 
+    /// The provider's message when an error response (`status`, `error_body`) is its
+    /// rejection of a signed reasoning block the request echoed (Anthropic's "Invalid
+    /// `signature` in `thinking` block" 400); `None` otherwise, and for formats whose
+    /// carriers are not checked that way.
+    fn rejected_signature(&self, status: u16, error_body: &[u8]) -> Option<String>;
+
+    /// A request path of this format (`/v1/messages`, …): what `cachekeeper replay` sends a
+    /// recorded turn to when the record names none.
+    fn example_path(&self) -> &'static str;
+
+    /// How a text block that replaces an image is written (`cachekeeper replay`'s
+    /// keep-newest comparison).
+    fn image_placeholder_style(&self) -> super::doc::TextStyle;
+
     // ---- end of the response side ----
 }
 

@@ -196,6 +196,18 @@ impl super::format::WireFormat for Gemini {
         None
     }
 
+    fn rejected_signature(&self, _: u16, _: &[u8]) -> Option<String> {
+        None
+    }
+
+    fn example_path(&self) -> &'static str {
+        "/v1beta/models/model:generateContent"
+    }
+
+    fn image_placeholder_style(&self) -> super::doc::TextStyle {
+        super::doc::TextStyle::Bare
+    }
+
     // ---- end of the response side ----
 }
 

@@ -198,6 +198,18 @@ impl super::format::WireFormat for OpenaiChat {
         Some(errors::stream_error_event(message, code))
     }
 
+    fn rejected_signature(&self, _: u16, _: &[u8]) -> Option<String> {
+        None
+    }
+
+    fn example_path(&self) -> &'static str {
+        "/v1/chat/completions"
+    }
+
+    fn image_placeholder_style(&self) -> super::doc::TextStyle {
+        super::doc::TextStyle::Text
+    }
+
     // ---- end of the response side ----
 }
 

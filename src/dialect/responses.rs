@@ -133,6 +133,18 @@ impl super::format::WireFormat for OpenaiResponses {
         Some(errors::stream_error_event(message, code, last_sequence))
     }
 
+    fn rejected_signature(&self, _: u16, _: &[u8]) -> Option<String> {
+        None
+    }
+
+    fn example_path(&self) -> &'static str {
+        "/v1/responses"
+    }
+
+    fn image_placeholder_style(&self) -> super::doc::TextStyle {
+        super::doc::TextStyle::InputText
+    }
+
     // ---- end of the response side ----
 }
 
