@@ -143,7 +143,7 @@ impl super::format::WireFormat for Anthropic {
     }
 
     fn echoed_turn(&self, entries: &[&str]) -> Option<super::turn::CapturedTurn> {
-        super::conversation::one_message(entries, crate::response::anthropic::message_turn)
+        super::conversation::one_message(entries, response::message_turn)
     }
 
     fn error_body(&self, status: u16, message: &str, _code: &str) -> String {
@@ -166,8 +166,13 @@ impl super::format::WireFormat for Anthropic {
         super::doc::TextStyle::Text
     }
 
+    fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
+        Box::<response::Stream>::default()
+    }
+
     // ---- end of the response side ----
 }
 
 // The response side's submodules (issue 28).
 pub(crate) mod errors;
+pub(crate) mod response;

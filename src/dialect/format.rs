@@ -65,6 +65,10 @@ pub(crate) trait WireFormat: Sync + 'static {
     /// keep-newest comparison).
     fn image_placeholder_style(&self) -> super::doc::TextStyle;
 
+    /// A fresh reader of one response in this format (its stream events or JSON body): what
+    /// the response observer (`crate::response::observer`) drives.
+    fn response_reader(&self) -> Box<dyn super::observed::ResponseReader>;
+
     // ---- end of the response side ----
 }
 

@@ -185,7 +185,7 @@ impl super::format::WireFormat for Gemini {
     }
 
     fn echoed_turn(&self, entries: &[&str]) -> Option<super::turn::CapturedTurn> {
-        super::conversation::one_message(entries, crate::response::gemini::content_turn)
+        super::conversation::one_message(entries, response::content_turn)
     }
 
     fn error_body(&self, status: u16, message: &str, _code: &str) -> String {
@@ -208,11 +208,16 @@ impl super::format::WireFormat for Gemini {
         super::doc::TextStyle::Bare
     }
 
+    fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
+        Box::<response::Stream>::default()
+    }
+
     // ---- end of the response side ----
 }
 
 // The response side's submodules (issue 28).
 pub(crate) mod errors;
+pub(crate) mod response;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

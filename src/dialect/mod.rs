@@ -192,6 +192,9 @@ pub(crate) const MAX_ERROR_BODY_BYTES: usize = 1024 * 1024;
 pub(crate) mod canonical;
 pub(crate) mod conversation;
 pub(crate) mod lenient;
+pub(crate) mod observed;
+#[cfg(test)]
+pub(crate) mod testing;
 pub(crate) mod turn;
 pub(crate) mod usage;
 

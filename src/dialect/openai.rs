@@ -187,7 +187,7 @@ impl super::format::WireFormat for OpenaiChat {
     }
 
     fn echoed_turn(&self, entries: &[&str]) -> Option<super::turn::CapturedTurn> {
-        super::conversation::one_message(entries, crate::response::chat::message_turn)
+        super::conversation::one_message(entries, response::message_turn)
     }
 
     fn error_body(&self, status: u16, message: &str, code: &str) -> String {
@@ -210,8 +210,13 @@ impl super::format::WireFormat for OpenaiChat {
         super::doc::TextStyle::Text
     }
 
+    fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
+        Box::<response::Stream>::default()
+    }
+
     // ---- end of the response side ----
 }
 
 // The response side's submodules (issue 28).
 pub(crate) mod errors;
+pub(crate) mod response;

@@ -117,7 +117,7 @@ impl super::format::WireFormat for OpenaiResponses {
     }
 
     fn echoed_turn(&self, entries: &[&str]) -> Option<super::turn::CapturedTurn> {
-        Some(crate::response::responses::items_turn(entries))
+        Some(response::items_turn(entries))
     }
 
     fn error_body(&self, status: u16, message: &str, code: &str) -> String {
@@ -145,11 +145,16 @@ impl super::format::WireFormat for OpenaiResponses {
         super::doc::TextStyle::InputText
     }
 
+    fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
+        Box::<response::Stream>::default()
+    }
+
     // ---- end of the response side ----
 }
 
 // The response side's submodules (issue 28).
 pub(crate) mod errors;
+pub(crate) mod response;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

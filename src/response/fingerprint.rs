@@ -23,7 +23,6 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-pub(crate) use crate::dialect::canonical::canonical;
 use crate::dialect::canonical::{
     member_mut, members_mut, remove_member, set_member, write_node, Node,
 };
@@ -384,6 +383,7 @@ pub(crate) fn echoed_turns_in(dialect: Dialect, entries: &[&str]) -> Vec<EchoedT
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dialect::canonical::canonical;
     use crate::response::testing::fixture;
     use proptest::prelude::*;
     use serde_json::json;
