@@ -60,7 +60,7 @@ const MUTATION_BYTES: &[u8] = br#"{}[]",:01-.\ ntxued8"#;
 
 /// Every copy of `base` with one byte replaced by one of [`MUTATION_BYTES`] or `0xff`, or
 /// removed: the inputs a typed view and the `Value` path must read alike (differential
-/// tests of `response::lenient`).
+/// tests of `dialect::lenient`).
 pub(crate) fn one_byte_mutations(base: &[u8]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for at in 0..base.len() {
