@@ -24,7 +24,7 @@ use comfy_table::{presets, CellAlignment, Table};
 use crate::cli::table::thousands;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::accounting::cache_model::{self, CacheModel, Rule};
 use crate::accounting::prefix::DigestKey;
@@ -762,12 +762,7 @@ fn anthropic_blocks(body: &Value) -> bool {
 
 /// A request path of the dialect, for a line that recorded none.
 fn default_path(dialect: Dialect) -> &'static str {
-    match dialect {
-        Dialect::Anthropic => "/v1/messages",
-        Dialect::Openai => "/v1/chat/completions",
-        Dialect::OpenaiResponses => "/v1/responses",
-        Dialect::Gemini => "/v1beta/models/model:generateContent",
-    }
+    dialect.format().example_path()
 }
 
 /// `body` with every image but the newest `keep` replaced by [`PLACEHOLDER`] text (a
@@ -777,11 +772,7 @@ fn default_path(dialect: Dialect) -> &'static str {
 /// same key order and only the replacements change its prefix.
 pub fn keep_newest(dialect: Dialect, body: &[u8], keep: usize) -> Option<(Vec<u8>, usize)> {
     let mut value: Value = serde_json::from_slice(body).ok()?;
-    let key = match dialect {
-        Dialect::Anthropic | Dialect::Openai => "messages",
-        Dialect::OpenaiResponses => "input",
-        Dialect::Gemini => "contents",
-    };
+    let key = dialect.format().conversation().key;
     let mut replaced = 0;
     if let Some(list) = value.get_mut(key) {
         let total = count_images(list);
@@ -807,21 +798,13 @@ fn replace_images(dialect: Dialect, v: &mut Value, left: &mut usize) {
     }
     match v {
         Value::Object(obj) if cache_model::is_image(obj) => {
-            let mut text = Map::new();
-            match dialect {
-                Dialect::Gemini => {}
-                Dialect::OpenaiResponses => {
-                    text.insert("type".into(), "input_text".into());
-                }
-                Dialect::Anthropic | Dialect::Openai => {
-                    text.insert("type".into(), "text".into());
-                }
-            }
-            text.insert("text".into(), PLACEHOLDER.into());
-            if let Some(m) = obj.get("cache_control") {
-                text.insert("cache_control".into(), m.clone());
-            }
-            *v = Value::Object(text);
+            let keep = obj.get("cache_control").map(Value::to_string);
+            let keep = keep.as_deref().map(|raw| ("cache_control", raw));
+            let style = dialect.format().image_placeholder_style();
+            let Ok(text) = serde_json::from_str(&style.block(PLACEHOLDER, keep)) else {
+                return;
+            };
+            *v = text;
             *left -= 1;
         }
         Value::Object(obj) => {

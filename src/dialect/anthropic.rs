@@ -227,5 +227,47 @@ impl super::format::WireFormat for Anthropic {
     //
     // ---- response side ----
 
+    fn conversation(&self) -> &'static super::conversation::Conversation {
+        &super::conversation::Conversation {
+            key: "messages",
+            assistant_role: "assistant",
+            items: None,
+            string_content_is_text_block: true,
+            bare_input: false,
+        }
+    }
+
+    fn echoed_turn(&self, entries: &[&str]) -> Option<super::turn::CapturedTurn> {
+        super::conversation::one_message(entries, response::message_turn)
+    }
+
+    fn error_body(&self, status: u16, message: &str, _code: &str) -> String {
+        errors::body(status, message)
+    }
+
+    fn stream_error_event(&self, message: &str, _: &str, _: Option<u64>) -> Option<String> {
+        Some(errors::stream_error_event(message))
+    }
+
+    fn rejected_signature(&self, status: u16, error_body: &[u8]) -> Option<String> {
+        errors::invalid_signature(status, error_body)
+    }
+
+    fn example_path(&self) -> &'static str {
+        "/v1/messages"
+    }
+
+    fn image_placeholder_style(&self) -> super::doc::TextStyle {
+        super::doc::TextStyle::Text
+    }
+
+    fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
+        Box::<response::Stream>::default()
+    }
+
     // ---- end of the response side ----
 }
+
+// The response side's submodules (issue 28).
+pub(crate) mod errors;
+pub(crate) mod response;

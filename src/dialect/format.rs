@@ -11,6 +11,7 @@ use std::ops::Range;
 
 use serde_json::Value;
 
+use super::conversation::Conversation;
 use super::doc::{Doc, Walk};
 use super::restore::{CapturedTurn, EchoedTurn, List, TurnEdit};
 use super::Dialect;
@@ -99,6 +100,49 @@ pub(crate) trait WireFormat: Sync + 'static {
     // (The two sides are kept apart so they can grow independently.)
     //
     // ---- response side ----
+
+    /// Where a request holds its conversation and how it spells an echoed turn (read by the
+    /// turn fingerprints, `crate::response::fingerprint`).
+    fn conversation(&self) -> &'static Conversation;
+
+    /// The assistant turn a request echoes, read from its entries' JSON texts: one message
+    /// (Anthropic, Chat, Gemini; `entries[0]`), or the run of input items (Responses).
+    /// Carriers the client kept are read too. `None` when an entry that must be JSON is not.
+    fn echoed_turn(&self, entries: &[&str]) -> Option<CapturedTurn>;
+
+    /// The body of an error the proxy answers itself (HTTP `status`, `message` starting with
+    /// `cachekeeper:`, `code` the error's short label), as JSON text in this format's error
+    /// shape (`docs/wire-formats.md#error-bodies`).
+    fn error_body(&self, status: u16, message: &str, code: &str) -> String;
+
+    /// The SSE event that ends a stream the proxy cuts (upstream broke, shutdown) in this
+    /// format's stream error shape, `code` the reason's label and `last_sequence` the last
+    /// `sequence_number` the stream carried (Responses); `None` when the format has no error
+    /// event (Gemini: the stream is aborted instead).
+    fn stream_error_event(
+        &self,
+        message: &str,
+        code: &str,
+        last_sequence: Option<u64>,
+    ) -> Option<String>;
+
+    /// The provider's message when an error response (`status`, `error_body`) is its
+    /// rejection of a signed reasoning block the request echoed (Anthropic's "Invalid
+    /// `signature` in `thinking` block" 400); `None` otherwise, and for formats whose
+    /// carriers are not checked that way.
+    fn rejected_signature(&self, status: u16, error_body: &[u8]) -> Option<String>;
+
+    /// A request path of this format (`/v1/messages`, …): what `cachekeeper replay` sends a
+    /// recorded turn to when the record names none.
+    fn example_path(&self) -> &'static str;
+
+    /// How a text block that replaces an image is written (`cachekeeper replay`'s
+    /// keep-newest comparison).
+    fn image_placeholder_style(&self) -> super::doc::TextStyle;
+
+    /// A fresh reader of one response in this format (its stream events or JSON body): what
+    /// the response observer (`crate::response::observer`) drives.
+    fn response_reader(&self) -> Box<dyn super::observed::ResponseReader>;
 
     // ---- end of the response side ----
 }

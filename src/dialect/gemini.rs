@@ -264,8 +264,50 @@ impl super::format::WireFormat for Gemini {
     //
     // ---- response side ----
 
+    fn conversation(&self) -> &'static super::conversation::Conversation {
+        &super::conversation::Conversation {
+            key: "contents",
+            assistant_role: "model",
+            items: None,
+            string_content_is_text_block: false,
+            bare_input: false,
+        }
+    }
+
+    fn echoed_turn(&self, entries: &[&str]) -> Option<super::turn::CapturedTurn> {
+        super::conversation::one_message(entries, response::content_turn)
+    }
+
+    fn error_body(&self, status: u16, message: &str, _code: &str) -> String {
+        errors::body(status, message)
+    }
+
+    fn stream_error_event(&self, _: &str, _: &str, _: Option<u64>) -> Option<String> {
+        None
+    }
+
+    fn rejected_signature(&self, _: u16, _: &[u8]) -> Option<String> {
+        None
+    }
+
+    fn example_path(&self) -> &'static str {
+        "/v1beta/models/model:generateContent"
+    }
+
+    fn image_placeholder_style(&self) -> super::doc::TextStyle {
+        super::doc::TextStyle::Bare
+    }
+
+    fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
+        Box::<response::Stream>::default()
+    }
+
     // ---- end of the response side ----
 }
+
+// The response side's submodules (issue 28).
+pub(crate) mod errors;
+pub(crate) mod response;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

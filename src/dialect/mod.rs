@@ -194,6 +194,17 @@ pub(crate) fn str_at<'a>(text: &'a str, range: &Range<usize>) -> Option<StrAt<'a
 /// 422, which can be a long reasoning text; a longer body goes to the client unread.
 pub(crate) const MAX_ERROR_BODY_BYTES: usize = 1024 * 1024;
 
+// The response side's plain types and readers (issue 28): what a response or an echoed turn
+// holds, read by each dialect's observer and by the fingerprints.
+pub(crate) mod canonical;
+pub(crate) mod conversation;
+pub(crate) mod lenient;
+pub(crate) mod observed;
+#[cfg(test)]
+pub(crate) mod testing;
+pub(crate) mod turn;
+pub(crate) mod usage;
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

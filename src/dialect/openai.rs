@@ -258,5 +258,47 @@ impl super::format::WireFormat for OpenaiChat {
     //
     // ---- response side ----
 
+    fn conversation(&self) -> &'static super::conversation::Conversation {
+        &super::conversation::Conversation {
+            key: "messages",
+            assistant_role: "assistant",
+            items: None,
+            string_content_is_text_block: true,
+            bare_input: false,
+        }
+    }
+
+    fn echoed_turn(&self, entries: &[&str]) -> Option<super::turn::CapturedTurn> {
+        super::conversation::one_message(entries, response::message_turn)
+    }
+
+    fn error_body(&self, status: u16, message: &str, code: &str) -> String {
+        errors::body(status, message, code)
+    }
+
+    fn stream_error_event(&self, message: &str, code: &str, _: Option<u64>) -> Option<String> {
+        Some(errors::stream_error_event(message, code))
+    }
+
+    fn rejected_signature(&self, _: u16, _: &[u8]) -> Option<String> {
+        None
+    }
+
+    fn example_path(&self) -> &'static str {
+        "/v1/chat/completions"
+    }
+
+    fn image_placeholder_style(&self) -> super::doc::TextStyle {
+        super::doc::TextStyle::Text
+    }
+
+    fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
+        Box::<response::Stream>::default()
+    }
+
     // ---- end of the response side ----
 }
+
+// The response side's submodules (issue 28).
+pub(crate) mod errors;
+pub(crate) mod response;

@@ -190,8 +190,58 @@ impl super::format::WireFormat for OpenaiResponses {
     //
     // ---- response side ----
 
+    fn conversation(&self) -> &'static super::conversation::Conversation {
+        &super::conversation::Conversation {
+            key: "input",
+            assistant_role: "assistant",
+            items: Some(super::conversation::ItemTypes {
+                message: "message",
+                turn: &["reasoning", "function_call"],
+            }),
+            string_content_is_text_block: false,
+            bare_input: true,
+        }
+    }
+
+    fn echoed_turn(&self, entries: &[&str]) -> Option<super::turn::CapturedTurn> {
+        Some(response::items_turn(entries))
+    }
+
+    fn error_body(&self, status: u16, message: &str, code: &str) -> String {
+        super::openai::errors::body(status, message, code)
+    }
+
+    fn stream_error_event(
+        &self,
+        message: &str,
+        code: &str,
+        last_sequence: Option<u64>,
+    ) -> Option<String> {
+        Some(errors::stream_error_event(message, code, last_sequence))
+    }
+
+    fn rejected_signature(&self, _: u16, _: &[u8]) -> Option<String> {
+        None
+    }
+
+    fn example_path(&self) -> &'static str {
+        "/v1/responses"
+    }
+
+    fn image_placeholder_style(&self) -> super::doc::TextStyle {
+        super::doc::TextStyle::InputText
+    }
+
+    fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
+        Box::<response::Stream>::default()
+    }
+
     // ---- end of the response side ----
 }
+
+// The response side's submodules (issue 28).
+pub(crate) mod errors;
+pub(crate) mod response;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,10 +1,11 @@
 //! The proxy's own failures and their responses in each dialect's error shape.
 //!
-//! Shapes (`docs/dev/architecture.md#errors-the-proxy-produces`, `docs/wire-formats.md#error-bodies`):
+//! Which error, its status and message are decided here; the body's shape is the wire
+//! format's ([`crate::dialect::format::WireFormat::error_body`] and
+//! [`crate::dialect::format::WireFormat::stream_error_event`], each format's `errors` module;
+//! `docs/dev/architecture.md#errors-the-proxy-produces`, `docs/wire-formats.md#error-bodies`):
 //! - Anthropic: `{"type":"error","error":{"type":…,"message":…}}`
 //! - OpenAI (also when the dialect is unknown): `{"error":{"message":…,"type":…,"param":null,"code":…}}`
-//!   (OpenAI's error object always has the four members; `param` names no request parameter
-//!   here)
 //! - Gemini: `{"error":{"code":…,"message":…,"status":…}}`
 //!
 //! Every message starts with `cachekeeper:` so a user can tell the proxy's errors from the
@@ -148,23 +149,11 @@ impl ProxyError {
         }
     }
 
-    /// The error body in the dialect's shape (OpenAI's when `dialect` is `None`).
+    /// The error body in the dialect's shape ([`crate::dialect::format::WireFormat::error_body`];
+    /// OpenAI's when `dialect` is `None`).
     pub(crate) fn body(&self, dialect: Option<Dialect>) -> Bytes {
-        let message = self.to_string();
-        let status = self.status();
-        let v = match dialect {
-            Some(Dialect::Anthropic) => serde_json::json!({
-                "type": "error",
-                "error": {"type": anthropic_type(status), "message": message},
-            }),
-            Some(Dialect::Gemini) => serde_json::json!({
-                "error": {"code": status.as_u16(), "message": message, "status": gemini_status(status)},
-            }),
-            Some(Dialect::Openai) | Some(Dialect::OpenaiResponses) | None => serde_json::json!({
-                "error": {"message": message, "type": openai_type(status), "param": null, "code": self.label()},
-            }),
-        };
-        Bytes::from(v.to_string())
+        let format = dialect.unwrap_or(Dialect::Openai).format();
+        Bytes::from(format.error_body(self.status().as_u16(), &self.to_string(), self.label()))
     }
 
     /// The full error response.
@@ -176,35 +165,6 @@ impl ProxyError {
             HeaderValue::from_static("application/json"),
         );
         resp
-    }
-}
-
-fn anthropic_type(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        401 => "authentication_error",
-        404 => "not_found_error",
-        400 | 405 | 431 => "invalid_request_error",
-        504 => "timeout_error",
-        _ => "api_error",
-    }
-}
-
-fn openai_type(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        400 | 404 | 405 | 431 => "invalid_request_error",
-        401 => "authentication_error",
-        _ => "server_error",
-    }
-}
-
-fn gemini_status(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        400 | 431 => "INVALID_ARGUMENT",
-        401 => "UNAUTHENTICATED",
-        404 => "NOT_FOUND",
-        405 => "UNIMPLEMENTED",
-        504 => "DEADLINE_EXCEEDED",
-        _ => "UNAVAILABLE",
     }
 }
 
@@ -231,24 +191,11 @@ pub(crate) fn midstream_error_event(
             "upstream_broken",
         ),
     };
-    match dialect {
-        Some(Dialect::Anthropic) => {
-            let v =
-                serde_json::json!({"type":"error","error":{"type":"api_error","message":message}});
-            Some(Bytes::from(format!("event: error\ndata: {v}\n\n")))
-        }
-        Some(Dialect::Gemini) => None,
-        Some(Dialect::OpenaiResponses) => {
-            // The Responses API's own stream error event (`type: "error"`).
-            let sequence_number = last_sequence.map_or(0, |n| n.saturating_add(1));
-            let v = serde_json::json!({"type":"error","code":code,"message":message,"param":null,"sequence_number":sequence_number});
-            Some(Bytes::from(format!("event: error\ndata: {v}\n\n")))
-        }
-        Some(Dialect::Openai) | None => {
-            let v = serde_json::json!({"error":{"message":message,"type":"server_error","param":null,"code":code}});
-            Some(Bytes::from(format!("data: {v}\n\n")))
-        }
-    }
+    dialect
+        .unwrap_or(Dialect::Openai)
+        .format()
+        .stream_error_event(&message, code, last_sequence)
+        .map(Bytes::from)
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, Method, Response};
 
-use crate::dialect::Dialect;
 use crate::dialect::MAX_ERROR_BODY_BYTES;
 use crate::images::recovery::{classify_image_rejection, ImageRejectionKind};
 use crate::proxy::ctx::{BodyFate, RequestCtx, Retried};
@@ -210,10 +209,9 @@ async fn learn(
     if let Some(beta) = learn_betas(state, replay, route, model, route_name, status, &error_body) {
         return beta;
     }
-    if replay.plan.dialect == Dialect::Anthropic {
-        if let Some(wording) = reasoning::signatures::invalid_signature(status, &error_body) {
-            return learn_signatures(state, replay, route, model, route_name, &sent, &wording);
-        }
+    let format = replay.plan.dialect.format();
+    if let Some(wording) = format.rejected_signature(status, &error_body) {
+        return learn_signatures(state, replay, route, model, route_name, &sent, &wording);
     }
     let restored = replay.first.report.restore.turns > 0;
     if restored && reasoning::restore_rejected::blames_restore(&error_body) {

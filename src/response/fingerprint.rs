@@ -16,15 +16,18 @@
 //! upstream host, model as the client named it) is added by the store, not here.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
-use std::ops::Range;
 
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use super::turn::CapturedTurn;
+use crate::dialect::canonical::{
+    member_mut, members_mut, remove_member, set_member, write_node, Node,
+};
+use crate::dialect::conversation::Conversation;
+use crate::dialect::turn::CapturedTurn;
 use crate::dialect::Dialect;
 use crate::json::scan;
 
@@ -57,206 +60,6 @@ impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         hex(&self.0, f)
     }
-}
-
-/// Canonical JSON text of `v`: object keys sorted (by their UTF-8 bytes), no whitespace,
-/// strings and numbers as serde_json writes them.
-pub(crate) fn canonical(v: &Value) -> String {
-    let mut out = String::new();
-    write_node(&Node::from_value(v), &mut out);
-    out
-}
-
-/// A JSON value as the canonical form reads it, borrowing from the text it was read from
-/// (or from a `serde_json::Value`): objects hold one member per key (the last one, as
-/// serde_json keeps it), sorted by the key's UTF-8 bytes; strings decoded; numbers and
-/// literals in the text serde_json writes for them.
-#[derive(Debug, Clone, PartialEq)]
-enum Node<'a> {
-    Object(Vec<(Cow<'a, str>, Node<'a>)>),
-    Array(Vec<Node<'a>>),
-    Str(Cow<'a, str>),
-    /// A number or `true` / `false` / `null`, as serde_json writes it.
-    Atom(Cow<'a, str>),
-}
-
-/// Deepest nesting the scanned read ([`Node::scanned`]) takes, levels; a deeper message is
-/// read through a `serde_json::Value` instead (whose own limit, 128, then decides).
-const MAX_SCAN_DEPTH: usize = 100;
-
-/// JSON whitespace (RFC 8259 §2).
-const JSON_WS: [char; 4] = [' ', '\t', '\n', '\r'];
-
-impl<'a> Node<'a> {
-    /// `v` as a node.
-    fn from_value(v: &'a Value) -> Node<'a> {
-        match v {
-            Value::Object(map) => Node::Object(
-                // A serde_json map is already one entry per key, sorted by the key's bytes.
-                map.iter()
-                    .map(|(k, v)| (Cow::Borrowed(k.as_str()), Node::from_value(v)))
-                    .collect(),
-            ),
-            Value::Array(items) => Node::Array(items.iter().map(Node::from_value).collect()),
-            Value::String(s) => Node::Str(Cow::Borrowed(s)),
-            scalar => Node::Atom(Cow::Owned(scalar.to_string())),
-        }
-    }
-
-    /// `json` read by the span scanner (`crate::json::scan`) without building a
-    /// `serde_json::Value`: `Some` only when serde_json parses `json` and the node is the one
-    /// [`Node::from_value`] gives for its `Value`. The scanner validates the syntax as
-    /// serde_json's `IgnoredAny` does; what that lets through and a `Value` parse refuses is
-    /// refused here too: every string with an escape is decoded by serde_json (a lone
-    /// surrogate fails), every number that is not a plain integer is parsed by serde_json
-    /// (out of range fails), and nesting past [`MAX_SCAN_DEPTH`] is not taken.
-    fn scanned(json: &'a [u8]) -> Option<Node<'a>> {
-        let text = std::str::from_utf8(json).ok()?;
-        let ix = scan::validate(text).ok()?;
-        let start = text.len() - text.trim_start_matches(JSON_WS).len();
-        let end = text.trim_end_matches(JSON_WS).len();
-        Node::scanned_at(text, &ix, start..end, 0)
-    }
-
-    fn scanned_at(
-        text: &'a str,
-        ix: &scan::Index,
-        r: Range<usize>,
-        depth: usize,
-    ) -> Option<Node<'a>> {
-        if depth > MAX_SCAN_DEPTH {
-            return None;
-        }
-        let raw = text.get(r.clone())?;
-        match raw.as_bytes().first()? {
-            b'{' => {
-                let obj = scan::object_in(text, Some(ix), r.start)?;
-                let mut members = Vec::with_capacity(obj.members.len());
-                for m in obj.members {
-                    let value = Node::scanned_at(text, ix, m.value, depth + 1)?;
-                    members.push((Cow::Owned(m.key), value));
-                }
-                Some(Node::Object(one_per_key(members)))
-            }
-            b'[' => {
-                let elements = scan::array_in(text, Some(ix), r.start)?;
-                let mut items = Vec::with_capacity(elements.len());
-                for el in elements {
-                    items.push(Node::scanned_at(text, ix, el, depth + 1)?);
-                }
-                Some(Node::Array(items))
-            }
-            b'"' => scan::decode_cow(raw).map(Node::Str),
-            b't' | b'f' | b'n' => Some(Node::Atom(Cow::Borrowed(raw))),
-            _ => canonical_number(raw).map(Node::Atom),
-        }
-    }
-
-    /// The member `key` of an object.
-    fn get(&self, key: &str) -> Option<&Node<'a>> {
-        let Node::Object(members) = self else {
-            return None;
-        };
-        let at = members
-            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
-            .ok()?;
-        members.get(at).map(|(_, v)| v)
-    }
-
-    /// The string member `key` of an object (`Value::get(key).and_then(Value::as_str)`).
-    fn str_member(&self, key: &str) -> Option<&str> {
-        match self.get(key)? {
-            Node::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-}
-
-/// An object's members, one per key (the last one, as serde_json's map keeps), sorted by
-/// the key's UTF-8 bytes.
-fn one_per_key<'a>(mut members: Vec<(Cow<'a, str>, Node<'a>)>) -> Vec<(Cow<'a, str>, Node<'a>)> {
-    // Reversed, then a stable sort: of equal keys, the last one sent comes first and stays.
-    members.reverse();
-    members.sort_by(|a, b| a.0.cmp(&b.0));
-    members.dedup_by(|later, kept| later.0 == kept.0);
-    members
-}
-
-/// The sorted members of an object node, to change.
-fn members_mut<'n, 'a>(n: &'n mut Node<'a>) -> Option<&'n mut Vec<(Cow<'a, str>, Node<'a>)>> {
-    match n {
-        Node::Object(members) => Some(members),
-        _ => None,
-    }
-}
-
-/// Remove the member `key` of sorted `members`.
-fn remove_member(members: &mut Vec<(Cow<'_, str>, Node<'_>)>, key: &str) {
-    if let Ok(at) = members.binary_search_by(|(k, _)| k.as_ref().cmp(key)) {
-        members.remove(at);
-    }
-}
-
-/// A number's text as serde_json writes the number it parses it to: a plain integer that
-/// fits its `u64` / `i64` as sent, anything else (a fraction, an exponent, `-0`, an integer
-/// past 64 bits: an `f64` to serde_json) parsed and written by serde_json. `None` when
-/// serde_json refuses it (out of range).
-fn canonical_number(raw: &str) -> Option<Cow<'_, str>> {
-    let digits = raw.strip_prefix('-').unwrap_or(raw);
-    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-        let plain = if raw.starts_with('-') {
-            raw != "-0" && raw.parse::<i64>().is_ok()
-        } else {
-            raw.parse::<u64>().is_ok()
-        };
-        if plain {
-            return Some(Cow::Borrowed(raw));
-        }
-    }
-    let n: serde_json::Number = serde_json::from_str(raw).ok()?;
-    Some(Cow::Owned(Value::Number(n).to_string()))
-}
-
-/// Write `n` as canonical JSON text (object members already in key order).
-fn write_node(n: &Node<'_>, out: &mut String) {
-    match n {
-        Node::Object(members) => {
-            out.push('{');
-            for (i, (k, v)) in members.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_str(k, out);
-                out.push(':');
-                write_node(v, out);
-            }
-            out.push('}');
-        }
-        Node::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_node(item, out);
-            }
-            out.push(']');
-        }
-        Node::Str(s) => write_str(s, out),
-        Node::Atom(a) => out.push_str(a),
-    }
-}
-
-/// A string as serde_json writes it: quoted, with `"`, `\\` and the control characters
-/// escaped (and nothing else).
-fn write_str(s: &str, out: &mut String) {
-    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
-    out.push_str(&Value::String(s.to_owned()).to_string());
 }
 
 /// Keys that are cache markers, removed at any depth.
@@ -300,11 +103,11 @@ fn strip_carrier_keys(n: &mut Node<'_>) {
 /// spellings a client may switch between made one (a string `content` is a list of one text
 /// block; a Responses string input or `type: "message"` item is the easy input form
 /// `{"role":"user","content":…}`).
-fn normalize(dialect: Dialect, n: &mut Node<'_>) {
+fn normalize(conv: &Conversation, n: &mut Node<'_>) {
     strip_markers(n);
     strip_carrier_keys(n);
     if !matches!(n, Node::Object(_)) {
-        if let (Dialect::OpenaiResponses, Node::Str(s)) = (dialect, &*n) {
+        if let (true, Node::Str(s)) = (conv.bare_input, &*n) {
             let content = Node::Str(s.clone());
             // Sorted: `content` before `role`.
             *n = Node::Object(vec![
@@ -314,24 +117,21 @@ fn normalize(dialect: Dialect, n: &mut Node<'_>) {
         }
         return;
     }
-    match dialect {
-        Dialect::Anthropic | Dialect::Openai => {
-            if let Some(Node::Str(s)) = n.get("content") {
-                let block = Node::Object(vec![
-                    (Cow::Borrowed("text"), Node::Str(s.clone())),
-                    (Cow::Borrowed("type"), Node::Str(Cow::Borrowed("text"))),
-                ]);
-                set_member(n, "content", Node::Array(vec![block]));
+    if conv.string_content_is_text_block {
+        if let Some(Node::Str(s)) = n.get("content") {
+            let block = Node::Object(vec![
+                (Cow::Borrowed("text"), Node::Str(s.clone())),
+                (Cow::Borrowed("type"), Node::Str(Cow::Borrowed("text"))),
+            ]);
+            set_member(n, "content", Node::Array(vec![block]));
+        }
+    }
+    if let Some(items) = &conv.items {
+        if n.str_member("type") == Some(items.message) {
+            if let Some(members) = members_mut(n) {
+                remove_member(members, "type");
             }
         }
-        Dialect::OpenaiResponses => {
-            if n.str_member("type") == Some("message") {
-                if let Some(members) = members_mut(n) {
-                    remove_member(members, "type");
-                }
-            }
-        }
-        Dialect::Gemini => {}
     }
     if let Some(Node::Array(items)) = member_mut(n, "content") {
         items.retain(|b| {
@@ -343,22 +143,6 @@ fn normalize(dialect: Dialect, n: &mut Node<'_>) {
         if let Some(Node::Array(items)) = member_mut(n, list) {
             items.iter_mut().for_each(strip_carrier_keys);
         }
-    }
-}
-
-/// The member `key` of an object node, to change.
-fn member_mut<'n, 'a>(n: &'n mut Node<'a>, key: &str) -> Option<&'n mut Node<'a>> {
-    let members = members_mut(n)?;
-    let at = members
-        .binary_search_by(|(k, _)| k.as_ref().cmp(key))
-        .ok()?;
-    members.get_mut(at).map(|(_, v)| v)
-}
-
-/// Replace the value of the existing member `key` of an object node.
-fn set_member<'a>(n: &mut Node<'a>, key: &str, value: Node<'a>) {
-    if let Some(v) = member_mut(n, key) {
-        *v = value;
     }
 }
 
@@ -422,27 +206,35 @@ fn compute_digest(dialect: Dialect, message_json: &[u8]) -> Digest {
 /// not parse it. Read by the span scanner ([`Node::scanned`]: no `serde_json::Value` built),
 /// else (nesting past [`MAX_SCAN_DEPTH`]) through a `Value`: the same text either way.
 fn canonical_message(dialect: Dialect, message_json: &[u8]) -> Option<String> {
+    let conv = dialect.format().conversation();
     let mut out = String::with_capacity(message_json.len());
     if let Some(mut n) = Node::scanned(message_json) {
-        normalize(dialect, &mut n);
+        normalize(conv, &mut n);
         write_node(&n, &mut out);
         return Some(out);
     }
     let v: Value = serde_json::from_slice(message_json).ok()?;
     let mut n = Node::from_value(&v);
-    normalize(dialect, &mut n);
+    normalize(conv, &mut n);
     write_node(&n, &mut out);
     Some(out)
 }
 
-#[derive(Deserialize)]
-struct RequestLists<'a> {
-    #[serde(borrow, default)]
-    messages: Option<Vec<&'a RawValue>>,
-    #[serde(borrow, default)]
-    contents: Option<Vec<&'a RawValue>>,
-    #[serde(borrow, default)]
-    input: Option<&'a RawValue>,
+/// The entries of a request's conversation ([`Conversation::key`]): its elements, or (a
+/// conversation that may be bare, [`Conversation::bare_input`]) the value itself when it is
+/// not a list. `None` when the body is not a JSON object, or the member is absent or not a
+/// list (and may not be bare).
+fn conversation_entries<'a>(
+    conv: &Conversation,
+    request_body: &'a [u8],
+) -> Option<Vec<&'a RawValue>> {
+    let top: HashMap<String, &RawValue> = serde_json::from_slice(request_body).ok()?;
+    let list = *top.get(conv.key)?;
+    match serde_json::from_str::<Vec<&RawValue>>(list.get()) {
+        Ok(entries) => Some(entries),
+        Err(_) if conv.bare_input && list.get() != "null" => Some(vec![list]),
+        Err(_) => None,
+    }
 }
 
 #[cfg_attr(not(test), allow(dead_code))] // tests; the server digests the last message it already holds
@@ -450,18 +242,8 @@ struct RequestLists<'a> {
 /// `messages` (Anthropic, Chat), of `contents` (Gemini), of `input` (Responses; a string
 /// `input` is one user message). `None` when the body is not JSON or has no such message.
 pub(crate) fn request_digest(dialect: Dialect, request_body: &[u8]) -> Option<Digest> {
-    let lists: RequestLists<'_> = serde_json::from_slice(request_body).ok()?;
-    let last = match dialect {
-        Dialect::Anthropic | Dialect::Openai => lists.messages?.last().copied()?,
-        Dialect::Gemini => lists.contents?.last().copied()?,
-        Dialect::OpenaiResponses => {
-            let input = lists.input?;
-            match serde_json::from_str::<Vec<&RawValue>>(input.get()) {
-                Ok(items) => items.last().copied()?,
-                Err(_) => input,
-            }
-        }
-    };
+    let entries = conversation_entries(dialect.format().conversation(), request_body)?;
+    let last = entries.last()?;
     Some(message_digest(dialect, last.get().as_bytes()))
 }
 
@@ -501,25 +283,20 @@ pub(crate) fn turn_fingerprint(prev: &Digest, turn: &CapturedTurn) -> Fingerprin
 /// `messages[i]` object, Gemini a `contents[i]` object, Responses the turn's items (a JSON list
 /// of the input items from the first item after the message before the turn up to the next
 /// user / tool item; a single item object is read as a list of one). Carriers the client kept
-/// are read too. `None` when not JSON.
+/// are read too. `None` when not JSON. (Tests; the pipeline reads the turns of its one parse
+/// with [`echoed_turns_in`].)
+#[cfg(test)]
 pub(crate) fn echoed_turn(dialect: Dialect, assistant_json: &[u8]) -> Option<CapturedTurn> {
-    if dialect == Dialect::OpenaiResponses {
-        let items: Vec<String> = match serde_json::from_slice::<Vec<&RawValue>>(assistant_json) {
-            Ok(items) => items.iter().map(|i| i.get().to_owned()).collect(),
-            Err(_) => {
-                let one: &RawValue = serde_json::from_slice(assistant_json).ok()?;
-                vec![one.get().to_owned()]
-            }
-        };
-        return Some(super::responses::items_turn(&items));
+    let format = dialect.format();
+    if format.conversation().items.is_none() {
+        return format.echoed_turn(&[std::str::from_utf8(assistant_json).ok()?]);
     }
-    let v: Value = serde_json::from_slice(assistant_json).ok()?;
-    Some(match dialect {
-        Dialect::Anthropic => super::anthropic::message_turn(&v),
-        Dialect::Openai => super::chat::message_turn(&v),
-        Dialect::Gemini => super::gemini::content_turn(&v),
-        Dialect::OpenaiResponses => return None,
-    })
+    let items: Vec<&RawValue> = match serde_json::from_slice(assistant_json) {
+        Ok(items) => items,
+        Err(_) => vec![serde_json::from_slice(assistant_json).ok()?],
+    };
+    let items: Vec<&str> = items.iter().map(|i| i.get()).collect();
+    format.echoed_turn(&items)
 }
 
 /// One assistant turn of a request, as the client echoes it, with its fingerprint.
@@ -541,20 +318,20 @@ pub(crate) struct EchoedTurn {
 /// `assistant`, Gemini role `model`; Responses a `reasoning` or `function_call` item, or an
 /// assistant `message`. Read with the span scanner (a large tool result is skipped over, not
 /// decoded).
-fn is_assistant(dialect: Dialect, entry: &str) -> bool {
+fn is_assistant(conv: &Conversation, entry: &str) -> bool {
     let Some(obj) = scan::object_at(entry, 0) else {
         return false;
     };
     let field = |k: &str| obj.get(k).and_then(|m| scan::string_at(entry, &m.value));
-    let role = field("role");
-    match dialect {
-        Dialect::Anthropic | Dialect::Openai => role.as_deref() == Some("assistant"),
-        Dialect::Gemini => role.as_deref() == Some("model"),
-        Dialect::OpenaiResponses => match field("type").as_deref() {
-            Some("reasoning" | "function_call") => true,
-            Some("message") | None => role.as_deref() == Some("assistant"),
-            Some(_) => false,
-        },
+    let by_role = || field("role").as_deref() == Some(conv.assistant_role);
+    let Some(items) = &conv.items else {
+        return by_role();
+    };
+    match field("type").as_deref() {
+        Some(t) if items.turn.contains(&t) => true,
+        Some(t) if t == items.message => by_role(),
+        None => by_role(),
+        Some(_) => false,
     }
 }
 
@@ -564,17 +341,8 @@ fn is_assistant(dialect: Dialect, entry: &str) -> bool {
 /// parse with [`echoed_turns_in`].)
 #[cfg(test)]
 pub(crate) fn echoed_turns(dialect: Dialect, request_body: &[u8]) -> Vec<EchoedTurn> {
-    let Ok(lists) = serde_json::from_slice::<RequestLists<'_>>(request_body) else {
-        return Vec::new();
-    };
-    let entries: Vec<&RawValue> = match dialect {
-        Dialect::Anthropic | Dialect::Openai => lists.messages.unwrap_or_default(),
-        Dialect::Gemini => lists.contents.unwrap_or_default(),
-        Dialect::OpenaiResponses => lists
-            .input
-            .and_then(|i| serde_json::from_str(i.get()).ok())
-            .unwrap_or_default(),
-    };
+    let entries =
+        conversation_entries(dialect.format().conversation(), request_body).unwrap_or_default();
     let entries: Vec<&str> = entries.iter().map(|e| e.get()).collect();
     echoed_turns_in(dialect, &entries)
 }
@@ -582,32 +350,22 @@ pub(crate) fn echoed_turns(dialect: Dialect, request_body: &[u8]) -> Vec<EchoedT
 /// [`echoed_turns`] over a turn list already split into its entries' JSON texts (the
 /// pipeline's one parse: `messages`, `contents` or `input` elements, in order).
 pub(crate) fn echoed_turns_in(dialect: Dialect, entries: &[&str]) -> Vec<EchoedTurn> {
+    let format = dialect.format();
+    let conv = format.conversation();
     let mut out = Vec::new();
     let mut i = 1;
     while i < entries.len() {
-        if !is_assistant(dialect, entries[i]) {
+        if !is_assistant(conv, entries[i]) {
             i += 1;
             continue;
         }
         let mut len = 1;
-        if dialect == Dialect::OpenaiResponses {
-            while entries
-                .get(i + len)
-                .is_some_and(|e| is_assistant(dialect, e))
-            {
+        if conv.items.is_some() {
+            while entries.get(i + len).is_some_and(|e| is_assistant(conv, e)) {
                 len += 1;
             }
         }
-        let turn = if dialect == Dialect::OpenaiResponses {
-            let items: Vec<String> = entries[i..i + len]
-                .iter()
-                .map(|e| (*e).to_owned())
-                .collect();
-            Some(super::responses::items_turn(&items))
-        } else {
-            echoed_turn(dialect, entries[i].as_bytes())
-        };
-        if let Some(turn) = turn {
+        if let Some(turn) = format.echoed_turn(&entries[i..i + len]) {
             let prev = message_digest(dialect, entries[i - 1].as_bytes());
             out.push(EchoedTurn {
                 index: i,
@@ -625,19 +383,10 @@ pub(crate) fn echoed_turns_in(dialect: Dialect, entries: &[&str]) -> Vec<EchoedT
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dialect::canonical::canonical;
     use crate::response::testing::fixture;
     use proptest::prelude::*;
     use serde_json::json;
-
-    #[test]
-    fn canonical_sorts_keys_at_every_depth() {
-        let v: Value =
-            serde_json::from_str(r#"{"b":1,"a":{"d":[{"z":1,"y":"é\n"}],"c":null}}"#).unwrap();
-        assert_eq!(
-            canonical(&v),
-            r#"{"a":{"c":null,"d":[{"y":"é\n","z":1}]},"b":1}"#
-        );
-    }
 
     #[test]
     fn digest_ignores_moved_cache_control_and_key_order() {

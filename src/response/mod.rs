@@ -1,6 +1,9 @@
-//! The response side's per-dialect observers (`docs/usage.md`): from the events of a streamed
-//! response, or the JSON body of a non-streaming one, they read the four usage numbers, the
-//! model the response names, and the assistant turn with its reasoning carriers.
+//! The response side's observer (`docs/usage.md`): from the events of a streamed response,
+//! or the JSON body of a non-streaming one, it reads the four usage numbers, the model the
+//! response names, and the assistant turn with its reasoning carriers. What differs per
+//! dialect is its reader ([`crate::dialect::observed::ResponseReader`], built by
+//! [`crate::dialect::format::WireFormat::response_reader`]; each format's `response` module);
+//! the rules below are this module's.
 //!
 //! [`observer`] builds one [`ResponseSink`] per response; the tee
 //! ([`crate::wire::tee`]) feeds it events ([`Sink::on_event`]) or the whole body
@@ -22,54 +25,30 @@
 //!
 //! The fingerprint of a turn (what the restore side keys carriers by) is in [`fingerprint`].
 
-pub(crate) mod anthropic;
-pub(crate) mod chat;
 pub(crate) mod fingerprint;
-pub(crate) mod gemini;
-pub(crate) mod lenient;
-pub(crate) mod responses;
-pub(crate) mod turn;
-pub(crate) mod usage;
+// moved: re-export until issue 28's merge
+#[allow(unused_imports)]
+pub(crate) use crate::dialect::gemini::response as gemini;
+// moved: re-export until issue 28's merge
+pub(crate) use crate::dialect::openai::response as chat;
+// moved: re-export until issue 28's merge
+#[allow(unused_imports)]
+pub(crate) use crate::dialect::responses::response as responses;
+// moved: re-export until issue 28's merge
+pub(crate) use crate::dialect::{turn, usage};
 
-pub(crate) use turn::CapturedTurn;
+pub(crate) use crate::dialect::observed::Observed;
 pub(crate) use usage::Usage;
 
-use serde_json::Value;
-
+use crate::dialect::observed::ResponseReader;
 use crate::dialect::Dialect;
 use crate::wire::sse::SseEvent;
 use crate::wire::stream::End;
 use crate::wire::tee::{Sink, SinkError};
 
-/// What an observer saw in one response.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Observed {
-    /// The four usage numbers (each `None` when not reported).
-    pub usage: Usage,
-    /// How many reasoning carriers the response carried (the captured turn's carriers, also
-    /// counted when the turn itself is dropped as incomplete; not counted past
-    /// [`MAX_TURN_SOURCE_BYTES`]).
-    pub reasoning_seen: u32,
-    /// The assistant turn (choice / candidate 0), when the response ended complete.
-    pub turn: Option<CapturedTurn>,
-    /// The model the response names (Anthropic `model`, Chat `model`, Responses
-    /// `response.model`, Gemini `modelVersion`): may be a dated alias of the requested one.
-    pub response_model: Option<String>,
-    /// The provider's error code when the response carried an error (an Anthropic
-    /// `event: error`, an OpenAI `{"error":…}` chunk, a Responses `error` / `response.failed`
-    /// event, a Gemini `{"error":…}` body): its `type` / `code` / `status`, or `"error"`.
-    pub error: Option<String>,
-    /// The last `sequence_number` a Responses stream carried, so an error event the proxy
-    /// appends when the stream breaks continues the numbering.
-    pub sequence_number: Option<u64>,
-    /// The response's `id` (OpenAI Responses only): what a later request's
-    /// `previous_response_id` names, so the two are one session.
-    pub response_id: Option<String>,
-}
-
-/// The observer of one response, per dialect.
+/// The observer of one response: the generic rules around its dialect's reader.
 pub struct ResponseSink {
-    state: State,
+    reader: Box<dyn ResponseReader>,
     observed: Observed,
     /// An event or body could not be read: the turn is incomplete.
     failed: bool,
@@ -80,23 +59,10 @@ pub struct ResponseSink {
     fed: usize,
 }
 
-enum State {
-    Anthropic(anthropic::Stream),
-    Chat(chat::Stream),
-    Responses(responses::Stream),
-    Gemini(gemini::Stream),
-}
-
 /// The observer for a response of `dialect`.
 pub fn observer(dialect: Dialect) -> ResponseSink {
-    let state = match dialect {
-        Dialect::Anthropic => State::Anthropic(anthropic::Stream::default()),
-        Dialect::Openai => State::Chat(chat::Stream::default()),
-        Dialect::OpenaiResponses => State::Responses(responses::Stream::default()),
-        Dialect::Gemini => State::Gemini(gemini::Stream::default()),
-    };
     ResponseSink {
-        state,
+        reader: dialect.format().response_reader(),
         observed: Observed::default(),
         failed: false,
         end_marker: false,
@@ -140,30 +106,11 @@ impl Sink for ResponseSink {
         if self.ended || self.failed || event.data.trim_ascii().is_empty() {
             return Ok(());
         }
-        self.end_marker |= match &self.state {
-            State::Chat(_) => event.data.trim_ascii() == b"[DONE]",
-            State::Anthropic(_) => event.event == Some("message_stop"),
-            State::Responses(_) => matches!(
-                event.event,
-                Some("response.completed" | "response.incomplete" | "response.failed")
-            ),
-            State::Gemini(_) => false,
-        };
-        let out = &mut self.observed;
-        let r = match &mut self.state {
-            State::Anthropic(s) => s.event(event, out),
-            State::Chat(s) => s.event(event, out),
-            State::Responses(s) => s.event(event, out),
-            State::Gemini(s) => s.event(event, out),
-        };
+        self.end_marker |= self.reader.is_end_marker(event);
+        let r = self.reader.event(event, &mut self.observed);
         self.fed = self.fed.saturating_add(event.data.len());
         if self.fed > MAX_TURN_SOURCE_BYTES {
-            match &mut self.state {
-                State::Anthropic(s) => s.shed(),
-                State::Chat(s) => s.shed(),
-                State::Responses(s) => s.shed(),
-                State::Gemini(s) => s.shed(),
-            }
+            self.reader.shed();
         }
         self.guard(r)
     }
@@ -172,13 +119,7 @@ impl Sink for ResponseSink {
         if self.ended || self.failed {
             return Ok(());
         }
-        let out = &mut self.observed;
-        let r = match &mut self.state {
-            State::Anthropic(s) => s.body(body, out),
-            State::Chat(s) => s.body(body, out),
-            State::Responses(s) => s.body(body, out),
-            State::Gemini(s) => s.body(body, out),
-        };
+        let r = self.reader.body(body, &mut self.observed);
         self.guard(r)
     }
 
@@ -187,12 +128,7 @@ impl Sink for ResponseSink {
             return;
         }
         self.ended = true;
-        let turn = match &mut self.state {
-            State::Anthropic(s) => s.turn(),
-            State::Chat(s) => s.turn(),
-            State::Responses(s) => s.turn(),
-            State::Gemini(s) => s.turn(),
-        };
+        let turn = self.reader.turn();
         let out = &mut self.observed;
         out.reasoning_seen = u32::try_from(turn.carriers.len()).unwrap_or(u32::MAX);
         let complete = end == End::Complete
@@ -229,39 +165,6 @@ pub(crate) fn observe_body(dialect: Dialect, body: &[u8], end: End) -> Observed 
     let _ = sink.on_json(body);
     sink.on_end(end);
     sink.observed
-}
-
-/// `data` as JSON; a [`SinkError`] naming `what` when it is not (the message carries the
-/// parser's position only, never response content). UTF-8 is checked once for the whole of
-/// `data`, then it is read as text (as [`lenient::read`]); data that is not UTF-8 is read as
-/// bytes, for serde_json's own error.
-pub(crate) fn parse_json(data: &[u8], what: &str) -> Result<Value, SinkError> {
-    match std::str::from_utf8(data) {
-        Ok(text) => serde_json::from_str(text),
-        Err(_) => serde_json::from_slice(data),
-    }
-    .map_err(|e| SinkError(format!("{what} is not JSON: {e}")))
-}
-
-/// A string field of `v`, when it is a string.
-pub(crate) fn str_field<'v>(v: &'v Value, key: &str) -> Option<&'v str> {
-    v.get(key).and_then(Value::as_str)
-}
-
-/// Record the first model name a response gives.
-fn note_model(out: &mut Observed, model: Option<&str>) {
-    if out.response_model.is_none() {
-        if let Some(m) = model.filter(|m| !m.is_empty()) {
-            out.response_model = Some(m.to_owned());
-        }
-    }
-}
-
-/// Record an error the response carried (the first one wins).
-fn note_error(out: &mut Observed, code: Option<&str>) {
-    if out.error.is_none() {
-        out.error = Some(code.filter(|c| !c.is_empty()).unwrap_or("error").to_owned());
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::fingerprint::{echoed_turn, message_digest, request_digest, turn_fingerprint};
 use super::testing::{body, fixture, run_stream, stream};
-use super::turn::{Call, Carrier, PartRef};
+use super::turn::{Call, CapturedTurn, Carrier, PartRef};
 use super::*;
 use crate::dialect::Dialect::{self, Anthropic, Gemini, Openai, OpenaiResponses};
 use crate::wire::stream::Break;
@@ -751,4 +751,41 @@ fn a_turn_past_the_size_cap_is_dropped_usage_kept() {
     assert_eq!(o.turn, None);
     assert_eq!(o.usage.output_tokens, Some(9000));
     assert_eq!(o.usage.cache_read_tokens, Some(100_000));
+}
+
+/// A stream of compact deltas (an escaped one, a multi-byte character) split anywhere
+/// between chunks, through the tee and the framer: the same turn in every split.
+#[test]
+fn compact_deltas_split_across_chunks_read_the_same() {
+    use crate::wire::stream::{BodyObserver, End};
+    use crate::wire::tee::{Framing, Tee};
+    let stream = concat!(
+        "event: message_start\n",
+        r#"data: {"type":"message_start","message":{"model":"claude-x","usage":{"input_tokens":3,"output_tokens":1}}}"#,
+        "\n\nevent: content_block_start\n",
+        r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        "\n\nevent: content_block_delta\n",
+        r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Gr\u00fc\u00df "}}"#,
+        "\r\n\r\nevent: content_block_delta\n",
+        r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Gott \"x\"\n"}}"#,
+        "\n\nevent: content_block_delta\n",
+        r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"— ok"}}"#,
+        "\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: message_delta\n",
+        r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}"#,
+        "\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    )
+    .as_bytes();
+    for chunk in [1, 2, 3, 5, 64, stream.len()] {
+        let mut tee = Tee::new(Framing::EventStream, None, observer(Anthropic));
+        for c in stream.chunks(chunk) {
+            tee.on_data(&bytes::Bytes::copy_from_slice(c));
+        }
+        tee.on_end(End::Complete);
+        assert_eq!(tee.stopped(), None);
+        let o = tee.sink().observed();
+        let turn = o.turn.as_ref().expect("a complete turn");
+        assert_eq!(turn.text, "Grüß Gott \"x\"\n— ok", "chunks of {chunk}");
+        assert_eq!(o.usage.output_tokens, Some(9), "chunks of {chunk}");
+    }
 }

@@ -12,11 +12,13 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::fingerprint::canonical;
-use super::lenient::{self, str_of, u64_of};
-use super::turn::{Call, CapturedTurn, Carrier};
-use super::usage::AnthropicUsage;
-use super::{note_error, note_model, parse_json, str_field, Observed};
+use crate::dialect::canonical::canonical;
+use crate::dialect::lenient::{self, str_of, u64_of};
+use crate::dialect::observed::{
+    note_error, note_model, parse_json, str_field, Observed, ResponseReader,
+};
+use crate::dialect::turn::{Call, CapturedTurn, Carrier};
+use crate::dialect::usage::AnthropicUsage;
 use crate::wire::sse::SseEvent;
 use crate::wire::tee::SinkError;
 
@@ -52,7 +54,7 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub(super) fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
+    fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
         if ev.event == Some("content_block_delta")
             && (self.compact_delta_event(ev.data) || self.delta_event(ev.data))
         {
@@ -115,7 +117,7 @@ impl Stream {
         Ok(())
     }
 
-    pub(super) fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
+    fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
         let v = parse_json(body, "anthropic response body")?;
         if str_field(&v, "type") == Some("error") {
             note_error(out, v.get("error").and_then(|e| str_field(e, "type")));
@@ -160,12 +162,12 @@ impl Stream {
     }
 
     /// Drop what the turn holds (past the size cap); usage is kept.
-    pub(super) fn shed(&mut self) {
+    fn shed(&mut self) {
         self.blocks.clear();
     }
 
     /// The turn seen (streamed blocks in index order, or the body's).
-    pub(super) fn turn(&mut self) -> CapturedTurn {
+    fn turn(&mut self) -> CapturedTurn {
         if let Some(t) = self.body_turn.take() {
             return t;
         }
@@ -206,6 +208,28 @@ impl Stream {
             }
         }
         turn
+    }
+}
+
+impl ResponseReader for Stream {
+    fn is_end_marker(&self, ev: &SseEvent<'_>) -> bool {
+        ev.event == Some("message_stop")
+    }
+
+    fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
+        Stream::event(self, ev, out)
+    }
+
+    fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
+        Stream::body(self, body, out)
+    }
+
+    fn shed(&mut self) {
+        Stream::shed(self)
+    }
+
+    fn turn(&mut self) -> CapturedTurn {
+        Stream::turn(self)
     }
 }
 
@@ -489,7 +513,7 @@ mod tests {
         let base =
             br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}"#;
         let mut rejected = 0;
-        for m in crate::response::testing::skipped_value_hazards(base) {
+        for m in crate::dialect::testing::skipped_value_hazards(base) {
             if serde_json::from_slice::<Value>(&m).is_err() {
                 let shown = String::from_utf8_lossy(&m);
                 assert!(!Stream::default().delta_event(&m), "{shown}");
@@ -607,48 +631,6 @@ mod tests {
         }
         assert!(checked > 1000, "{checked}");
         assert!(compact > 50, "{compact}");
-    }
-
-    /// A stream of compact deltas (an escaped one, a multi-byte character) split anywhere
-    /// between chunks, through the tee and the framer: the same turn in every split.
-    #[test]
-    fn compact_deltas_split_across_chunks_read_the_same() {
-        use crate::dialect::Dialect;
-        use crate::wire::stream::{BodyObserver, End};
-        use crate::wire::tee::{Framing, Tee};
-        let stream = concat!(
-            "event: message_start\n",
-            r#"data: {"type":"message_start","message":{"model":"claude-x","usage":{"input_tokens":3,"output_tokens":1}}}"#,
-            "\n\nevent: content_block_start\n",
-            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
-            "\n\nevent: content_block_delta\n",
-            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Gr\u00fc\u00df "}}"#,
-            "\r\n\r\nevent: content_block_delta\n",
-            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Gott \"x\"\n"}}"#,
-            "\n\nevent: content_block_delta\n",
-            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"— ok"}}"#,
-            "\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
-            "event: message_delta\n",
-            r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}"#,
-            "\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
-        )
-        .as_bytes();
-        for chunk in [1, 2, 3, 5, 64, stream.len()] {
-            let mut tee = Tee::new(
-                Framing::EventStream,
-                None,
-                crate::response::observer(Dialect::Anthropic),
-            );
-            for c in stream.chunks(chunk) {
-                tee.on_data(&bytes::Bytes::copy_from_slice(c));
-            }
-            tee.on_end(End::Complete);
-            assert_eq!(tee.stopped(), None);
-            let o = tee.sink().observed();
-            let turn = o.turn.as_ref().expect("a complete turn");
-            assert_eq!(turn.text, "Grüß Gott \"x\"\n— ok", "chunks of {chunk}");
-            assert_eq!(o.usage.output_tokens, Some(9), "chunks of {chunk}");
-        }
     }
 
     /// A `type` naming another event (here `message_delta`) is left to the `Value` path.

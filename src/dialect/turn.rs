@@ -45,7 +45,7 @@ pub(crate) struct Call {
     /// The function name.
     pub name: String,
     /// The arguments as canonical JSON (object keys sorted, no whitespace; see
-    /// [`crate::response::fingerprint::canonical`]); arguments that are not valid JSON (a
+    /// [`super::canonical::canonical`]); arguments that are not valid JSON (a
     /// truncated stream, a model's garbage) are kept as sent.
     pub arguments: String,
 }

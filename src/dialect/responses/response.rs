@@ -14,11 +14,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::anthropic::canonical_text;
-use super::lenient::{self, str_of, u64_of};
-use super::turn::{Call, CapturedTurn, Carrier};
-use super::usage;
-use super::{note_error, note_model, parse_json, str_field, Observed};
+use crate::dialect::anthropic::response::canonical_text;
+use crate::dialect::lenient::{self, str_of, u64_of};
+use crate::dialect::observed::{
+    note_error, note_model, parse_json, str_field, Observed, ResponseReader,
+};
+use crate::dialect::turn::{Call, CapturedTurn, Carrier};
+use crate::dialect::usage;
 use crate::wire::sse::SseEvent;
 use crate::wire::tee::SinkError;
 
@@ -63,7 +65,7 @@ fn raw_output(w: WithOutput<'_>) -> Option<Vec<String>> {
 }
 
 impl Stream {
-    pub(super) fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
+    fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
         if !ev.event.is_some_and(acts_on) && event_view(ev, out) {
             return Ok(());
         }
@@ -113,7 +115,7 @@ impl Stream {
         Ok(())
     }
 
-    pub(super) fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
+    fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
         let v = parse_json(body, "responses body")?;
         if v.get("error").is_some_and(Value::is_object) {
             note_error(out, response_error(&v));
@@ -133,12 +135,12 @@ impl Stream {
     }
 
     /// Drop what the turn holds (past the size cap); usage is kept.
-    pub(super) fn shed(&mut self) {
+    fn shed(&mut self) {
         *self = Self::default();
     }
 
     /// The turn seen: the streamed items in `output_index` order, else the final `output`.
-    pub(super) fn turn(&mut self) -> CapturedTurn {
+    fn turn(&mut self) -> CapturedTurn {
         let items: Vec<String> = if self.items.is_empty() {
             self.final_output.take().unwrap_or_default()
         } else {
@@ -147,6 +149,31 @@ impl Stream {
             items.into_iter().map(|(_, raw)| raw).collect()
         };
         items_turn(&items)
+    }
+}
+
+impl ResponseReader for Stream {
+    fn is_end_marker(&self, ev: &SseEvent<'_>) -> bool {
+        matches!(
+            ev.event,
+            Some("response.completed" | "response.incomplete" | "response.failed")
+        )
+    }
+
+    fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
+        Stream::event(self, ev, out)
+    }
+
+    fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
+        Stream::body(self, body, out)
+    }
+
+    fn shed(&mut self) {
+        Stream::shed(self)
+    }
+
+    fn turn(&mut self) -> CapturedTurn {
+        Stream::turn(self)
     }
 }
 
@@ -193,11 +220,11 @@ fn response_error(response: &Value) -> Option<&str> {
 /// `message` (role assistant; `type` may be omitted, as in the SDK's easy input form),
 /// `function_call` and `reasoning`, count for positions only. The items' `id`s, in order,
 /// are [`CapturedTurn::item_ids`] when every item has one.
-pub(crate) fn items_turn(items: &[String]) -> CapturedTurn {
+pub(crate) fn items_turn<S: AsRef<str>>(items: &[S]) -> CapturedTurn {
     let mut turn = CapturedTurn::default();
     let mut ids = Some(Vec::with_capacity(items.len()));
     for (position, raw) in items.iter().enumerate() {
-        let Ok(item) = serde_json::from_str::<Value>(raw) else {
+        let Ok(item) = serde_json::from_str::<Value>(raw.as_ref()) else {
             ids = None;
             continue;
         };
@@ -218,7 +245,7 @@ pub(crate) fn items_turn(items: &[String]) -> CapturedTurn {
             Some("reasoning") => turn.carriers.push(Carrier::ResponsesReasoning {
                 position,
                 id: str_field(&item, "id").map(str::to_owned),
-                item: raw.clone(),
+                item: raw.as_ref().to_owned(),
             }),
             Some("message") | None if str_field(&item, "role") == Some("assistant") => {
                 match item.get("content") {
@@ -243,7 +270,7 @@ pub(crate) fn items_turn(items: &[String]) -> CapturedTurn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::response::testing::{fixture, one_byte_mutations, skipped_value_hazards, split_sse};
+    use crate::dialect::testing::{fixture, one_byte_mutations, skipped_value_hazards, split_sse};
 
     /// One stream fed `events` in order: through [`Stream::event`] (the typed view first) or
     /// the `Value` path alone. Per event whether it was read without error, then the turn

@@ -12,11 +12,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value};
 
-use super::anthropic::canonical_text;
-use super::lenient::{self, is_object, str_of, u64_of, ObjectOr};
-use super::turn::{Call, CapturedTurn, Carrier};
-use super::usage::{self, Usage};
-use super::{note_error, note_model, parse_json, str_field, Observed};
+use crate::dialect::anthropic::response::canonical_text;
+use crate::dialect::lenient::{self, is_object, str_of, u64_of, ObjectOr};
+use crate::dialect::observed::{
+    note_error, note_model, parse_json, str_field, Observed, ResponseReader,
+};
+use crate::dialect::turn::{Call, CapturedTurn, Carrier};
+use crate::dialect::usage::{self, Usage};
 use crate::wire::sse::SseEvent;
 use crate::wire::tee::SinkError;
 
@@ -112,7 +114,7 @@ fn call_piece<'d>(tc: &'d ObjectOr<lenient::ChatToolCall<'_>>) -> CallPiece<'d> 
 }
 
 impl Stream {
-    pub(super) fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
+    fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
         if ev.data.trim_ascii() == b"[DONE]" {
             return Ok(());
         }
@@ -254,7 +256,7 @@ impl Stream {
         }
     }
 
-    pub(super) fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
+    fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
         let v = parse_json(body, "openai response body")?;
         if !common(&v, out) {
             return Ok(());
@@ -266,14 +268,14 @@ impl Stream {
     }
 
     /// Drop what the turn holds (past the size cap); usage is kept.
-    pub(super) fn shed(&mut self) {
+    fn shed(&mut self) {
         *self = Self::default();
     }
 
     /// The turn seen: the body's, or the streamed deltas assembled (carriers in the order
     /// `reasoning_content`, `reasoning`, `reasoning_details` entries, message signature, tool
     /// call signatures — the order [`message_turn`] reads them in).
-    pub(super) fn turn(&mut self) -> CapturedTurn {
+    fn turn(&mut self) -> CapturedTurn {
         if let Some(t) = self.body_turn.take() {
             return t;
         }
@@ -310,6 +312,28 @@ impl Stream {
         }
         turn.carriers.extend(signatures);
         turn
+    }
+}
+
+impl ResponseReader for Stream {
+    fn is_end_marker(&self, ev: &SseEvent<'_>) -> bool {
+        ev.data.trim_ascii() == b"[DONE]"
+    }
+
+    fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
+        Stream::event(self, ev, out)
+    }
+
+    fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
+        Stream::body(self, body, out)
+    }
+
+    fn shed(&mut self) {
+        Stream::shed(self)
+    }
+
+    fn turn(&mut self) -> CapturedTurn {
+        Stream::turn(self)
     }
 }
 
@@ -419,7 +443,7 @@ pub(crate) fn message_turn(message: &Value) -> CapturedTurn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::response::testing::{fixture, one_byte_mutations, skipped_value_hazards, split_sse};
+    use crate::dialect::testing::{fixture, one_byte_mutations, skipped_value_hazards, split_sse};
 
     /// One stream fed `chunks` in order: through [`Stream::event`] (the typed view first) or
     /// the `Value` path alone. Per chunk whether it was read without error, then the turn

@@ -9,10 +9,12 @@
 
 use serde_json::Value;
 
-use super::fingerprint::canonical;
-use super::turn::{Call, CapturedTurn, Carrier, PartRef};
-use super::usage;
-use super::{note_error, note_model, parse_json, str_field, Observed};
+use crate::dialect::canonical::canonical;
+use crate::dialect::observed::{
+    note_error, note_model, parse_json, str_field, Observed, ResponseReader,
+};
+use crate::dialect::turn::{Call, CapturedTurn, Carrier, PartRef};
+use crate::dialect::usage;
 use crate::wire::sse::SseEvent;
 use crate::wire::tee::SinkError;
 
@@ -23,13 +25,13 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub(super) fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
+    fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
         let v = parse_json(ev.data, "gemini event")?;
         self.chunk(&v, out);
         Ok(())
     }
 
-    pub(super) fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
+    fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
         match parse_json(body, "gemini response body")? {
             Value::Array(chunks) => chunks.iter().for_each(|c| self.chunk(c, out)),
             v => self.chunk(&v, out),
@@ -66,12 +68,34 @@ impl Stream {
     }
 
     /// Drop what the turn holds (past the size cap); usage is kept.
-    pub(super) fn shed(&mut self) {
+    fn shed(&mut self) {
         *self = Self::default();
     }
 
-    pub(super) fn turn(&mut self) -> CapturedTurn {
+    fn turn(&mut self) -> CapturedTurn {
         std::mem::take(&mut self.turn)
+    }
+}
+
+impl ResponseReader for Stream {
+    fn is_end_marker(&self, _: &SseEvent<'_>) -> bool {
+        false
+    }
+
+    fn event(&mut self, ev: &SseEvent<'_>, out: &mut Observed) -> Result<(), SinkError> {
+        Stream::event(self, ev, out)
+    }
+
+    fn body(&mut self, body: &[u8], out: &mut Observed) -> Result<(), SinkError> {
+        Stream::body(self, body, out)
+    }
+
+    fn shed(&mut self) {
+        Stream::shed(self)
+    }
+
+    fn turn(&mut self) -> CapturedTurn {
+        Stream::turn(self)
     }
 }
 
