@@ -21,7 +21,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::response::Usage;
+use crate::dialect::usage::Usage;
 use crate::rewrite::RewriteReport;
 use crate::telemetry::Outcome;
 

@@ -24,6 +24,8 @@ use crate::images::settings::ImagesConfig;
 use std::sync::Arc;
 
 use crate::dialect::doc::{Doc, ParsedBody};
+use crate::dialect::fingerprint::{echoed_turns_in, message_digest, Digest, Fingerprint};
+use crate::dialect::turn::CapturedTurn;
 use crate::dialect::{Dialect, ParseError};
 use crate::images::cache::Transcodes;
 use crate::images::passes::{self, Settings};
@@ -35,8 +37,6 @@ use crate::provider::ResolvedProvider;
 use crate::reasoning::carriers::TurnLookup;
 use crate::reasoning::restore::{self, RestoreContext, RestoreCounts};
 use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts, Shaped};
-use crate::response::fingerprint::{echoed_turns_in, message_digest, Digest, Fingerprint};
-use crate::response::turn::CapturedTurn;
 use crate::state::rejected::SignatureLookup;
 pub(crate) use crate::state::VerdictLookup;
 use crate::state::{Field, FieldSet};
@@ -1476,11 +1476,11 @@ mod tests {
     fn captured(
         with_rc: &Value,
     ) -> std::collections::HashMap<
-        crate::response::fingerprint::Fingerprint,
-        crate::response::turn::CapturedTurn,
+        crate::dialect::fingerprint::Fingerprint,
+        crate::dialect::turn::CapturedTurn,
     > {
         let body = serde_json::to_vec(with_rc).unwrap();
-        crate::response::fingerprint::echoed_turns(Dialect::Openai, &body)
+        crate::dialect::fingerprint::echoed_turns(Dialect::Openai, &body)
             .into_iter()
             .map(|t| (t.fingerprint, t.turn))
             .collect()

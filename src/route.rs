@@ -40,8 +40,7 @@ pub struct Route {
     pub provider: ResolvedProvider,
 }
 
-// moved: re-export until issue 28's merge (the proxy names `route::Endpoint`).
-pub(crate) use crate::dialect::format::Endpoint;
+use crate::dialect::format::Endpoint;
 
 /// The upstream's host with its port when that is not the scheme's default (never the
 /// authority's userinfo): what [`ResolvedProvider::resolve`] keys verdicts by.

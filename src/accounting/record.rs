@@ -11,11 +11,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Collapse;
-use crate::response::Usage;
+use crate::dialect::usage::Usage;
 use crate::state::{Kind, Record, Store};
 
 /// The six usage numbers as stored (each absent when the provider did not report it; the
-/// names of [`crate::response::Usage`]). Tokens.
+/// names of [`crate::dialect::usage::Usage`]). Tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]

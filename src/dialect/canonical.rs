@@ -2,7 +2,7 @@
 //! sorted by their UTF-8 bytes, one member per key, no whitespace, strings and numbers as
 //! serde_json writes them). What a turn's call arguments are compared by
 //! ([`super::turn::Call::arguments`]) and what a message digest hashes
-//! (`crate::response::fingerprint`); [`Node`] is the borrowed tree the digest normalizes
+//! (`crate::dialect::fingerprint`); [`Node`] is the borrowed tree the digest normalizes
 //! before writing it.
 
 use std::borrow::Cow;

@@ -1,5 +1,5 @@
 //! Where a request holds its conversation and how it spells an echoed turn: the layout the
-//! fingerprints (`crate::response::fingerprint`) read a request by, one constant per wire
+//! fingerprints (`crate::dialect::fingerprint`) read a request by, one constant per wire
 //! format ([`super::format::WireFormat::conversation`]).
 //!
 //! Sources: `docs/wire-formats.md` (each dialect's request shape) and

@@ -102,7 +102,7 @@ pub(crate) trait WireFormat: Sync + 'static {
     // ---- response side ----
 
     /// Where a request holds its conversation and how it spells an echoed turn (read by the
-    /// turn fingerprints, `crate::response::fingerprint`).
+    /// turn fingerprints, `crate::dialect::fingerprint`).
     fn conversation(&self) -> &'static Conversation;
 
     /// The assistant turn a request echoes, read from its entries' JSON texts: one message

@@ -198,6 +198,7 @@ pub(crate) const MAX_ERROR_BODY_BYTES: usize = 1024 * 1024;
 // holds, read by each dialect's observer and by the fingerprints.
 pub(crate) mod canonical;
 pub(crate) mod conversation;
+pub(crate) mod fingerprint;
 pub(crate) mod lenient;
 pub(crate) mod observed;
 #[cfg(test)]

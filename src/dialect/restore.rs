@@ -9,11 +9,9 @@ use std::ops::Range;
 
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
-// The captured and echoed turns the builders compare. The response side moves these types into
-// the dialect tree (issue 28); until that merge they are read from `crate::response`, here
-// only (and in the moved builders).
-pub(crate) use crate::response::fingerprint::EchoedTurn;
-pub(crate) use crate::response::turn::CapturedTurn;
+// The captured and echoed turns the builders compare.
+pub(crate) use super::fingerprint::EchoedTurn;
+pub(crate) use super::turn::CapturedTurn;
 
 /// One kind of restored carrier (a counter of `reasoning::restore::RestoreCounts`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

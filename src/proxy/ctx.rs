@@ -9,15 +9,16 @@ use http::{HeaderValue, Method, Uri};
 
 use crate::accounting::session::{turn_record, SessionTracker};
 use crate::accounting::TurnAccount;
+use crate::dialect::fingerprint::Digest;
+use crate::dialect::format::Endpoint;
+use crate::dialect::usage::Usage;
 use crate::dialect::Dialect;
 use crate::images::recovery::ImageRejectionKind;
 use crate::metrics::{Metrics, RequestSample};
 use crate::proxy::errors::ProxyError;
 use crate::proxy::overhead_value;
-use crate::response::fingerprint::Digest;
-use crate::response::Usage;
 use crate::rewrite::RewriteReport;
-use crate::route::{Endpoint, Route};
+use crate::route::Route;
 use crate::state::seal::SealKey;
 use crate::telemetry::{redact_query, Outcome};
 

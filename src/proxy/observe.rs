@@ -14,11 +14,12 @@
 
 use bytes::Bytes;
 
+use crate::dialect::fingerprint;
 use crate::dialect::Dialect;
 use crate::proxy::ctx::RequestCtx;
 use crate::proxy::errors::midstream_error_event;
 use crate::reasoning::carriers;
-use crate::response::{self, fingerprint, ResponseSink};
+use crate::response::{self, ResponseSink};
 use crate::state::Store;
 use crate::telemetry::Outcome;
 use crate::wire::stream::{BodyObserver, Break, End, Hold};
@@ -465,7 +466,7 @@ mod tests {
         let store = memory_store();
         let mut c = ctx(Dialect::Anthropic);
         c.route = Some(route);
-        c.endpoint = Some(crate::route::Endpoint::Generate);
+        c.endpoint = Some(crate::dialect::format::Endpoint::Generate);
         c.model = doc.model.clone();
         c.credential_scope = "scope-a".into();
         let sealing = crate::state::seal::SealKey::from_bytes([3; 32]);
@@ -540,7 +541,7 @@ mod tests {
         let lines = capture(|| {
             let observing = Observing::new(Dialect::Openai, false, None, memory_store());
             let mut c = ctx(Dialect::Openai);
-            c.endpoint = Some(crate::route::Endpoint::Generate);
+            c.endpoint = Some(crate::dialect::format::Endpoint::Generate);
             let mut o = ResponseObserver::new(c, false, Some(observing));
             o.on_data(&Bytes::from_static(b"<html>\xff\xfe not json"));
             o.on_end(End::Complete);
@@ -567,7 +568,7 @@ mod tests {
     fn a_client_that_leaves_after_done_had_the_whole_response() {
         let sse = fixture("deepseek_reasoning.sse");
         let mut c = ctx(Dialect::Openai);
-        c.endpoint = Some(crate::route::Endpoint::Generate);
+        c.endpoint = Some(crate::dialect::format::Endpoint::Generate);
         let lines = capture(|| {
             let observing = Observing::new(Dialect::Openai, true, None, memory_store());
             let mut o = ResponseObserver::new(c, true, Some(observing));
@@ -582,7 +583,7 @@ mod tests {
         assert!(line["reasoning_seen"].as_u64().unwrap() >= 1, "{line}");
         // Before the marker, leaving is leaving.
         let mut c = ctx(Dialect::Openai);
-        c.endpoint = Some(crate::route::Endpoint::Generate);
+        c.endpoint = Some(crate::dialect::format::Endpoint::Generate);
         let lines = capture(|| {
             let observing = Observing::new(Dialect::Openai, true, None, memory_store());
             let mut o = ResponseObserver::new(c, true, Some(observing));

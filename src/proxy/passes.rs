@@ -13,6 +13,7 @@ use crate::accounting::prefix::Prefix;
 use crate::accounting::session::ColdMemo;
 use crate::accounting::TurnAccount;
 use crate::dialect::doc::ParsedBody;
+use crate::dialect::fingerprint::Digest;
 use crate::dialect::ParseError;
 use crate::images::recovery::ImageRejectionKind;
 use crate::images::retired::RetiredSet;
@@ -20,7 +21,6 @@ pub(crate) use crate::pipeline::Plan;
 use crate::pipeline::{self, is_identity, RunFor, Step, Unread};
 use crate::proxy::ctx::BodyFate;
 use crate::reasoning::ResolvedRoute;
-use crate::response::fingerprint::Digest;
 use crate::rewrite::RewriteReport;
 use crate::state::load::{Snapshot, MAX_LOADS};
 use crate::wire::body::BufferBudget;
@@ -37,7 +37,7 @@ pub(crate) struct Passed {
     /// The reasoning route shaping used, for reading a 4xx.
     pub reasoning_route: Option<ResolvedRoute>,
     /// The digest of the message the response answers, as the client sent it
-    /// ([`crate::response::fingerprint::message_digest`]); `None` when the body was not read.
+    /// ([`crate::dialect::fingerprint::message_digest`]); `None` when the body was not read.
     pub answers: Option<Digest>,
     /// The turn this request began (the first run of a generation request whose body
     /// parsed); `None` otherwise.

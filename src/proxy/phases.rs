@@ -34,6 +34,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 
 use crate::accounting::session::SESSION_HEADER;
+use crate::dialect::format::Endpoint;
 use crate::dialect::Dialect;
 use crate::proxy::ctx::{ms_since, BodyFate, RequestCtx};
 use crate::proxy::errors::ProxyError;
@@ -43,7 +44,7 @@ use crate::proxy::reserved;
 use crate::proxy::retry::{self, Replay};
 use crate::proxy::send::{classify_client_error, send, upstream_label};
 use crate::proxy::{AppState, OVERHEAD_HEADER, REWRITES_HEADER};
-use crate::route::{model_from_path, Endpoint, Route};
+use crate::route::{model_from_path, Route};
 use crate::telemetry::Outcome;
 use crate::wire::body::{self, BudgetPermit, ReadBody};
 use crate::wire::stream::ObservedBody;

@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use crate::response::fingerprint::Fingerprint;
-use crate::response::turn::CapturedTurn;
+use crate::dialect::fingerprint::Fingerprint;
+use crate::dialect::turn::CapturedTurn;
 use crate::state::load::Reads;
 use crate::state::seal::{self, SealKey};
 use crate::state::{Kind, Record, RecordKey, Store};
@@ -191,7 +191,7 @@ impl TurnLookup for StoreLookup<'_> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::response::turn::{Call, Carrier};
+    use crate::dialect::turn::{Call, Carrier};
     use crate::state::load::with_load;
     use crate::state::{StoreOptions, DEFAULT_CACHE_BYTES, RELOAD_INTERVAL};
     use std::path::Path;

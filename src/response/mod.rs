@@ -23,22 +23,10 @@
 //!   response that ended complete ([`End::Complete`]), with no error event or error body and
 //!   no observing error: a half turn is never a carrier to restore.
 //!
-//! The fingerprint of a turn (what the restore side keys carriers by) is in [`fingerprint`].
-
-pub(crate) mod fingerprint;
-// moved: re-export until issue 28's merge
-#[allow(unused_imports)]
-pub(crate) use crate::dialect::gemini::response as gemini;
-// moved: re-export until issue 28's merge
-pub(crate) use crate::dialect::openai::response as chat;
-// moved: re-export until issue 28's merge
-#[allow(unused_imports)]
-pub(crate) use crate::dialect::responses::response as responses;
-// moved: re-export until issue 28's merge
-pub(crate) use crate::dialect::{turn, usage};
+//! The fingerprint of a turn (what the restore side keys carriers by) is in
+//! `crate::dialect::fingerprint`.
 
 pub(crate) use crate::dialect::observed::Observed;
-pub(crate) use usage::Usage;
 
 use crate::dialect::observed::ResponseReader;
 use crate::dialect::Dialect;

@@ -1,13 +1,11 @@
 //! Test helpers: recorded responses fed to an observer without the real framer.
 
 use super::{observe_body, observe_events, observer, Observed};
+use crate::dialect::testing::{fixture, split_sse};
 use crate::dialect::Dialect;
 use crate::wire::sse::SseEvent;
 use crate::wire::stream::End;
 use crate::wire::tee::{Sink, SinkError};
-
-// moved: re-export until issue 28's merge
-pub(crate) use crate::dialect::testing::{fixture, one_byte_mutations, split_sse};
 
 /// Feed a recorded stream to a fresh observer, end it with `end`; the first error, if any.
 pub(crate) fn run_stream(dialect: Dialect, raw: &[u8], end: End) -> (Observed, Option<SinkError>) {

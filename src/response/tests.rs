@@ -3,10 +3,12 @@
 
 use serde_json::{json, Value};
 
-use super::fingerprint::{echoed_turn, message_digest, request_digest, turn_fingerprint};
-use super::testing::{body, fixture, run_stream, stream};
-use super::turn::{Call, CapturedTurn, Carrier, PartRef};
+use super::testing::{body, run_stream, stream};
 use super::*;
+use crate::dialect::fingerprint::{echoed_turn, message_digest, request_digest, turn_fingerprint};
+use crate::dialect::testing::fixture;
+use crate::dialect::turn::{Call, CapturedTurn, Carrier, PartRef};
+use crate::dialect::usage::Usage;
 use crate::dialect::Dialect::{self, Anthropic, Gemini, Openai, OpenaiResponses};
 use crate::wire::stream::Break;
 
@@ -480,7 +482,7 @@ fn assert_same_fingerprint(
     );
     let echoed = echoed_turn(dialect, &bytes(echoed)).unwrap();
     let next = fixture(&first.replace("request", "next_request"));
-    let turns = super::fingerprint::echoed_turns(dialect, &next);
+    let turns = crate::dialect::fingerprint::echoed_turns(dialect, &next);
     assert_eq!(turns.len(), 1, "{first}");
     assert_eq!(turns[0].prev, prev);
     // (Item JSON text is kept as the request spells it, so compare what is hashed.)
@@ -729,7 +731,7 @@ fn a_turn_past_the_size_cap_is_dropped_usage_kept() {
         s.on_event(&SseEvent { event: None, data }).unwrap();
     };
     let start = fixture("anthropic_thinking_tool.sse");
-    let events = super::testing::split_sse(&start);
+    let events = crate::dialect::testing::split_sse(&start);
     feed(&mut s, &events[0].1); // message_start
     feed(
         &mut s,

@@ -6,13 +6,13 @@
 //! sent (adding blocks to a partly kept set would edit the turn's thinking, which the API
 //! refuses).
 
+use crate::dialect::fingerprint::EchoedTurn;
 use crate::dialect::restore::{
     insert_into_array, insertion_groups, json_str, Kind, List, TurnEdit,
 };
+use crate::dialect::turn::{CapturedTurn, Carrier};
 use crate::json::scan;
 use crate::json::Edit;
-use crate::response::fingerprint::EchoedTurn;
-use crate::response::turn::{CapturedTurn, Carrier};
 
 /// A captured block, as JSON text, with its position and kind.
 fn block(c: &Carrier) -> Option<(usize, String, Kind)> {

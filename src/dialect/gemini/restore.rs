@@ -12,11 +12,11 @@ use std::ops::Range;
 
 use serde_json::Value;
 
+use crate::dialect::fingerprint::EchoedTurn;
 use crate::dialect::restore::{append_members, insert_into_array, json_str, Kind, List, TurnEdit};
+use crate::dialect::turn::{CapturedTurn, Carrier, PartRef};
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
-use crate::response::fingerprint::EchoedTurn;
-use crate::response::turn::{CapturedTurn, Carrier, PartRef};
 
 /// The placeholder Google documents for a function call whose thought signature is not
 /// available (history from another model, or built by hand): accepted by the Gemini API and
@@ -149,7 +149,7 @@ pub(crate) fn placeholder(list: &List<'_>, entry: &Object, v: &Value) -> Option<
     if v.get("role").and_then(Value::as_str) != Some("model") {
         return None;
     }
-    let turn = crate::response::gemini::content_turn(v);
+    let turn = crate::dialect::gemini::response::content_turn(v);
     if turn.calls.is_empty() || first_signed(&turn) {
         return None;
     }

@@ -20,14 +20,14 @@
 use serde_json::Value;
 
 use super::details::{carries_nothing, same_entry, text_carries_nothing};
+use crate::dialect::fingerprint::EchoedTurn;
 use crate::dialect::gemini::restore::{first_signed, PLACEHOLDER_SIGNATURE};
 use crate::dialect::restore::{
     append_members, insert_into_array, insertion_groups, json_str, set_member, Kind, List, TurnEdit,
 };
+use crate::dialect::turn::{CapturedTurn, Carrier};
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
-use crate::response::fingerprint::EchoedTurn;
-use crate::response::turn::{CapturedTurn, Carrier};
 
 /// A reasoning carrier the client kept: a `reasoning_content` / `reasoning` that is not blank
 /// (a blank one is a pad, e.g. the single space some agents send for a must-echo provider),
@@ -252,7 +252,7 @@ pub(crate) fn placeholder(list: &List<'_>, entry: &Object, v: &Value) -> Option<
     if v.get("role").and_then(Value::as_str) != Some("assistant") {
         return None;
     }
-    let turn = crate::response::chat::message_turn(v);
+    let turn = crate::dialect::openai::response::message_turn(v);
     if turn.calls.is_empty() || first_signed(&turn) {
         return None;
     }

@@ -16,11 +16,11 @@
 
 use serde_json::Value;
 
+use crate::dialect::fingerprint::EchoedTurn;
 use crate::dialect::restore::{insert_into_array, insertion_groups, Kind, List, TurnEdit};
+use crate::dialect::turn::{CapturedTurn, Carrier};
 use crate::json::scan;
 use crate::json::Edit;
-use crate::response::fingerprint::EchoedTurn;
-use crate::response::turn::{CapturedTurn, Carrier};
 
 pub(crate) fn restore_turn(
     list: &List<'_>,

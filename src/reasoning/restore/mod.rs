@@ -3,7 +3,7 @@
 //!
 //! Pure (no I/O, no clock, no randomness): the same body and the same [`TurnLookup`] answers
 //! give the same edits. Per assistant turn the request echoes
-//! ([`crate::response::fingerprint::echoed_turns`]), the lookup is asked for the turn captured
+//! ([`crate::dialect::fingerprint::echoed_turns`]), the lookup is asked for the turn captured
 //! with the same fingerprint; when that turn had carriers the echo lacks, edits re-attach them
 //! where each [`Carrier`] variant says (one `restore` module per wire, asked through
 //! [`crate::dialect::format::WireFormat::restore_turn`]: [`crate::dialect::openai::restore`],
@@ -22,14 +22,14 @@ mod tests;
 
 use serde_json::Value;
 
+use crate::dialect::fingerprint::{echoed_turns_in, EchoedTurn};
 use crate::dialect::restore::{Kind, List, TurnEdit};
+use crate::dialect::turn::CapturedTurn;
 use crate::dialect::Dialect;
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
 use crate::provider::ResolvedProvider;
 use crate::reasoning::carriers::TurnLookup;
-use crate::response::fingerprint::{echoed_turns_in, EchoedTurn};
-use crate::response::turn::CapturedTurn;
 
 /// What the restore pass reads besides the body.
 pub(crate) struct RestoreContext<'a> {

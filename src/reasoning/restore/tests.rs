@@ -7,14 +7,15 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::dialect::gemini::restore as gemini;
-use crate::dialect::Dialect::{self, Anthropic, Gemini, Openai, OpenaiResponses};
-use crate::json::splice;
-use crate::response::fingerprint::{
+use crate::dialect::fingerprint::{
     echoed_turns, message_digest, request_digest, turn_fingerprint, Digest, Fingerprint,
 };
-use crate::response::testing::{body, fixture, stream};
-use crate::response::turn::{Call, Carrier, PartRef};
+use crate::dialect::gemini::restore as gemini;
+use crate::dialect::testing::fixture;
+use crate::dialect::turn::{Call, Carrier, PartRef};
+use crate::dialect::Dialect::{self, Anthropic, Gemini, Openai, OpenaiResponses};
+use crate::json::splice;
+use crate::response::testing::{body, stream};
 
 type Lookup = HashMap<Fingerprint, CapturedTurn>;
 
@@ -835,7 +836,7 @@ fn responses_turn() -> (Value, Vec<Value>, CapturedTurn) {
                "arguments": "{\"city\":\"Paris\"}", "status": "completed"}),
     ];
     let texts: Vec<String> = items.iter().map(Value::to_string).collect();
-    let captured = crate::response::responses::items_turn(&texts);
+    let captured = crate::dialect::responses::response::items_turn(&texts);
     assert_eq!(captured.item_ids, ["rs_1", "msg_1", "fc_1"]);
     (user, items, captured)
 }

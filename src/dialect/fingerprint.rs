@@ -384,7 +384,7 @@ pub(crate) fn echoed_turns_in(dialect: Dialect, entries: &[&str]) -> Vec<EchoedT
 mod tests {
     use super::*;
     use crate::dialect::canonical::canonical;
-    use crate::response::testing::fixture;
+    use crate::dialect::testing::fixture;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -720,7 +720,7 @@ mod tests {
         ];
         let mut checked = 0;
         for base in samples {
-            for m in crate::response::testing::one_byte_mutations(base) {
+            for m in crate::dialect::testing::one_byte_mutations(base) {
                 same_as_before(&m);
                 checked += 1;
             }
