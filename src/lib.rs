@@ -38,7 +38,7 @@ pub mod telemetry;
 #[cfg(test)]
 mod testing;
 pub mod texts;
-pub mod wire;
+pub use cachekeeper_wire as wire;
 
 /// Tests: how many times this process has parsed a JSON body (validated and indexed it, the
 /// scan every pass reads), on every thread. `tests/parses.rs`, alone in its binary, reads it

@@ -5,7 +5,7 @@ use http::header;
 use http::Request;
 
 /// True for a request asking to switch protocols (`Connection: upgrade` + `Upgrade`).
-pub(crate) fn is_upgrade<B>(req: &Request<B>) -> bool {
+pub fn is_upgrade<B>(req: &Request<B>) -> bool {
     req.headers().contains_key(header::UPGRADE)
         && req
             .headers()
@@ -20,7 +20,7 @@ pub(crate) fn is_upgrade<B>(req: &Request<B>) -> bool {
 
 /// Copy bytes between the client's and the upstream's upgraded connections until either side
 /// closes. `route` names the route in the log lines.
-pub(crate) async fn copy_both_ways(
+pub async fn copy_both_ways(
     client: hyper::upgrade::OnUpgrade,
     upstream: hyper::upgrade::OnUpgrade,
     route: String,

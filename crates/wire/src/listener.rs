@@ -13,8 +13,8 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
-use crate::wire::stream::Cutoff;
-use crate::wire::{limits, ResponseBody};
+use crate::stream::Cutoff;
+use crate::{limits, ResponseBody};
 
 /// How long a client may take to send its request headers (slow-header clients), ms.
 pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -24,14 +24,14 @@ pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// written, so that everything is done when the grace is. A quarter of the grace when that is
 /// shorter. Our own figure: providers send an event at least every few hundred ms while they
 /// stream.
-pub(crate) const CUT_LEAD: Duration = Duration::from_secs(1);
+pub const CUT_LEAD: Duration = Duration::from_secs(1);
 
 /// Serve `listener` with `handler` until `shutdown` completes, then stop accepting (new
 /// connections are refused) and let in-flight requests (streams included) finish for up to
 /// `grace`. Responses still open [`CUT_LEAD`] before the grace is over are ended through
 /// `cutoff` (an event stream after its last complete event); connections still open when it
 /// is over are closed.
-pub(crate) async fn serve<H, F>(
+pub async fn serve<H, F>(
     listener: TcpListener,
     handler: H,
     shutdown: impl Future<Output = ()>,

@@ -27,13 +27,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 
 /// Boxed error type for bodies and connectors.
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The request body type sent upstream: buffered bytes or the client's stream.
-pub(crate) type UpstreamBody = UnsyncBoxBody<Bytes, BoxError>;
+pub type UpstreamBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// The pooled client.
-pub(crate) type HttpClient = Client<HttpsConnector<ProxyConnector>, UpstreamBody>;
+pub type HttpClient = Client<HttpsConnector<ProxyConnector>, UpstreamBody>;
 
 /// Why the client could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -185,7 +185,7 @@ pub(crate) const PROXY_HEADER_PREFIX: &str = "x-cachekeeper-";
 
 /// Remove hop-by-hop headers (and any header the `connection` header names) in place.
 /// With `keep_upgrade`, `connection` and `upgrade` stay (WebSocket tunnelling).
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -208,7 +208,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
 /// Prepare client request headers for the upstream: hop-by-hop and `x-cachekeeper-*`
 /// dropped, `host` removed (the client sets it from the upstream URI), every other header
 /// (credentials included) kept untouched.
-pub(crate) fn upstream_request_headers(headers: &mut HeaderMap, keep_upgrade: bool) {
+pub fn upstream_request_headers(headers: &mut HeaderMap, keep_upgrade: bool) {
     strip_hop_by_hop(headers, keep_upgrade);
     headers.remove(header::HOST);
     let ours: Vec<HeaderName> = headers

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
-use crate::wire::upstream::{BoxError, UpstreamBody};
+use crate::upstream::{BoxError, UpstreamBody};
 
 /// Why a response body stopped before its natural end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,10 +37,10 @@ pub enum Break {
 /// Ends the bodies still open when the shutdown grace is over: [`Cutoff::cut`] fires every
 /// [`CutWait`] handed out. Cheap to clone; one per server, shared across reloads.
 #[derive(Debug, Clone)]
-pub(crate) struct Cutoff(Arc<tokio::sync::watch::Sender<bool>>);
+pub struct Cutoff(Arc<tokio::sync::watch::Sender<bool>>);
 
 /// Completes when the [`Cutoff`] fires (never, if it is dropped without firing).
-pub(crate) type CutWait = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub type CutWait = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Default for Cutoff {
     fn default() -> Self {
@@ -49,17 +49,17 @@ impl Default for Cutoff {
 }
 
 impl Cutoff {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self(Arc::new(tokio::sync::watch::channel(false).0))
     }
 
     /// End every body that waits on this cutoff.
-    pub(crate) fn cut(&self) {
+    pub fn cut(&self) {
         self.0.send_replace(true);
     }
 
     /// A future for one body ([`ObservedBody::cut_by`]).
-    pub(crate) fn waiter(&self) -> CutWait {
+    pub fn waiter(&self) -> CutWait {
         let mut rx = self.0.subscribe();
         Box::pin(async move {
             if rx.wait_for(|cut| *cut).await.is_err() {
@@ -136,7 +136,7 @@ pub trait BodyObserver: Send {
 }
 
 /// The upstream response body, observed.
-pub(crate) struct ObservedBody<O: BodyObserver> {
+pub struct ObservedBody<O: BodyObserver> {
     inner: UpstreamBody,
     idle_timeout: Duration,
     idle: Pin<Box<Sleep>>,
@@ -158,12 +158,7 @@ pub(crate) struct ObservedBody<O: BodyObserver> {
 impl<O: BodyObserver> ObservedBody<O> {
     /// Wrap `inner`, allowing at most `idle_timeout` between two frames. `may_append`: the
     /// observer may answer a break with a last chunk (then no `size_hint` is promised).
-    pub(crate) fn new(
-        inner: UpstreamBody,
-        idle_timeout: Duration,
-        may_append: bool,
-        observer: O,
-    ) -> Self {
+    pub fn new(inner: UpstreamBody, idle_timeout: Duration, may_append: bool, observer: O) -> Self {
         Self {
             inner,
             idle_timeout,
@@ -180,7 +175,7 @@ impl<O: BodyObserver> ObservedBody<O> {
 
     /// End the body when `cut` completes ([`Cutoff::waiter`]): at once, or, when the observer
     /// may end it with a chunk of its own (an event stream), at its next event boundary.
-    pub(crate) fn cut_by(mut self, cut: CutWait) -> Self {
+    pub fn cut_by(mut self, cut: CutWait) -> Self {
         self.cut = Some(cut);
         self
     }

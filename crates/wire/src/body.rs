@@ -12,11 +12,11 @@ use hyper::body::Incoming;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::wire::decode::{Coding, DecodeError, Decoder, PushError};
-use crate::wire::upstream::{BoxError, UpstreamBody};
+use crate::decode::{Coding, DecodeError, Decoder, PushError};
+use crate::upstream::{BoxError, UpstreamBody};
 
 /// Result of [`read_bounded`].
-pub(crate) enum ReadBody {
+pub enum ReadBody {
     /// The whole body, at most `limit` bytes, and its reservation in the [`BufferBudget`]
     /// (hold it while the body, or a copy of it, is in memory).
     Buffered(Bytes, BudgetPermit),
@@ -49,7 +49,7 @@ pub(crate) const BODY_MEMORY_FACTOR: u64 = 5;
 /// serves waiters first come, first served). Shared by every request, and by every
 /// configuration snapshot of a running proxy.
 #[derive(Debug)]
-pub(crate) struct BufferBudget {
+pub struct BufferBudget {
     sem: Arc<Semaphore>,
     /// The budget, in permits.
     total: u64,
@@ -57,7 +57,7 @@ pub(crate) struct BufferBudget {
 
 /// Bytes of a [`BufferBudget`] reserved by one body; returned when dropped.
 #[derive(Debug, Default)]
-pub(crate) struct BudgetPermit(Option<OwnedSemaphorePermit>);
+pub struct BudgetPermit(Option<OwnedSemaphorePermit>);
 
 impl BudgetPermit {
     /// Permits held ([`BUDGET_UNIT`] bytes each).
@@ -75,7 +75,7 @@ impl BudgetPermit {
 
 impl BufferBudget {
     /// A budget of `bytes` (rounded up to whole KiB).
-    pub(crate) fn new(bytes: u64) -> Self {
+    pub fn new(bytes: u64) -> Self {
         let total = bytes
             .div_ceil(BUDGET_UNIT)
             .min(Semaphore::MAX_PERMITS as u64);
@@ -86,14 +86,14 @@ impl BufferBudget {
     }
 
     /// Bytes reserved right now (in whole KiB).
-    #[cfg(test)]
-    pub(crate) fn reserved_bytes(&self) -> u64 {
+    #[cfg(any(test, feature = "testing"))]
+    pub fn reserved_bytes(&self) -> u64 {
         let free = self.sem.available_permits() as u64;
         self.total.saturating_sub(free) * BUDGET_UNIT
     }
 
     /// The whole budget, bytes.
-    pub(crate) fn total_bytes(&self) -> u64 {
+    pub fn total_bytes(&self) -> u64 {
         self.total.saturating_mul(BUDGET_UNIT)
     }
 
@@ -101,11 +101,7 @@ impl BufferBudget {
     /// body's: no [`BODY_MEMORY_FACTOR`]), waiting until `deadline` for room, first come first
     /// served with the bodies. `None` when the deadline passed first, or when `bytes` is more
     /// than the whole budget (it could never fit).
-    pub(crate) async fn reserve_working(
-        &self,
-        bytes: u64,
-        deadline: Instant,
-    ) -> Option<BudgetPermit> {
+    pub async fn reserve_working(&self, bytes: u64, deadline: Instant) -> Option<BudgetPermit> {
         if bytes > self.total_bytes() {
             return None;
         }
@@ -161,7 +157,7 @@ impl BufferBudget {
 
 /// Why a client's body could not be read.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ReadError {
+pub enum ReadError {
     /// The client's stream failed (it went away, or sent a malformed body).
     #[error(transparent)]
     Client(#[from] hyper::Error),
@@ -172,7 +168,7 @@ pub(crate) enum ReadError {
 
 /// How [`read_bounded`] reads: the size limit, the gap allowed between chunks, and the
 /// budget with how long to wait for room in it.
-pub(crate) struct ReadLimits<'a> {
+pub struct ReadLimits<'a> {
     /// Largest body buffered, bytes (`max_rewrite_bytes`).
     pub limit: u64,
     /// Longest wait for the next chunk (`body_idle_timeout_ms`).
@@ -191,7 +187,7 @@ pub(crate) struct ReadLimits<'a> {
 ///
 /// Errors: [`ReadError::Client`] when the client's stream fails, [`ReadError::Stalled`] when
 /// it sends nothing for `idle`.
-pub(crate) async fn read_bounded(
+pub async fn read_bounded(
     mut body: Incoming,
     content_length: Option<u64>,
     limits: ReadLimits<'_>,
@@ -275,7 +271,7 @@ fn concat(mut chunks: Vec<Bytes>, total: u64) -> Bytes {
 }
 
 /// A buffered body for the upstream.
-pub(crate) fn full(bytes: Bytes) -> UpstreamBody {
+pub fn full(bytes: Bytes) -> UpstreamBody {
     Full::new(bytes)
         .map_err(|never| match never {})
         .boxed_unsync()
@@ -296,7 +292,7 @@ pub(crate) fn full(bytes: Bytes) -> UpstreamBody {
 /// [`ReadError::Stalled`] (boxed; [`client_fault`] finds it in the upstream client's error).
 /// The wait starts only when the upstream side asks for the next chunk, so a slow upstream
 /// never counts against the client.
-pub(crate) fn streamed(
+pub fn streamed(
     head: Vec<Bytes>,
     rest: Incoming,
     idle: Duration,
@@ -328,7 +324,7 @@ pub(crate) fn streamed(
 
 /// The client's body fault ([`ReadError`]) behind an error of the upstream client, when the
 /// request failed because the client's body did (it stalled or broke while streamed).
-pub(crate) fn client_fault<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a ReadError> {
+pub fn client_fault<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a ReadError> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cur {
         if let Some(r) = c.downcast_ref::<ReadError>() {
@@ -341,7 +337,7 @@ pub(crate) fn client_fault<'a>(e: &'a (dyn std::error::Error + 'static)) -> Opti
 
 /// Read up to `limit` bytes of a response body. Returns what was read and, when the body
 /// is longer, the unread rest (`None` when the body ended within the limit).
-pub(crate) async fn read_prefix(
+pub async fn read_prefix(
     mut body: UpstreamBody,
     limit: u64,
 ) -> Result<(Bytes, Option<UpstreamBody>), BoxError> {
@@ -360,23 +356,19 @@ pub(crate) async fn read_prefix(
 }
 
 /// `head` followed by the rest of a body.
-pub(crate) fn prepend(head: Vec<Bytes>, rest: UpstreamBody) -> UpstreamBody {
+pub fn prepend(head: Vec<Bytes>, rest: UpstreamBody) -> UpstreamBody {
     let head = futures_util::stream::iter(head.into_iter().map(|b| Ok(Frame::data(b))));
     StreamBody::new(head.chain(BodyStream::new(rest))).boxed_unsync()
 }
 
 /// Decode a whole body by its `content-encoding`, at most `limit` decoded bytes: the codings
-/// and rules of [`crate::wire::decode`] (the one decoder of both directions; `identity`,
+/// and rules of [`crate::decode`] (the one decoder of both directions; `identity`,
 /// empty or no header returns the body as is).
 ///
 /// Errors: [`DecodeError`]: a coding it does not decode, stacked codings, corrupt or truncated
 /// data, or a decoded body over `limit` (a decompression bomb stops there): the caller then
 /// forwards the original bytes, and logs why.
-pub(crate) fn decode(
-    encoding: Option<&str>,
-    data: &[u8],
-    limit: u64,
-) -> Result<Vec<u8>, DecodeError> {
+pub fn decode(encoding: Option<&str>, data: &[u8], limit: u64) -> Result<Vec<u8>, DecodeError> {
     let Some(coding) = Coding::from_header(encoding)? else {
         return Ok(data.to_vec());
     };

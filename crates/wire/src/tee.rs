@@ -2,17 +2,17 @@
 //! a [`Sink`]. Knows nothing of LLMs: what the events or the JSON body mean is the sink's
 //! business.
 //!
-//! Path of a copy: `content-encoding` decoding ([`crate::wire::decode`]), then either the
-//! event-stream framer ([`crate::wire::sse`], one [`Sink::on_event`] per event) or, for a
+//! Path of a copy: `content-encoding` decoding ([`crate::decode`]), then either the
+//! event-stream framer ([`crate::sse`], one [`Sink::on_event`] per event) or, for a
 //! non-streaming body, accumulation up to [`MAX_JSON_BYTES`] and one [`Sink::on_json`] at the
 //! end. Any failure on that path (a decode error, a sink error, a cap) stops observing that
 //! response, with one warning; the client's bytes never depend on it.
 
 use bytes::Bytes;
 
-use crate::wire::decode::{Coding, DecodeError, Decoder, PushError, MAX_DECODED_BYTES};
-use crate::wire::sse::{SseEvent, SseFramer, MAX_EVENT_BYTES};
-use crate::wire::stream::{BodyObserver, Break, End};
+use crate::decode::{Coding, DecodeError, Decoder, PushError, MAX_DECODED_BYTES};
+use crate::sse::{SseEvent, SseFramer, MAX_EVENT_BYTES};
+use crate::stream::{BodyObserver, Break, End};
 
 /// The largest non-streaming body the tee buffers for [`Sink::on_json`], decoded bytes
 /// (16 MiB). A larger body is not observed (the sink gets only `on_end`), and the buffer never
@@ -349,8 +349,8 @@ impl<S: Sink> Tee<S> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::wire::decode::tests::{brotli, gzip, raw_deflate, zlib, zstd};
-    use crate::wire::sse::tests::{ev, Ev, ANTHROPIC, OPENAI};
+    use crate::decode::tests::{brotli, gzip, raw_deflate, zlib, zstd};
+    use crate::sse::tests::{ev, Ev, ANTHROPIC, OPENAI};
 
     #[derive(Default)]
     struct Rec {
@@ -710,8 +710,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_broken_body_reaches_the_client_unchanged_and_ends_broken_once() {
-        use crate::wire::stream::ObservedBody;
-        use crate::wire::upstream::BoxError;
+        use crate::stream::ObservedBody;
+        use crate::upstream::BoxError;
         use http_body::Frame;
         use http_body_util::{BodyExt, StreamBody};
         let enc = gzip(&long_stream());

@@ -1,6 +1,6 @@
 //! Push-based `content-encoding` decoding, the one decoder of both directions (a copy of a
 //! response body for its observer; a whole request body for the passes, through
-//! [`crate::wire::body::decode`]): compressed bytes in, in any split, decoded bytes out through
+//! [`crate::body::decode`]): compressed bytes in, in any split, decoded bytes out through
 //! a callback, never more than a fixed total.
 //!
 //! Codings (RFC 9110 §8.4.1 and the IANA HTTP Content Coding Registry): `gzip` / `x-gzip`
@@ -102,7 +102,7 @@ fn short(s: &str) -> String {
 
 /// Why decoding stopped. After any error the decoder must not be pushed again.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum DecodeError {
+pub enum DecodeError {
     /// The `content-encoding` names a coding this module does not decode.
     #[error("unsupported content-encoding {0:?}")]
     Unsupported(String),

@@ -1,5 +1,6 @@
-//! The HTTP layer: what a reverse proxy needs, with no knowledge of LLMs or their wire
-//! formats.
+//! cachekeeper's HTTP layer: what a reverse proxy needs, with no knowledge of LLMs or their
+//! wire formats. It depends on no other crate of the workspace; the `cachekeeper` crate
+//! re-exports it as `cachekeeper::wire`.
 //!
 //! - [`listener`]: accept, serve HTTP/1.1 + HTTP/2, graceful shutdown.
 //! - [`limits`]: request-head limits (hyper's parser caps and the proxy's own).
@@ -9,17 +10,24 @@
 //! - [`tunnel`]: WebSocket / HTTP upgrades.
 //! - [`tee`]: a copy of the response body for an observer, decoded by [`decode`] and framed
 //!   into events by [`sse`].
+//!
+//! Feature `testing`: test-only APIs for the tests of the crates above (never in a release
+//! build's code paths).
+#![forbid(unsafe_code)]
 
-pub(crate) mod body;
-pub(crate) mod decode;
+pub mod body;
+pub mod decode;
 pub mod limits;
-pub(crate) mod listener;
+pub mod listener;
 pub mod sse;
 pub mod stream;
 pub mod tee;
-pub(crate) mod tunnel;
+pub mod tunnel;
 pub mod upstream;
 
 /// The body type of every response the proxy sends.
-pub(crate) type ResponseBody =
+pub type ResponseBody =
     http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, upstream::BoxError>;
+
+#[cfg(test)]
+mod testing;

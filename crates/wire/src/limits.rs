@@ -44,7 +44,7 @@ pub const MAX_HEADER_BYTES: usize = 256 * 1024;
 
 /// How a request's headers exceed the proxy's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HeadExcess {
+pub struct HeadExcess {
     /// Header fields in the request.
     pub fields: usize,
     /// Header bytes in the request, counted as [`MAX_HEADER_BYTES`] says.
@@ -52,7 +52,7 @@ pub(crate) struct HeadExcess {
 }
 
 /// `Some` when `headers` exceed [`MAX_HEADER_FIELDS`] or [`MAX_HEADER_BYTES`].
-pub(crate) fn head_excess(headers: &HeaderMap) -> Option<HeadExcess> {
+pub fn head_excess(headers: &HeaderMap) -> Option<HeadExcess> {
     let fields = headers.len();
     let bytes = headers
         .iter()
