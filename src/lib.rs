@@ -33,7 +33,7 @@ pub use reserved::exposure_warning;
 pub mod response;
 pub mod rewrite;
 pub mod route;
-pub mod state;
+pub use cachekeeper_state as state;
 pub mod telemetry;
 #[cfg(test)]
 mod testing;

@@ -92,7 +92,7 @@ impl Backlog {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::state::Kind;
+    use crate::Kind;
 
     fn rec(i: u32, bytes: usize) -> Record {
         Record::new(Kind::Usage, "s", &format!("k{i}"), vec![0; bytes])

@@ -29,10 +29,13 @@
 //!   start ([`Backend::probe`] tells it when Redis is back).
 
 pub(crate) mod changes;
+#[cfg(feature = "testing")]
+pub mod codec;
+#[cfg(not(feature = "testing"))]
 pub(crate) mod codec;
-#[cfg(test)]
-pub(crate) mod test_server;
-pub(crate) mod tls;
+#[cfg(any(test, feature = "testing"))]
+pub mod test_server;
+pub mod tls;
 pub(crate) mod url;
 
 use std::future::Future;
@@ -107,7 +110,7 @@ impl From<RedisError> for StateError {
 }
 
 /// Records in Redis.
-pub(crate) struct RedisBackend {
+pub struct RedisBackend {
     /// `Some` until drop (shut down without waiting for the connection task).
     rt: Option<tokio::runtime::Runtime>,
     conn: ConnectionManager,
@@ -129,7 +132,7 @@ pub(crate) struct RedisBackend {
 impl RedisBackend {
     /// Connect to `opts.url` and check that the server answers. Errors: the URL is not usable
     /// by the client, or the server cannot be reached (the message names the URL redacted).
-    pub(crate) fn open(opts: &RedisOptions) -> Result<Self, StateError> {
+    pub fn open(opts: &RedisOptions) -> Result<Self, StateError> {
         match Self::open_lazy(opts)? {
             (me, None) => Ok(me),
             (_, Some(e)) => Err(e),
@@ -543,7 +546,7 @@ impl Backend for RedisBackend {
 mod tests {
     use super::test_server::RedisServer;
     use super::*;
-    use crate::state::{Change, Store, VerdictLookup, DEFAULT_CACHE_BYTES};
+    use crate::{Change, Store, VerdictLookup, DEFAULT_CACHE_BYTES};
 
     fn open(server: &RedisServer, retention_days: u32) -> RedisBackend {
         RedisBackend::open(&RedisOptions {
@@ -671,7 +674,7 @@ mod tests {
     /// (the other's writer notices the change within `RELOAD_INTERVAL` and reloads).
     #[test]
     fn a_verdict_learned_on_one_store_reaches_another() {
-        use crate::state::verdicts::{Field, FieldSet};
+        use crate::verdicts::{Field, FieldSet};
         let server = RedisServer::start();
         let a = Store::with_backend(
             Box::new(open(&server, 30)),
@@ -739,7 +742,7 @@ mod tests {
     /// the poll's luck). A carrier B had cached is forgotten when A rewrites it.
     #[test]
     fn a_verdict_learned_on_one_store_is_used_by_another_within_one_second() {
-        use crate::state::verdicts::{Field, FieldSet};
+        use crate::verdicts::{Field, FieldSet};
         let server = RedisServer::start();
         let a = store(&server);
         let b = store(&server);
@@ -790,7 +793,7 @@ mod tests {
     /// last (which may hold both fields, when the other's arrived before its learning).
     #[test]
     fn two_stores_learning_one_verdict_at_once_end_with_the_same_one() {
-        use crate::state::verdicts::{Field, FieldSet, VerdictKey};
+        use crate::verdicts::{Field, FieldSet, VerdictKey};
         let server = RedisServer::start();
         let a = store(&server);
         let b = store(&server);
@@ -884,11 +887,11 @@ mod tests {
     /// one info line.
     #[test]
     fn a_store_opened_before_redis_is_up_switches_to_it_when_it_answers() {
-        use crate::state::verdicts::{Field, FieldSet};
+        use crate::verdicts::{Field, FieldSet};
         let mut server = RedisServer::start();
         let url = server.url(0);
         server.kill();
-        let opts = crate::state::StoreOptions {
+        let opts = crate::StoreOptions {
             path: std::path::PathBuf::from("unused.db"),
             redis: Some(RedisOptions {
                 url,

@@ -78,12 +78,12 @@ pub(crate) fn parse_member(kind: Kind, member: &str) -> Option<RecordKey> {
 }
 
 /// The key a record is stored under, from its member ([`member`]).
-pub(crate) fn record_key_of(kind: Kind, member: &str) -> String {
+pub fn record_key_of(kind: Kind, member: &str) -> String {
     format!("{PREFIX}{}:{member}", kind.name())
 }
 
 /// The key a record is stored under: `ck:v1:<kind>:<scope>:<key>`.
-pub(crate) fn record_key(key: &RecordKey) -> String {
+pub fn record_key(key: &RecordKey) -> String {
     record_key_of(key.kind, &member(key))
 }
 

@@ -21,7 +21,7 @@ use super::{Record, RecordKey, Store};
 
 /// One record a request's passes asked for and the store's memory did not have.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Want {
+pub struct Want {
     /// The record's key.
     pub key: RecordKey,
     /// Read the backend even though memory may hold a copy: the record other instances may
@@ -35,13 +35,13 @@ pub(crate) struct Want {
 /// Most load rounds of one run of the passes: a record's key can depend on another record (a
 /// `previous_response_id` names the session whose record is then read), so a second round may
 /// read what the first one's answers named; after it, misses are misses.
-pub(crate) const MAX_LOADS: usize = 2;
+pub const MAX_LOADS: usize = 2;
 
 /// What one request's load phase read from the backend: per key asked, the record (`None`:
 /// the backend does not have it). A key that is not here was not answered in time (or not
 /// asked): memory only.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Snapshot {
+pub struct Snapshot {
     records: HashMap<RecordKey, Option<Record>>,
     /// The load phase ran: a miss is a miss, never a want.
     loaded: bool,
@@ -49,12 +49,12 @@ pub(crate) struct Snapshot {
 
 impl Snapshot {
     /// Before the load phase: misses are wanted.
-    pub(crate) fn before_load() -> Self {
+    pub fn before_load() -> Self {
         Self::default()
     }
 
     /// Memory only, with no load phase (the CLI's replay, tests): misses are misses.
-    pub(crate) fn memory_only() -> Self {
+    pub fn memory_only() -> Self {
         Self {
             records: HashMap::new(),
             loaded: true,
@@ -63,7 +63,7 @@ impl Snapshot {
 
     /// This snapshot with what load round `round` (1, 2, ...) read added; after round
     /// [`MAX_LOADS`] misses are misses.
-    pub(crate) fn after(mut self, read: Snapshot, round: usize) -> Self {
+    pub fn after(mut self, read: Snapshot, round: usize) -> Self {
         self.records.extend(read.records);
         self.loaded = round >= MAX_LOADS;
         self
@@ -82,7 +82,7 @@ impl Snapshot {
 
 /// One run of the passes' view of the store: memory, then the snapshot; a miss before the
 /// load is noted ([`Reads::wants`]). Never touches the backend, never waits.
-pub(crate) struct Reads<'a> {
+pub struct Reads<'a> {
     store: &'a Store,
     snapshot: &'a Snapshot,
     wanted: RefCell<Vec<Want>>,
@@ -90,7 +90,7 @@ pub(crate) struct Reads<'a> {
 
 impl<'a> Reads<'a> {
     /// The view of `store` with what `snapshot` read.
-    pub(crate) fn new(store: &'a Store, snapshot: &'a Snapshot) -> Self {
+    pub fn new(store: &'a Store, snapshot: &'a Snapshot) -> Self {
         Self {
             store,
             snapshot,
@@ -99,13 +99,13 @@ impl<'a> Reads<'a> {
     }
 
     /// The store the view reads.
-    pub(crate) fn store(&self) -> &'a Store {
+    pub fn store(&self) -> &'a Store {
         self.store
     }
 
     /// The record at `key`: memory, else the snapshot; else, before the load, noted as wanted
     /// (read within `wait`) and `None` for now.
-    pub(crate) fn get(&self, key: &RecordKey, wait: Duration) -> Option<Record> {
+    pub fn get(&self, key: &RecordKey, wait: Duration) -> Option<Record> {
         if let Some(r) = self.store.get_cached(key) {
             return Some(r);
         }
@@ -124,7 +124,7 @@ impl<'a> Reads<'a> {
     /// ([`Store::is_shared`]) the snapshot's answer, else (before the load) wanted, and memory
     /// for now or when the backend has no such record or did not answer in time. With any
     /// other backend: [`Reads::get`].
-    pub(crate) fn latest(&self, key: &RecordKey, wait: Duration) -> Option<Record> {
+    pub fn latest(&self, key: &RecordKey, wait: Duration) -> Option<Record> {
         if !self.store.is_shared() {
             return self.get(key, wait);
         }
@@ -138,17 +138,17 @@ impl<'a> Reads<'a> {
     }
 
     /// Whether `key` is wanted by this run (asked for, not yet loaded).
-    pub(crate) fn is_wanted(&self, key: &RecordKey) -> bool {
+    pub fn is_wanted(&self, key: &RecordKey) -> bool {
         self.wanted.borrow().iter().any(|w| &w.key == key)
     }
 
     /// Whether this run asked for anything the load phase should read.
-    pub(crate) fn wanting(&self) -> bool {
+    pub fn wanting(&self) -> bool {
         !self.wanted.borrow().is_empty()
     }
 
     /// What this run asked for, in the order asked (each key once).
-    pub(crate) fn wants(&self) -> Vec<Want> {
+    pub fn wants(&self) -> Vec<Want> {
         self.wanted.borrow().clone()
     }
 
@@ -170,8 +170,8 @@ impl<'a> Reads<'a> {
 
 /// Tests: run `f` as the passes do: before the load phase and, while it wants records (at most
 /// [`MAX_LOADS`] rounds), again on what [`Store::load`] read for it (on a runtime of its own).
-#[cfg(test)]
-pub(crate) fn with_load<T>(store: &Store, f: impl Fn(&Reads<'_>) -> T) -> T {
+#[cfg(any(test, feature = "testing"))]
+pub fn with_load<T>(store: &Store, f: impl Fn(&Reads<'_>) -> T) -> T {
     #[allow(clippy::expect_used)]
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()

@@ -148,7 +148,7 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
 
 /// A stored record without its value ([`SqliteBackend::list`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RecordInfo {
+pub struct RecordInfo {
     pub key: RecordKey,
     /// [`Record::size`], bytes.
     pub bytes: u64,
@@ -157,7 +157,7 @@ pub(crate) struct RecordInfo {
 }
 
 /// Records in a SQLite file.
-pub(crate) struct SqliteBackend {
+pub struct SqliteBackend {
     conn: Connection,
     data_version: i64,
 }
@@ -166,7 +166,7 @@ impl SqliteBackend {
     /// Open (creating and migrating) the file at `path`, capped at [`FILE_CAP_FACTOR`] ×
     /// `max_bytes`. Errors are SQLite's, and [`StateError::Foreign`] for another program's
     /// database ([`foreign_tables`]), which is left exactly as it was.
-    pub(crate) fn open(path: &Path, max_bytes: u64) -> Result<Self, StateError> {
+    pub fn open(path: &Path, max_bytes: u64) -> Result<Self, StateError> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
         // Before anything writes (WAL mode rewrites the header, the migrations add tables).

@@ -60,7 +60,7 @@ impl RedisUrl {
     }
 
     /// The URL as configured, password included: for the client only, never for printing.
-    pub(crate) fn expose(&self) -> &str {
+    pub fn expose(&self) -> &str {
         &self.text
     }
 
@@ -70,7 +70,7 @@ impl RedisUrl {
     }
 
     /// `rediss://`.
-    pub(crate) fn is_tls(&self) -> bool {
+    pub fn is_tls(&self) -> bool {
         self.tls
     }
 }

@@ -188,16 +188,16 @@ mod tests {
         })
         .is_err());
 
-        let store_opts = crate::state::StoreOptions {
+        let store_opts = crate::StoreOptions {
             path: std::path::PathBuf::from("/nonexistent/unused.db"),
             redis: Some(opts(&server, Some(wrong.ca()))),
             retention_days: 0,
             max_bytes: u64::MAX,
-            cache_bytes: crate::state::DEFAULT_CACHE_BYTES,
+            cache_bytes: crate::DEFAULT_CACHE_BYTES,
         };
-        let store = crate::state::Store::open(&store_opts);
+        let store = crate::Store::open(&store_opts);
         assert!(!store.is_durable(), "on memory");
-        let r = crate::state::Record::new(crate::state::Kind::Session, "s", "k", b"v".to_vec());
+        let r = crate::Record::new(crate::Kind::Session, "s", "k", b"v".to_vec());
         store.put(r.clone());
         assert_eq!(store.get(&r.key, Duration::from_secs(1)), Some(r));
         // Nothing reached the server.

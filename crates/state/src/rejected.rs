@@ -28,7 +28,7 @@ pub struct SignatureId(pub [u8; 32]);
 impl SignatureId {
     /// The id of a block of `block_type` (`thinking`, `redacted_thinking`) whose opaque value
     /// is `opaque` (the JSON string's decoded text).
-    pub(crate) fn of(block_type: &str, opaque: &str) -> Self {
+    pub fn of(block_type: &str, opaque: &str) -> Self {
         let mut h = Sha256::new();
         h.update(TAG);
         h.update(block_type.as_bytes());
@@ -60,13 +60,13 @@ impl SignatureLookup for () {
 
 /// The rejected signatures of one credential scope, in the store's memory (the kind is
 /// resident, so this never reads the backend).
-pub(crate) struct ScopedRejections<'a> {
+pub struct ScopedRejections<'a> {
     store: &'a Store,
     scope: &'a str,
 }
 
 impl<'a> ScopedRejections<'a> {
-    pub(crate) fn new(store: &'a Store, scope: &'a str) -> Self {
+    pub fn new(store: &'a Store, scope: &'a str) -> Self {
         Self { store, scope }
     }
 
@@ -80,7 +80,7 @@ impl<'a> ScopedRejections<'a> {
 
     /// Remember `ids` (blocks of the given types) as rejected. Returns how many were new
     /// (0: nothing learned, nothing written).
-    pub(crate) fn learn(&self, ids: &[(SignatureId, &str)]) -> usize {
+    pub fn learn(&self, ids: &[(SignatureId, &str)]) -> usize {
         let mut new = 0;
         for (id, block_type) in ids {
             let key = self.key(id);
@@ -112,7 +112,7 @@ impl SignatureLookup for ScopedRejections<'_> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::state::MemoryBackend;
+    use crate::MemoryBackend;
 
     #[test]
     fn rejections_are_per_scope_and_learned_once() {

@@ -19,14 +19,14 @@ const START_WAIT: Duration = Duration::from_secs(20);
 
 /// A throwaway certificate authority and a server certificate it signed (for `127.0.0.1` and
 /// `localhost`, valid two days), as PEM files in a temporary folder; made with `openssl`.
-pub(crate) struct TestCa {
+pub struct TestCa {
     dir: tempfile::TempDir,
 }
 
 impl TestCa {
     /// Generate a CA (P-256 keys: fast to make, accepted by rustls and Redis's OpenSSL) and a
     /// server certificate signed by it.
-    pub(crate) fn generate() -> Self {
+    pub fn generate() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let openssl = |args: &[&str]| {
             let out = Command::new("openssl")
@@ -94,7 +94,7 @@ impl TestCa {
     }
 
     /// The CA's certificate (what `[state] ca_file` names).
-    pub(crate) fn ca(&self) -> PathBuf {
+    pub fn ca(&self) -> PathBuf {
         self.dir.path().join("ca.pem")
     }
 
@@ -104,7 +104,7 @@ impl TestCa {
 }
 
 /// A running `redis-server`, killed on drop.
-pub(crate) struct RedisServer {
+pub struct RedisServer {
     child: Child,
     port: u16,
     /// Serving TLS only: the CA file that verifies its certificate.
@@ -116,18 +116,18 @@ pub(crate) struct RedisServer {
 
 impl RedisServer {
     /// Start one with the default settings.
-    pub(crate) fn start() -> Self {
+    pub fn start() -> Self {
         Self::start_with(&[])
     }
 
     /// Start one with `extra` arguments (`--enable-debug-command yes`, ...).
-    pub(crate) fn start_with(extra: &[&str]) -> Self {
+    pub fn start_with(extra: &[&str]) -> Self {
         Self::start_retrying(extra, None)
     }
 
     /// Start one serving TLS only, with `ca`'s server certificate; clients are not asked for
     /// a certificate (`--tls-auth-clients no`).
-    pub(crate) fn start_tls(ca: &TestCa) -> Self {
+    pub fn start_tls(ca: &TestCa) -> Self {
         Self::start_retrying(&[], Some(ca))
     }
 
@@ -223,13 +223,13 @@ impl RedisServer {
     }
 
     /// Kill the server (SIGKILL: nothing flushed, connections reset), as a crash would.
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// Start it again on the same port with the same arguments (empty: no persistence).
-    pub(crate) fn restart(&mut self) {
+    pub fn restart(&mut self) {
         self.kill();
         for _ in 0..50 {
             self.child = Self::spawn(&self.args);
@@ -260,7 +260,7 @@ impl RedisServer {
     }
 
     /// `redis://127.0.0.1:PORT/DB` (`rediss://` when serving TLS).
-    pub(crate) fn url(&self, db: u8) -> RedisUrl {
+    pub fn url(&self, db: u8) -> RedisUrl {
         let scheme = if self.tls_ca.is_some() {
             "rediss"
         } else {
@@ -270,13 +270,13 @@ impl RedisServer {
     }
 
     /// The loopback port it listens on (TLS only, when serving TLS).
-    pub(crate) fn port(&self) -> u16 {
+    pub fn port(&self) -> u16 {
         self.port
     }
 
     /// A plain (synchronous) client connection, for a test to look at or tamper with the
     /// stored keys.
-    pub(crate) fn raw(&self) -> ::redis::Connection {
+    pub fn raw(&self) -> ::redis::Connection {
         self.try_raw().unwrap()
     }
 

@@ -24,7 +24,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::codec;
-use crate::state::{Change, ChangeSink, Kind, RecordKey};
+use crate::{Change, ChangeSink, Kind, RecordKey};
 
 /// The channel every instance publishes its changes on (`ck:v1:`: the key layout's version,
 /// [`codec::PREFIX`]).

@@ -1,7 +1,7 @@
 //! Unknown-field verdicts, a typed view over [`Kind::Verdict`] records.
 //!
 //! A verdict says what one (upstream host, model) does not accept, learned from its 4xx
-//! answers ([`crate::reasoning::detect`]) and applied to every later request. It holds field
+//! answers (`reasoning::detect`) and applied to every later request. It holds field
 //! names and the provider's wording, never user content or credentials, so it is not scoped
 //! to a credential.
 //!
@@ -138,29 +138,29 @@ impl FieldSet {
     }
 
     /// From flat v1 names ([`Field::from_flat`]).
-    #[cfg(test)]
-    pub(crate) fn from_flat<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
+    #[cfg(any(test, feature = "testing"))]
+    pub fn from_flat<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
         names.into_iter().map(Field::from_flat).collect()
     }
 
-    pub(crate) fn contains(&self, f: &Field) -> bool {
+    pub fn contains(&self, f: &Field) -> bool {
         self.0.contains(f)
     }
 
     /// The top-level parameter `name` is in the set.
-    pub(crate) fn has_param(&self, name: &str) -> bool {
+    pub fn has_param(&self, name: &str) -> bool {
         self.params().any(|p| p == name)
     }
 
     /// The message field `name` is in the set.
-    pub(crate) fn has_message_field(&self, name: &str) -> bool {
+    pub fn has_message_field(&self, name: &str) -> bool {
         self.0
             .iter()
             .any(|f| matches!(f, Field::Message(n) if n == name))
     }
 
     /// The top-level parameter names, sorted.
-    pub(crate) fn params(&self) -> impl Iterator<Item = &str> {
+    pub fn params(&self) -> impl Iterator<Item = &str> {
         self.0.iter().filter_map(|f| match f {
             Field::Param(n) => Some(n.as_str()),
             _ => None,
@@ -168,7 +168,7 @@ impl FieldSet {
     }
 
     /// Add `f`; true if it was new.
-    pub(crate) fn insert(&mut self, f: Field) -> bool {
+    pub fn insert(&mut self, f: Field) -> bool {
         self.0.insert(f)
     }
 
@@ -364,13 +364,7 @@ impl<'a> Verdicts<'a> {
     /// (empty: nothing learned, nothing written). The wording (cut to [`MAX_WORDING_CHARS`](super::MAX_WORDING_CHARS)
     /// chars) replaces the stored one only when something was learned. Memory is updated at
     /// once; the backend by the writer thread.
-    pub(crate) fn learn(
-        &self,
-        host: &str,
-        model: &str,
-        fields: &FieldSet,
-        wording: &str,
-    ) -> FieldSet {
+    pub fn learn(&self, host: &str, model: &str, fields: &FieldSet, wording: &str) -> FieldSet {
         let key = VerdictKey::new(host, model);
         let mut new = FieldSet::new();
         self.store.update(&key.record_key(), |current| {

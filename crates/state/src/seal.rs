@@ -13,7 +13,7 @@
 //! credential scope and key): a sealed value copied to another record does not open.
 //!
 //! The key ([`SealKey`], 32 bytes) is derived from the request's raw credential
-//! (`crate::credential::identify`), never stored: the state file alone opens nothing. See
+//! (`credential::identify`), never stored: the state file alone opens nothing. See
 //! `docs/state.md#carrier-records`.
 
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
@@ -23,10 +23,10 @@ use zeroize::Zeroize;
 use super::{Kind, RecordKey};
 
 /// Length of a [`SealKey`], bytes (XChaCha20-Poly1305 key size).
-pub(crate) const KEY_BYTES: usize = 32;
+pub const KEY_BYTES: usize = 32;
 
 /// The format byte of XChaCha20-Poly1305 values with a random 24-byte nonce.
-pub(crate) const FORMAT_V1: u8 = 1;
+pub const FORMAT_V1: u8 = 1;
 
 /// XChaCha20-Poly1305 nonce length, bytes.
 pub(crate) const NONCE_BYTES: usize = 24;
@@ -43,18 +43,18 @@ const AAD_TAG: &[u8] = b"cachekeeper-record-v1";
 /// A 32-byte sealing key. Its `Debug` shows nothing of the key; it is wiped from memory when
 /// dropped.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct SealKey([u8; KEY_BYTES]);
+pub struct SealKey([u8; KEY_BYTES]);
 
 impl SealKey {
     /// A key from its 32 bytes (the credential's key derivation; tests).
-    pub(crate) fn from_bytes(bytes: [u8; KEY_BYTES]) -> Self {
+    pub fn from_bytes(bytes: [u8; KEY_BYTES]) -> Self {
         Self(bytes)
     }
 
     /// A 32-byte key for another purpose, derived from this one by HKDF-SHA256 (this key as
     /// input keying material, no salt, `info` naming the purpose), so one credential's
     /// purposes never share a key.
-    pub(crate) fn subkey(&self, info: &[u8]) -> [u8; KEY_BYTES] {
+    pub fn subkey(&self, info: &[u8]) -> [u8; KEY_BYTES] {
         let mut okm = [0u8; KEY_BYTES];
         // 32 bytes is far below HKDF-SHA256's 8160-byte limit: expand cannot fail.
         let _ = hkdf::Hkdf::<sha2::Sha256>::new(None, &self.0).expand(info, &mut okm);
@@ -81,7 +81,7 @@ impl Drop for SealKey {
 /// The associated data binding a sealed value to its record: a domain tag, then the kind's
 /// stored name, the scope and the key, each preceded by its length (8 bytes, little endian),
 /// so no two records give the same bytes.
-pub(crate) fn record_aad(key: &RecordKey) -> Vec<u8> {
+pub fn record_aad(key: &RecordKey) -> Vec<u8> {
     record_aad_parts(key.kind, &key.scope, &key.key)
 }
 
@@ -101,7 +101,7 @@ fn record_aad_parts(kind: Kind, scope: &str, key: &str) -> Vec<u8> {
 /// again): `[FORMAT_V1][24-byte nonce][ciphertext][16-byte tag]`, [`OVERHEAD_BYTES`] longer
 /// than `plaintext`. `None` only if the cipher refuses (a plaintext past its limit of
 /// 256 GiB).
-pub(crate) fn seal(key: &SealKey, aad: &[u8], plaintext: &[u8]) -> Option<Vec<u8>> {
+pub fn seal(key: &SealKey, aad: &[u8], plaintext: &[u8]) -> Option<Vec<u8>> {
     let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
     let sealed = key
         .cipher()
@@ -123,7 +123,7 @@ pub(crate) fn seal(key: &SealKey, aad: &[u8], plaintext: &[u8]) -> Option<Vec<u8
 /// The plaintext of a value [`seal`]ed under `key` with the same `aad`; `None` when it does
 /// not open (another key, another record's associated data, an unknown format byte, a value
 /// too short, or altered bytes).
-pub(crate) fn open(key: &SealKey, aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+pub fn open(key: &SealKey, aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
     let (&format, rest) = sealed.split_first()?;
     if format != FORMAT_V1 || rest.len() < NONCE_BYTES + TAG_BYTES {
         return None;

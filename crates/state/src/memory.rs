@@ -8,13 +8,13 @@ use super::{Backend, Kind, Record, RecordKey, StateError};
 
 /// Records in a map. Never fails.
 #[derive(Debug, Default)]
-pub(crate) struct MemoryBackend {
+pub struct MemoryBackend {
     records: BTreeMap<RecordKey, Record>,
 }
 
 impl MemoryBackend {
     /// An empty backend.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self::default()
     }
 }

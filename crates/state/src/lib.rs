@@ -1,4 +1,7 @@
-//! The storage interface: what the proxy and the passes keep between requests.
+//! cachekeeper's storage interface: what the proxy and the passes keep between requests. It
+//! depends on no other crate of the workspace; the `cachekeeper` crate re-exports it as
+//! `cachekeeper::state` (and its `[state]` section, [`StateConfig`], as
+//! `cachekeeper::config::StateConfig`).
 //!
 //! Everything is a [`Record`]: a [`Kind`], a key (credential scope + key text), a payload
 //! schema version, the payload bytes and the time it was written. A [`Backend`] keeps records
@@ -29,17 +32,22 @@
 //!   `state writes resumed` when a retry succeeds). [`Store::is_durable`] says which.
 //!
 //! `docs/state.md` describes the kinds, retention, eviction order and the verdicts' namespaces.
+//!
+//! Feature `testing`: test-only APIs (a load phase outside a request, a throwaway
+//! `redis-server`, ...) for the tests of the crates above.
+#![forbid(unsafe_code)]
 
 mod backlog;
 mod cache;
-pub(crate) mod load;
+mod config;
+pub mod load;
 pub(crate) mod memory;
 mod outage;
-pub(crate) mod redis;
+pub mod redis;
 pub mod rejected;
-pub(crate) mod seal;
-pub(crate) mod settle;
-pub(crate) mod sqlite;
+pub mod seal;
+pub mod settle;
+pub mod sqlite;
 pub(crate) mod verdicts;
 
 #[cfg(test)]
@@ -51,18 +59,19 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use self::redis::{RedisOptions, RedisUrl, UrlText};
-pub(crate) use memory::MemoryBackend;
+pub use config::{StateBackend, StateConfig};
+pub use memory::MemoryBackend;
 pub use outage::Fault;
-pub(crate) use sqlite::SqliteBackend;
+pub use sqlite::SqliteBackend;
 pub use verdicts::{Field, FieldSet, Verdict, VerdictKey, VerdictLookup, Verdicts};
 
 use cache::Cache;
 
 /// How often the writer checks for changes made by other processes.
-pub(crate) const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Longest provider wording kept with a record (a verdict's `wording`), chars. Detection
-/// ([`crate::reasoning::detect`]) truncates to the same limit.
+/// (`reasoning::detect`) truncates to the same limit.
 pub(crate) const MAX_WORDING_CHARS: usize = 500;
 
 /// Where a provider's wording starts to echo the rejected value back: pydantic's error list
@@ -76,7 +85,7 @@ const ECHO_CUT: &str = "[rejected value not kept]";
 
 /// `wording` as it is kept and logged of a provider's text: cut before the first echo of
 /// the request's content ([`ECHO_MARKERS`]), then to [`MAX_WORDING_CHARS`] chars.
-pub(crate) fn wording_excerpt(wording: &str) -> String {
+pub fn wording_excerpt(wording: &str) -> String {
     let echo = ECHO_MARKERS.iter().filter_map(|m| wording.find(m)).min();
     let kept = match echo {
         Some(at) => format!("{}{ECHO_CUT}", &wording[..at]),
@@ -86,7 +95,7 @@ pub(crate) fn wording_excerpt(wording: &str) -> String {
 }
 
 /// Default bound of the in-memory read cache, bytes (sizes as [`Record::size`]).
-pub(crate) const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Bytes counted per record on top of its scope, key and value: the row's bookkeeping
 /// (kind, version, time, index entries). An estimate; it keeps many tiny records from
@@ -103,11 +112,11 @@ const DAY_SECS: i64 = 86_400;
 /// What a record holds. Each kind's policy (name, payload version, size class, eviction,
 /// residency, retention) is one row of [`POLICIES`]; a new kind adds a variant and a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// An unknown-field verdict for (upstream host, model): [`Verdict`].
     Verdict,
     /// Reasoning carriers captured from a response, per assistant turn, sealed under the
-    /// credential's key ([`crate::reasoning::carriers`]).
+    /// credential's key (`reasoning::carriers`).
     Carrier,
     /// A conversation's prefix state: collapses, last seen turn (next issues).
     Session,
@@ -120,11 +129,11 @@ pub(crate) enum Kind {
     RejectedSignature,
     /// A transcoded (downscaled or repaired) image, sealed under the credential's key, for
     /// other instances on the same Redis (`[state] share_transcodes`,
-    /// [`crate::images::cache`]).
+    /// `images::cache`).
     Transcode,
     /// An OpenAI Responses response id and the session it was answered in, per credential
     /// scope, so a request chained by `previous_response_id` joins that session on any
-    /// instance ([`crate::accounting::session`]).
+    /// instance (`accounting::session`).
     ResponseLink,
 }
 
@@ -232,7 +241,7 @@ pub(crate) const POLICIES: [Policy; 8] = [
 
 impl Kind {
     /// Every kind, in [`POLICIES`] order.
-    pub(crate) const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Verdict,
         Kind::Carrier,
         Kind::Session,
@@ -258,17 +267,17 @@ impl Kind {
     }
 
     /// Stored name (`verdict`, `carrier`, ...).
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         self.policy().name
     }
 
     /// The kind stored under `name`.
-    pub(crate) fn from_name(name: &str) -> Option<Kind> {
+    pub fn from_name(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 
     /// Current payload schema version.
-    pub(crate) fn version(self) -> u32 {
+    pub fn version(self) -> u32 {
         self.policy().version
     }
 
@@ -289,10 +298,10 @@ impl Kind {
 }
 
 /// Where a record lives: its kind, the credential scope it belongs to
-/// ([`crate::credential::identify`]; `""` for records that hold no user content, such as
+/// (`credential::identify`; `""` for records that hold no user content, such as
 /// verdicts) and its key within the kind.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct RecordKey {
+pub struct RecordKey {
     pub kind: Kind,
     pub scope: String,
     pub key: String,
@@ -300,7 +309,7 @@ pub(crate) struct RecordKey {
 
 /// One stored record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Record {
+pub struct Record {
     pub key: RecordKey,
     /// Payload schema version ([`Kind::version`] when written).
     pub version: u32,
@@ -312,7 +321,7 @@ pub(crate) struct Record {
 
 impl Record {
     /// A record of the kind's current version, written now.
-    pub(crate) fn new(kind: Kind, scope: &str, key: &str, value: Vec<u8>) -> Self {
+    pub fn new(kind: Kind, scope: &str, key: &str, value: Vec<u8>) -> Self {
         Self {
             key: RecordKey {
                 kind,
@@ -354,7 +363,7 @@ pub enum StateError {
 
 /// A change another process made, as a watching backend hears of it ([`Backend::watch`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Change {
+pub enum Change {
     /// The record at this key was written or deleted.
     Key(RecordKey),
     /// Anything may have changed: a prune, or announcements may have been missed (the
@@ -364,11 +373,11 @@ pub(crate) enum Change {
 
 /// Where a watching backend hands the changes it hears of ([`Backend::watch`]); called on a
 /// thread of the backend's, never while the backend is inside a call.
-pub(crate) type ChangeSink = Arc<dyn Fn(Change) + Send + Sync>;
+pub type ChangeSink = Arc<dyn Fn(Change) + Send + Sync>;
 
 /// Durable storage of records. Only the store's writer thread (and the CLI) calls it, so it
 /// may block; it never runs on the request path.
-pub(crate) trait Backend: Send {
+pub trait Backend: Send {
     /// Records survive a restart.
     fn is_durable(&self) -> bool;
     /// Other processes write the same records while this one runs (one Redis shared by
@@ -464,7 +473,7 @@ pub struct StoreOptions {
 
 impl StoreOptions {
     /// From `[state]`, with `path` relative to `base_dir` (the config file's folder).
-    pub fn from_config(cfg: &crate::config::StateConfig, base_dir: &Path) -> Self {
+    pub fn from_config(cfg: &StateConfig, base_dir: &Path) -> Self {
         Self {
             path: base_dir.join(&cfg.path),
             redis: cfg.redis_url().map(|url| RedisOptions {
@@ -489,7 +498,7 @@ impl StoreOptions {
 
     /// A backend that only reads, for `cachekeeper report`: the SQLite file opened read-only
     /// (it must exist), or the Redis server (which must answer; the report only reads).
-    pub(crate) fn open_reader(&self) -> Result<Box<dyn Backend>, StateError> {
+    pub fn open_reader(&self) -> Result<Box<dyn Backend>, StateError> {
         match &self.redis {
             Some(r) => Ok(Box::new(self::redis::RedisBackend::open(r)?)),
             None => Ok(Box::new(SqliteBackend::open_read_only(&self.path)?)),
@@ -498,7 +507,7 @@ impl StoreOptions {
 
     /// A backend over the configured store, for the CLI: the SQLite file (created if
     /// missing), or the Redis server (which must answer).
-    pub(crate) fn open_backend(&self) -> Result<Box<dyn Backend>, StateError> {
+    pub fn open_backend(&self) -> Result<Box<dyn Backend>, StateError> {
         match &self.redis {
             Some(r) => Ok(Box::new(self::redis::RedisBackend::open(r)?)),
             None => Ok(Box::new(SqliteBackend::open(&self.path, self.max_bytes)?)),
@@ -633,7 +642,7 @@ pub struct Store {
 }
 
 /// Now, Unix seconds.
-pub(crate) fn now_secs() -> i64 {
+pub fn now_secs() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
@@ -655,7 +664,7 @@ impl Store {
     /// file gives an in-memory store and a warning; a Redis that cannot be reached gives a
     /// store serving from memory that connects in the background (one warning now, one info
     /// line when Redis answers: [`outage`]).
-    pub(crate) fn open(opts: &StoreOptions) -> Self {
+    pub fn open(opts: &StoreOptions) -> Self {
         let memory = |e: &StateError| {
             tracing::warn!(
                 target: "cachekeeper::state",
@@ -740,7 +749,7 @@ impl Store {
     /// A store over any backend: prunes by retention, loads the resident kinds and starts
     /// the writer thread. A backend that cannot be read at start gives an empty cache and a
     /// warning (fail open).
-    pub(crate) fn with_backend(
+    pub fn with_backend(
         backend: Box<dyn Backend>,
         retention_days: u32,
         max_bytes: u64,
@@ -817,30 +826,30 @@ impl Store {
     }
 
     /// The counter of failed backend writes (`cachekeeper_state_write_errors_total`).
-    pub(crate) fn write_errors(&self) -> prometheus_client::metrics::counter::Counter {
+    pub fn write_errors(&self) -> prometheus_client::metrics::counter::Counter {
         self.inner.write_errors.clone()
     }
 
     /// The counter of writes held in an outage and dropped for the bound
     /// (`cachekeeper_state_writes_dropped_total`, [`outage::MAX_PENDING_RECORDS`]).
-    pub(crate) fn writes_dropped(&self) -> prometheus_client::metrics::counter::Counter {
+    pub fn writes_dropped(&self) -> prometheus_client::metrics::counter::Counter {
         self.inner.writes_dropped.clone()
     }
 
     /// `[state] write_wait_ms`: how long [`Store::settled`] lets a response's last chunk wait
     /// for the writes queued before it, ms (0: never). Only a shared backend waits.
-    pub(crate) fn set_write_wait(&self, ms: u64) {
+    pub fn set_write_wait(&self, ms: u64) {
         self.inner.write_wait_ms.store(ms, Ordering::Relaxed);
     }
 
     /// The counters of [`Store::settled`]'s waits (`cachekeeper_state_write_waits_total`).
-    pub(crate) fn write_waits(&self) -> settle::WaitCounters {
+    pub fn write_waits(&self) -> settle::WaitCounters {
         self.inner.write_waits.clone()
     }
 
     /// A response's writes are waited for ([`Self::settled`]): the backend is shared
     /// ([`Backend::is_shared`]) and a write wait is set ([`Store::set_write_wait`]).
-    pub(crate) fn holds_for_writes(&self) -> bool {
+    pub fn holds_for_writes(&self) -> bool {
         self.inner.shared && self.inner.write_wait_ms.load(Ordering::Relaxed) > 0
     }
 
@@ -850,7 +859,7 @@ impl Store {
     /// — whichever comes first — counted by how it ended ([`settle`]). `None` otherwise
     /// (nothing to wait for: this process's memory already holds its writes). The wait
     /// never delays the writes themselves or any other request.
-    pub(crate) fn settled(&self) -> Option<settle::Wait> {
+    pub fn settled(&self) -> Option<settle::Wait> {
         if !self.holds_for_writes() {
             return None;
         }
@@ -902,7 +911,7 @@ impl Store {
     }
 
     /// The record at `key` if it is in memory. Never touches the backend: the hot path's read.
-    pub(crate) fn get_cached(&self, key: &RecordKey) -> Option<Record> {
+    pub fn get_cached(&self, key: &RecordKey) -> Option<Record> {
         self.cache()?.get(key)
     }
 
@@ -917,14 +926,14 @@ impl Store {
     /// A blocking wait, for tests: a request reads through a [`load::Reads`] and its load
     /// phase ([`Store::load`]).
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn get(&self, key: &RecordKey, timeout: Duration) -> Option<Record> {
+    pub fn get(&self, key: &RecordKey, timeout: Duration) -> Option<Record> {
         self.read_through(key, timeout, true)
     }
 
     /// [`Store::get`] without keeping a record read from the backend in the read cache: for
     /// records that have a cache of their own (shared transcodes, held by the
-    /// [`crate::images::cache::TranscodeCache`]). Absent keys are remembered as by `get`.
-    pub(crate) fn read(&self, key: &RecordKey, timeout: Duration) -> Option<Record> {
+    /// `images::cache::TranscodeCache`). Absent keys are remembered as by `get`.
+    pub fn read(&self, key: &RecordKey, timeout: Duration) -> Option<Record> {
         self.read_through(key, timeout, false)
     }
 
@@ -991,7 +1000,7 @@ impl Store {
     /// Whether a request may wait for the backend now: there is a writer, the backend is not
     /// in a write outage, and no load timed out since the writer's last successful backend
     /// call ([`load`](self::load)).
-    pub(crate) fn answers(&self) -> bool {
+    pub fn answers(&self) -> bool {
         self.tx.is_some() && !self.in_outage() && !self.inner.stalled.load(Ordering::Relaxed)
     }
 
@@ -1009,7 +1018,7 @@ impl Store {
     /// outage (said once per outage), or after a load that timed out (said once), until the
     /// writer's next successful backend call (said too). What is read enters the read cache
     /// as [`Store::get`]'s reads do (a `latest` want's record replaces the cached copy).
-    pub(crate) async fn load(&self, wants: &[load::Want]) -> load::Snapshot {
+    pub async fn load(&self, wants: &[load::Want]) -> load::Snapshot {
         let mut snapshot = load::Snapshot::memory_only();
         let Some(tx) = self.tx.as_ref().filter(|_| !wants.is_empty()) else {
             return snapshot;
@@ -1057,7 +1066,7 @@ impl Store {
     }
 
     /// True when other processes write the same records ([`Backend::is_shared`]).
-    pub(crate) fn is_shared(&self) -> bool {
+    pub fn is_shared(&self) -> bool {
         self.inner.shared
     }
 
@@ -1072,7 +1081,7 @@ impl Store {
     }
 
     /// Store `rec`: in memory at once, in the backend by the writer thread.
-    pub(crate) fn put(&self, rec: Record) {
+    pub fn put(&self, rec: Record) {
         if let Some(mut c) = self.cache() {
             if let Ok(mut a) = self.inner.absent.lock() {
                 a.remove(&rec.key);
@@ -1091,7 +1100,7 @@ impl Store {
     /// eviction cost more than the write itself. A cached copy of the key is dropped, so a
     /// later [`Store::get`] reads the backend (behind this write in the queue). Without a
     /// writer thread the record is kept in memory, as [`Store::put`] would.
-    pub(crate) fn write(&self, rec: Record) {
+    pub fn write(&self, rec: Record) {
         if self.tx.is_none() {
             self.cache_insert(rec);
             return;
@@ -1110,7 +1119,7 @@ impl Store {
     /// any cached record when the cache is full (`[state]` cache bound). For user content
     /// that may not reach the disk (the captured carriers of a request without a credential:
     /// no key to seal them with). A store whose cache lock is poisoned drops it (fail open).
-    pub(crate) fn remember(&self, rec: Record) {
+    pub fn remember(&self, rec: Record) {
         self.cache_insert(rec);
     }
 
@@ -1138,7 +1147,7 @@ impl Store {
     }
 
     /// Delete the record at `key`.
-    pub(crate) fn delete(&self, key: &RecordKey) {
+    pub fn delete(&self, key: &RecordKey) {
         if let Some(mut c) = self.cache() {
             c.remove(key);
             if self.tx.is_some() {
@@ -1149,14 +1158,14 @@ impl Store {
     }
 
     /// Every cached record of `kind`, sorted by key (complete for resident kinds).
-    pub(crate) fn scan_cached(&self, kind: Kind) -> Vec<Record> {
+    pub fn scan_cached(&self, kind: Kind) -> Vec<Record> {
         self.cache().map(|c| c.scan(kind)).unwrap_or_default()
     }
 
     /// Every stored record of `kind`, sorted by key, after every write sent so far (read
     /// through the writer thread); waits at most `timeout`. `None` when the backend cannot
     /// say in time. For the report and the dashboard, never the request path.
-    pub(crate) fn scan(&self, kind: Kind, timeout: Duration) -> Option<Vec<Record>> {
+    pub fn scan(&self, kind: Kind, timeout: Duration) -> Option<Vec<Record>> {
         let tx = self.tx.as_ref()?;
         let (reply_tx, reply_rx) = mpsc::channel();
         tx.send(Op::Scan(kind, reply_tx)).ok()?;
@@ -1165,7 +1174,7 @@ impl Store {
 
     #[cfg_attr(not(test), allow(dead_code))] // the record API: see `Record::new`
     /// Bytes held by the read cache ([`Record::size`] summed).
-    pub(crate) fn cached_bytes(&self) -> u64 {
+    pub fn cached_bytes(&self) -> u64 {
         self.cache().map(|c| c.bytes()).unwrap_or(0)
     }
 

@@ -306,7 +306,7 @@ impl Writes {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::state::Backend;
+    use crate::Backend;
 
     fn rec(key: &str, v: &[u8]) -> Record {
         Record::new(Kind::Session, "s", key, v.to_vec())
@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn held_writes_are_bounded_the_last_of_a_key_winning_and_written_on_recovery() {
-        let mut b = crate::state::suite::Instrumented::new();
+        let mut b = crate::suite::Instrumented::new();
         b.broken = true;
         b.inner.put(&rec("gone", b"old")).unwrap();
         let durable = AtomicBool::new(true);

@@ -51,14 +51,14 @@ impl WaitResult {
 }
 
 /// `cachekeeper_state_write_waits_total{result}`: the waits of [`settled`], by how they ended.
-pub(crate) type WaitCounters = Family<[(&'static str, &'static str); 1], Counter>;
+pub type WaitCounters = Family<[(&'static str, &'static str); 1], Counter>;
 
 /// Count one wait that ended as `result`.
 fn count(counters: &WaitCounters, result: WaitResult) {
     counters.get_or_create(&[("result", result.as_str())]).inc();
 }
 
-/// A wait the response body holds its last chunk for ([`crate::wire::stream::Hold`]).
+/// A wait the response body holds its last chunk for (`wire::stream::Hold`).
 pub(crate) type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Wait for `written` — the writer's answer once every earlier write is applied: `true` when
