@@ -166,6 +166,43 @@ impl Cache {
     }
 }
 
+/// Most keys [`Inner::absent`] remembers; the oldest is forgotten first. At ~200 bytes a key,
+/// about 13 MiB.
+pub(crate) const MAX_ABSENT_KEYS: usize = 65_536;
+
+/// A bounded set of keys known to be absent from the backend, oldest forgotten first.
+#[derive(Default)]
+pub(crate) struct Absent {
+    pub(crate) keys: std::collections::HashSet<RecordKey>,
+    pub(crate) order: std::collections::VecDeque<RecordKey>,
+}
+
+impl Absent {
+    pub(crate) fn insert(&mut self, key: RecordKey) {
+        if self.keys.insert(key.clone()) {
+            self.order.push_back(key);
+        }
+        while self.keys.len() > MAX_ABSENT_KEYS {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.keys.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &RecordKey) {
+        // `order` keeps the stale entry; it is dropped when it comes up (removing a key that
+        // is not in `keys` is a no-op).
+        self.keys.remove(key);
+        if self.order.len() > 2 * MAX_ABSENT_KEYS {
+            let keys = &self.keys;
+            self.order.retain(|k| keys.contains(k));
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

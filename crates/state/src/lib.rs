@@ -25,13 +25,19 @@
 //!   daily.
 //! - `[state] max_bytes`: when the records' total size ([`Record::size`]) passes it, the writer
 //!   evicts the oldest records of the large kinds first, then of the other evictable kinds,
-//!   down to [`EVICT_TO_PERCENT`] % of it; verdicts are never evicted.
+//!   down to [`EVICT_TO_PERCENT`](writer::EVICT_TO_PERCENT) % of it; verdicts are never evicted.
 //! - Fail open: a backend that cannot be opened gives a [`MemoryBackend`] (and a warning); a
 //!   write that fails leaves the record in memory, and the writer holds it for retry until the
 //!   backend takes writes again ([`outage`]: one warning per outage, every failure counted,
 //!   `state writes resumed` when a retry succeeds). [`Store::is_durable`] says which.
 //!
 //! `docs/state.md` describes the kinds, retention, eviction order and the verdicts' namespaces.
+//!
+//! Files: `record.rs` the interface (kinds, keys, records, the [`Backend`] trait, re-exported
+//! here); this file the [`Store`] handle and its options; `writer.rs` the writer thread;
+//! `cache.rs` the read cache and the absent-key set; `backlog.rs`, `outage.rs`, `settle.rs`
+//! the writer's queue bounds, outages and write waits; `load.rs` a request's load phase; one
+//! file per backend (`sqlite.rs`, `memory.rs`, `redis.rs`); `config.rs` `[state]`.
 //!
 //! Feature `testing`: test-only APIs (a load phase outside a request, a throwaway
 //! `redis-server`, ...) for the tests of the crates above.
@@ -43,12 +49,14 @@ mod config;
 pub mod load;
 pub(crate) mod memory;
 mod outage;
+mod record;
 pub mod redis;
 pub mod rejected;
 pub mod seal;
 pub mod settle;
 pub mod sqlite;
 pub(crate) mod verdicts;
+mod writer;
 
 #[cfg(test)]
 mod suite;
@@ -56,7 +64,7 @@ mod suite;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 pub use self::redis::{RedisOptions, RedisUrl, UrlText};
 pub use config::{StateBackend, StateConfig};
@@ -65,396 +73,15 @@ pub use outage::Fault;
 pub use sqlite::SqliteBackend;
 pub use verdicts::{Field, FieldSet, Verdict, VerdictKey, VerdictLookup, Verdicts};
 
-use cache::Cache;
+use cache::{Absent, Cache};
+pub use record::*;
+use writer::{change_sink, prune_all, writer_loop, Op, WriterLimits};
 
 /// How often the writer checks for changes made by other processes.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Longest provider wording kept with a record (a verdict's `wording`), chars. Detection
-/// (`reasoning::detect`) truncates to the same limit.
-pub(crate) const MAX_WORDING_CHARS: usize = 500;
-
-/// Where a provider's wording starts to echo the rejected value back: pydantic's error list
-/// as Python prints it (`'input': '…'`, what vLLM- and SGLang-style servers put in
-/// `message`), its `ValidationError` text (`input_value='…'`), and the same as JSON. What
-/// follows is the request's own content (a reasoning carrier, a message), never kept.
-const ECHO_MARKERS: [&str; 4] = ["'input':", "\"input\":", "input_value=", "\"input_value\":"];
-
-/// What stands in the excerpt where an echoed value was cut ([`wording_excerpt`]).
-const ECHO_CUT: &str = "[rejected value not kept]";
-
-/// `wording` as it is kept and logged of a provider's text: cut before the first echo of
-/// the request's content ([`ECHO_MARKERS`]), then to [`MAX_WORDING_CHARS`] chars.
-pub fn wording_excerpt(wording: &str) -> String {
-    let echo = ECHO_MARKERS.iter().filter_map(|m| wording.find(m)).min();
-    let kept = match echo {
-        Some(at) => format!("{}{ECHO_CUT}", &wording[..at]),
-        None => wording.to_owned(),
-    };
-    kept.chars().take(MAX_WORDING_CHARS).collect()
-}
-
 /// Default bound of the in-memory read cache, bytes (sizes as [`Record::size`]).
 pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
-
-/// Bytes counted per record on top of its scope, key and value: the row's bookkeeping
-/// (kind, version, time, index entries). An estimate; it keeps many tiny records from
-/// looking free.
-pub(crate) const RECORD_OVERHEAD_BYTES: u64 = 64;
-
-/// Eviction for `max_bytes` stops when the total is at or below this share of it, percent,
-/// so the next writes do not evict again at once.
-pub(crate) const EVICT_TO_PERCENT: u64 = 90;
-
-/// Seconds in a day (retention is configured in days).
-const DAY_SECS: i64 = 86_400;
-
-/// What a record holds. Each kind's policy (name, payload version, size class, eviction,
-/// residency, retention) is one row of [`POLICIES`]; a new kind adds a variant and a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    /// An unknown-field verdict for (upstream host, model): [`Verdict`].
-    Verdict,
-    /// Reasoning carriers captured from a response, per assistant turn, sealed under the
-    /// credential's key (`reasoning::carriers`).
-    Carrier,
-    /// A conversation's prefix state: collapses, last seen turn (next issues).
-    Session,
-    /// Usage figures of one response (next issues).
-    Usage,
-    /// An image-eviction watermark of one conversation (next issues).
-    Watermark,
-    /// An Anthropic thinking signature the provider rejected, per credential scope:
-    /// [`rejected`].
-    RejectedSignature,
-    /// A transcoded (downscaled or repaired) image, sealed under the credential's key, for
-    /// other instances on the same Redis (`[state] share_transcodes`,
-    /// `images::cache`).
-    Transcode,
-    /// An OpenAI Responses response id and the session it was answered in, per credential
-    /// scope, so a request chained by `previous_response_id` joins that session on any
-    /// instance (`accounting::session`).
-    ResponseLink,
-}
-
-/// Size class of a kind, deciding the `max_bytes` eviction order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Class {
-    /// Grows with traffic or holds content (carriers, usage): evicted first.
-    Large,
-    /// A few small records per conversation: evicted when no large record is left.
-    Small,
-    /// Never evicted for `max_bytes` (verdicts: small, one per host and model, and losing one
-    /// costs a failed request). Retention still applies.
-    Pinned,
-}
-
-/// One row of the kind table.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Policy {
-    /// The row's kind: `POLICIES` is indexed by kind, and a test checks each row sits at its
-    /// kind's index (so the field is read by that test only).
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub kind: Kind,
-    /// Stored name (the SQLite `kind` column).
-    pub name: &'static str,
-    /// Current payload schema version; a record with a newer version is ignored on read.
-    pub version: u32,
-    pub class: Class,
-    /// Every record of the kind is kept in memory (the hot path reads it on every request).
-    pub resident: bool,
-    /// Days a record is kept after it was last written; `None` = `[state] retention_days`.
-    pub retention_days: Option<u32>,
-}
-
-/// The kind table, one row per [`Kind`] in declaration order. Within a class, the oldest
-/// record goes first whatever its kind.
-pub(crate) const POLICIES: [Policy; 8] = [
-    Policy {
-        kind: Kind::Verdict,
-        name: "verdict",
-        version: 1,
-        class: Class::Pinned,
-        resident: true,
-        retention_days: None,
-    },
-    Policy {
-        kind: Kind::Carrier,
-        name: "carrier",
-        version: 1,
-        class: Class::Large,
-        resident: false,
-        retention_days: None,
-    },
-    Policy {
-        kind: Kind::Session,
-        name: "session",
-        version: 1,
-        class: Class::Small,
-        resident: false,
-        retention_days: None,
-    },
-    Policy {
-        kind: Kind::Usage,
-        name: "usage",
-        version: 1,
-        class: Class::Large,
-        resident: false,
-        retention_days: None,
-    },
-    Policy {
-        kind: Kind::Watermark,
-        name: "watermark",
-        version: 1,
-        class: Class::Small,
-        resident: false,
-        retention_days: None,
-    },
-    Policy {
-        kind: Kind::RejectedSignature,
-        name: "rejected_signature",
-        version: 1,
-        class: Class::Small,
-        // Read on every Anthropic request that echoes a signed block.
-        resident: true,
-        retention_days: None,
-    },
-    Policy {
-        kind: Kind::Transcode,
-        name: "transcode",
-        version: 1,
-        // Hundreds of KiB each, and recomputable: evicted first.
-        class: Class::Large,
-        resident: false,
-        retention_days: None,
-    },
-    Policy {
-        kind: Kind::ResponseLink,
-        name: "response_link",
-        version: 1,
-        // One small record per Responses turn; losing one only starts a new session.
-        class: Class::Small,
-        resident: false,
-        retention_days: None,
-    },
-];
-
-impl Kind {
-    /// Every kind, in [`POLICIES`] order.
-    pub const ALL: [Kind; 8] = [
-        Kind::Verdict,
-        Kind::Carrier,
-        Kind::Session,
-        Kind::Usage,
-        Kind::Watermark,
-        Kind::RejectedSignature,
-        Kind::Transcode,
-        Kind::ResponseLink,
-    ];
-
-    /// This kind's row of [`POLICIES`].
-    pub(crate) fn policy(self) -> &'static Policy {
-        match self {
-            Kind::Verdict => &POLICIES[0],
-            Kind::Carrier => &POLICIES[1],
-            Kind::Session => &POLICIES[2],
-            Kind::Usage => &POLICIES[3],
-            Kind::Watermark => &POLICIES[4],
-            Kind::RejectedSignature => &POLICIES[5],
-            Kind::Transcode => &POLICIES[6],
-            Kind::ResponseLink => &POLICIES[7],
-        }
-    }
-
-    /// Stored name (`verdict`, `carrier`, ...).
-    pub fn name(self) -> &'static str {
-        self.policy().name
-    }
-
-    /// The kind stored under `name`.
-    pub fn from_name(name: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    /// Current payload schema version.
-    pub fn version(self) -> u32 {
-        self.policy().version
-    }
-
-    /// Size class (eviction order).
-    pub(crate) fn class(self) -> Class {
-        self.policy().class
-    }
-
-    /// Always kept in memory.
-    pub(crate) fn is_resident(self) -> bool {
-        self.policy().resident
-    }
-
-    /// Retention in days given `[state] retention_days`; 0 = keep forever.
-    pub(crate) fn retention_days(self, configured: u32) -> u32 {
-        self.policy().retention_days.unwrap_or(configured)
-    }
-}
-
-/// Where a record lives: its kind, the credential scope it belongs to
-/// (`credential::identify`; `""` for records that hold no user content, such as
-/// verdicts) and its key within the kind.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RecordKey {
-    pub kind: Kind,
-    pub scope: String,
-    pub key: String,
-}
-
-/// One stored record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub key: RecordKey,
-    /// Payload schema version ([`Kind::version`] when written).
-    pub version: u32,
-    /// The payload (JSON for the kinds defined so far).
-    pub value: Vec<u8>,
-    /// When it was written, Unix seconds (retention and eviction age).
-    pub written_at: i64,
-}
-
-impl Record {
-    /// A record of the kind's current version, written now.
-    pub fn new(kind: Kind, scope: &str, key: &str, value: Vec<u8>) -> Self {
-        Self {
-            key: RecordKey {
-                kind,
-                scope: scope.to_owned(),
-                key: key.to_owned(),
-            },
-            version: kind.version(),
-            value,
-            written_at: now_secs(),
-        }
-    }
-
-    /// Size counted against `max_bytes` and the cache bound, bytes: scope + key + value +
-    /// [`RECORD_OVERHEAD_BYTES`].
-    pub(crate) fn size(&self) -> u64 {
-        let len = self.key.scope.len() + self.key.key.len() + self.value.len();
-        RECORD_OVERHEAD_BYTES + u64::try_from(len).unwrap_or(u64::MAX)
-    }
-}
-
-/// Why a backend operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StateError {
-    /// SQLite refused (cannot open, disk full, read-only, corrupt, ...).
-    #[error("sqlite: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// A stored row that cannot be read back (unknown kind name, ...).
-    #[error("malformed stored record: {0}")]
-    Malformed(String),
-    /// The file is not a cachekeeper state file (another program's database, or none the
-    /// proxy has migrated yet); it is left unchanged.
-    #[error("{0}")]
-    Foreign(String),
-    /// Redis refused or did not answer (unreachable, timeout, out of memory, ...). The text
-    /// never holds the URL's password.
-    #[error("redis: {0}")]
-    Redis(String),
-}
-
-/// A change another process made, as a watching backend hears of it ([`Backend::watch`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
-    /// The record at this key was written or deleted.
-    Key(RecordKey),
-    /// Anything may have changed: a prune, or announcements may have been missed (the
-    /// backend's subscription was just (re)established).
-    All,
-}
-
-/// Where a watching backend hands the changes it hears of ([`Backend::watch`]); called on a
-/// thread of the backend's, never while the backend is inside a call.
-pub type ChangeSink = Arc<dyn Fn(Change) + Send + Sync>;
-
-/// Durable storage of records. Only the store's writer thread (and the CLI) calls it, so it
-/// may block; it never runs on the request path.
-pub trait Backend: Send {
-    /// Records survive a restart.
-    fn is_durable(&self) -> bool;
-    /// Other processes write the same records while this one runs (one Redis shared by
-    /// several instances): a record this process cached may have been replaced since, so what
-    /// the next turn builds on is read from the backend ([`load::Reads::latest`]). Default
-    /// false (a SQLite file is one instance's; the CLI's changes are caught by the reload).
-    fn is_shared(&self) -> bool {
-        false
-    }
-    /// Insert or replace the record at `rec.key`.
-    fn put(&mut self, rec: &Record) -> Result<(), StateError>;
-    /// [`Self::put`] each of `recs`, in order. The SQLite backend writes them in one
-    /// transaction (all or none), so a burst of turns costs one commit.
-    fn put_all(&mut self, recs: &[Record]) -> Result<(), StateError> {
-        recs.iter().try_for_each(|r| self.put(r))
-    }
-    /// The record at `key`.
-    fn get(&mut self, key: &RecordKey) -> Result<Option<Record>, StateError>;
-    /// Delete the record at `key`; true if there was one.
-    fn delete(&mut self, key: &RecordKey) -> Result<bool, StateError>;
-    /// Every record of `kind`, sorted by key.
-    fn scan(&mut self, kind: Kind) -> Result<Vec<Record>, StateError>;
-    /// Sum of [`Record::size`] over every record, bytes.
-    fn total_bytes(&mut self) -> Result<u64, StateError>;
-    /// Up to `limit` records of `kinds` with their sizes, oldest `written_at` first (ties by
-    /// kind name, then scope, then key).
-    fn oldest(&mut self, kinds: &[Kind], limit: usize)
-        -> Result<Vec<(RecordKey, u64)>, StateError>;
-    /// Delete the records of `kind` written before `cutoff` (Unix seconds); the count.
-    fn prune(&mut self, kind: Kind, cutoff: i64) -> Result<usize, StateError>;
-    /// True when another process changed the stored records since the last call (and was not
-    /// announced to a [`Self::watch`] sink that is still listening).
-    fn changed_elsewhere(&mut self) -> Result<bool, StateError>;
-    /// Hand every change another process makes to `sink` as it is made, from now until the
-    /// backend is dropped; false when the backend cannot (the store then relies on
-    /// [`Self::changed_elsewhere`] alone). Called once, before the writer thread starts.
-    fn watch(&mut self, _sink: ChangeSink) -> bool {
-        false
-    }
-    /// Whether the backend answers now, without writing anything: `None` when it cannot tell
-    /// without a write (SQLite: a read-only file still reads), so an outage with no held
-    /// write waits for the next write.
-    fn probe(&mut self) -> Option<Result<(), StateError>> {
-        None
-    }
-    /// Where the records are written, for log lines (the SQLite file's path).
-    fn location(&self) -> String {
-        "memory".to_owned()
-    }
-    /// Apply an injected fault ([`Store::inject_fault`], the fault tests' hook); returns the
-    /// setting's value as the backend reads it back. Backends without such settings refuse.
-    fn inject_fault(&mut self, _fault: Fault) -> Result<i64, StateError> {
-        Err(StateError::Malformed(
-            "this backend takes no injected faults".to_owned(),
-        ))
-    }
-    /// Every record's key, size and age without its value, sorted by kind name, scope and
-    /// key (`cachekeeper state`).
-    fn list(&mut self) -> Result<Vec<sqlite::RecordInfo>, StateError> {
-        let mut out = Vec::new();
-        for kind in Kind::ALL {
-            out.extend(self.scan(kind)?.into_iter().map(|r| sqlite::RecordInfo {
-                bytes: r.size(),
-                written_at: r.written_at,
-                key: r.key,
-            }));
-        }
-        out.sort_by(|a, b| {
-            (a.key.kind.name(), &a.key.scope, &a.key.key).cmp(&(
-                b.key.kind.name(),
-                &b.key.scope,
-                &b.key.key,
-            ))
-        });
-        Ok(out)
-    }
-}
 
 /// Settings of [`Store::open`].
 #[derive(Debug, Clone)]
@@ -515,37 +142,6 @@ impl StoreOptions {
     }
 }
 
-enum Op {
-    Put(Record),
-    Delete(RecordKey),
-    /// Read through to the backend; the answer goes to the sender (`None`: the read failed).
-    Get(RecordKey, mpsc::Sender<Option<Option<Record>>>),
-    /// The load phase ([`Store::load`]): read each key as [`Op::Get`] does; the answers, in
-    /// order, go to the async receiver.
-    Load(
-        Vec<RecordKey>,
-        tokio::sync::oneshot::Sender<Vec<Option<Option<Record>>>>,
-    ),
-    /// Every stored record of the kind ([`Backend::scan`]) goes to the sender (`None`: the
-    /// read failed).
-    Scan(Kind, mpsc::Sender<Option<Vec<Record>>>),
-    /// The backend's total size ([`Backend::total_bytes`]) goes to the sender.
-    #[cfg_attr(not(test), allow(dead_code))]
-    TotalBytes(mpsc::Sender<Option<u64>>),
-    /// Flush marker: the sender is told once every earlier op is applied (writes held in an
-    /// outage are retried first).
-    Sync(mpsc::Sender<()>),
-    /// [`Store::settled`]: the sender is told once every earlier op is applied: `true` when
-    /// the writes reached the backend, `false` when it is in an outage (they are held). Never
-    /// retries or waits itself.
-    Settled(tokio::sync::oneshot::Sender<bool>),
-    /// [`Store::inject_fault`]: the value read back goes to the sender (`None`: refused).
-    Fault(Fault, mpsc::Sender<Option<i64>>),
-    /// Another process changed a resident record, or anything ([`Backend::watch`]): read it
-    /// again (after every earlier op).
-    Changed(Change),
-}
-
 struct Inner {
     cache: Mutex<Cache>,
     /// Keys the backend was asked for and did not have ([`Store::get`]), so a request that
@@ -595,43 +191,6 @@ impl Inner {
     }
 }
 
-/// Most keys [`Inner::absent`] remembers; the oldest is forgotten first. At ~200 bytes a key,
-/// about 13 MiB.
-pub(crate) const MAX_ABSENT_KEYS: usize = 65_536;
-
-/// A bounded set of keys known to be absent from the backend, oldest forgotten first.
-#[derive(Default)]
-struct Absent {
-    keys: std::collections::HashSet<RecordKey>,
-    order: std::collections::VecDeque<RecordKey>,
-}
-
-impl Absent {
-    fn insert(&mut self, key: RecordKey) {
-        if self.keys.insert(key.clone()) {
-            self.order.push_back(key);
-        }
-        while self.keys.len() > MAX_ABSENT_KEYS {
-            match self.order.pop_front() {
-                Some(old) => {
-                    self.keys.remove(&old);
-                }
-                None => break,
-            }
-        }
-    }
-
-    fn remove(&mut self, key: &RecordKey) {
-        // `order` keeps the stale entry; it is dropped when it comes up (removing a key that
-        // is not in `keys` is a no-op).
-        self.keys.remove(key);
-        if self.order.len() > 2 * MAX_ABSENT_KEYS {
-            let keys = &self.keys;
-            self.order.retain(|k| keys.contains(k));
-        }
-    }
-}
-
 /// Handle to the store; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -639,24 +198,6 @@ pub struct Store {
     /// The writer's queue. Shared so that a backend's change sink can hold it weakly: the
     /// writer stops when the last store handle is dropped.
     tx: Option<Arc<mpsc::Sender<Op>>>,
-}
-
-/// Now, Unix seconds.
-pub fn now_secs() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
-/// What the writer thread needs besides the backend.
-#[derive(Debug, Clone, Copy)]
-struct WriterLimits {
-    retention_days: u32,
-    max_bytes: u64,
-    /// The backend could not be reached when the store opened (the warning is logged): the
-    /// writer starts in an outage, holding writes until the backend answers.
-    unreached: bool,
 }
 
 impl Store {
@@ -920,7 +461,7 @@ impl Store {
     /// backend enters the cache.
     ///
     /// A key the backend answered it does not have is remembered as absent (up to
-    /// [`MAX_ABSENT_KEYS`]) until a write of it or a change by another process: the next
+    /// [`MAX_ABSENT_KEYS`](cache::MAX_ABSENT_KEYS)) until a write of it or a change by another process: the next
     /// `get` of it answers `None` at once. A timeout or a failed read is not remembered.
     ///
     /// A blocking wait, for tests: a request reads through a [`load::Reads`] and its load
@@ -1204,396 +745,11 @@ impl Store {
     }
 }
 
-/// The sink a store gives its backend ([`Backend::watch`]): a non-resident record another
-/// process changed is forgotten at once; a resident one, or "anything", goes to the writer,
-/// which reads it again in order with the local writes. Holds the store weakly: it does not
-/// keep the writer running once the store is dropped.
-fn change_sink(inner: &Arc<Inner>, tx: &Arc<mpsc::Sender<Op>>) -> ChangeSink {
-    let inner = Arc::downgrade(inner);
-    let tx = Arc::downgrade(tx);
-    Arc::new(move |change: Change| match change {
-        Change::Key(key) if !key.kind.is_resident() => {
-            if let Some(inner) = inner.upgrade() {
-                inner.forget(&key);
-            }
-        }
-        change => {
-            if let Some(tx) = tx.upgrade() {
-                let _ = tx.send(Op::Changed(change));
-            }
-        }
-    })
-}
-
-/// Delete records past their kind's retention. Failures are logged (fail open).
-fn prune_all(backend: &mut dyn Backend, retention_days: u32) {
-    let now = now_secs();
-    for kind in Kind::ALL {
-        let days = kind.retention_days(retention_days);
-        if days == 0 {
-            continue;
-        }
-        let cutoff = now.saturating_sub(i64::from(days).saturating_mul(DAY_SECS));
-        if let Err(e) = backend.prune(kind, cutoff) {
-            tracing::warn!(target: "cachekeeper::state", kind = kind.name(), error = %e, "could not prune old state");
-        }
-    }
-}
-
-/// Evict for `max_bytes`: when the total passes it, delete the oldest records of the large
-/// kinds, then of the small kinds, until the total is at most [`EVICT_TO_PERCENT`] % of it.
-/// Pinned kinds (verdicts) are never evicted. Returns the keys removed and the new total.
-pub(crate) fn evict(
-    backend: &mut dyn Backend,
-    max_bytes: u64,
-) -> Result<(Vec<RecordKey>, u64), StateError> {
-    let mut total = backend.total_bytes()?;
-    let mut removed = Vec::new();
-    if total <= max_bytes {
-        return Ok((removed, total));
-    }
-    let target = max_bytes / 100 * EVICT_TO_PERCENT;
-    for class in [Class::Large, Class::Small] {
-        let kinds: Vec<Kind> = Kind::ALL
-            .into_iter()
-            .filter(|k| k.class() == class)
-            .collect();
-        'class: while total > target {
-            let batch = backend.oldest(&kinds, 256)?;
-            if batch.is_empty() {
-                break;
-            }
-            for (key, size) in batch {
-                backend.delete(&key)?;
-                total = total.saturating_sub(size);
-                removed.push(key);
-                if total <= target {
-                    break 'class;
-                }
-            }
-        }
-    }
-    Ok((removed, total))
-}
-
-/// One read of the writer ([`Op::Get`], [`Op::Load`]): the write of `key` held in an outage,
-/// else the backend's answer (`None`: the read failed).
-fn read_one(
-    backend: &mut dyn Backend,
-    writes: &outage::Writes,
-    inner: &Inner,
-    key: &RecordKey,
-) -> Option<Option<Record>> {
-    if let Some(held) = writes.held(key) {
-        return Some(held);
-    }
-    let read = backend.get(key).ok();
-    if read.is_some() {
-        answered(inner);
-    }
-    read
-}
-
-/// A backend call succeeded: the store answers again after a load that timed out
-/// ([`Store::load`]); said once.
-fn answered(inner: &Inner) {
-    if inner.stalled.swap(false, Ordering::Relaxed) {
-        tracing::info!(target: "cachekeeper::state", "the state store answers again: requests read it again");
-    }
-}
-
-fn writer_loop(
-    mut backend: Box<dyn Backend>,
-    rx: mpsc::Receiver<Op>,
-    inner: Arc<Inner>,
-    limits: WriterLimits,
-) {
-    let mut writes = outage::Writes::new(
-        backend.location(),
-        inner.write_errors.clone(),
-        inner.writes_dropped.clone(),
-    );
-    if limits.unreached {
-        writes.start_unreached();
-    }
-    // A change another process announced could not be read: reload at the next check.
-    let mut reload_due = false;
-    // Count a local write of a resident record as taken from the queue.
-    let dequeued = |key: &RecordKey| {
-        if key.kind.is_resident() {
-            if let Ok(mut c) = inner.cache.lock() {
-                c.note_dequeued(key);
-            }
-        }
-    };
-    // Total size since the last exact count; an exact count is taken only when it passes
-    // `max_bytes`.
-    let mut approx_bytes = backend.total_bytes().unwrap_or(0);
-    let mut over_cap_warned = false;
-    let mut last_check = Instant::now();
-    let mut last_prune = Instant::now();
-    // An op taken from the queue while gathering puts into one batch: handled next, so the
-    // ops keep their order.
-    let mut next: Option<Op> = None;
-    loop {
-        let op = match next.take() {
-            Some(op) => Ok(op),
-            None => rx.recv_timeout(writes.wait(RELOAD_INTERVAL)),
-        };
-        match op {
-            Ok(Op::Put(rec)) => {
-                // Past the queue's bounds the oldest puts are dropped as they are taken.
-                let take = |rec: &Record| {
-                    dequeued(&rec.key);
-                    !inner.backlog.take(rec, &inner.writes_dropped)
-                };
-                let batch = put_batch(rec, &rx, &mut next, Duration::from_millis(GATHER_MS), &take);
-                if batch.is_empty() {
-                    continue;
-                }
-                if writes.failing() {
-                    writes.hold_puts(batch);
-                } else {
-                    match backend.put_all(&batch) {
-                        Ok(()) => {
-                            answered(&inner);
-                            approx_bytes = approx_bytes
-                                .saturating_add(batch.iter().map(Record::size).sum::<u64>());
-                            if approx_bytes > limits.max_bytes {
-                                match evict(backend.as_mut(), limits.max_bytes) {
-                                    Ok((removed, total)) => {
-                                        if !removed.is_empty() {
-                                            tracing::info!(target: "cachekeeper::state", records = removed.len(), bytes = total, "evicted the oldest records for [state] max_bytes");
-                                            if let Ok(mut c) = inner.cache.lock() {
-                                                for k in &removed {
-                                                    c.remove(k);
-                                                }
-                                            }
-                                        }
-                                        if total > limits.max_bytes && !over_cap_warned {
-                                            over_cap_warned = true;
-                                            tracing::warn!(target: "cachekeeper::state", bytes = total, "verdicts alone exceed [state] max_bytes; they are never evicted");
-                                        }
-                                        approx_bytes = total;
-                                    }
-                                    Err(e) => writes.failed(&e, &inner.durable),
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            writes.failed(&e, &inner.durable);
-                            writes.hold_puts(batch);
-                        }
-                    }
-                }
-            }
-            Ok(Op::Delete(key)) => {
-                dequeued(&key);
-                if writes.failing() {
-                    writes.hold_delete(key);
-                } else if let Err(e) = backend.delete(&key) {
-                    writes.failed(&e, &inner.durable);
-                    writes.hold_delete(key);
-                }
-            }
-            Ok(Op::Get(key, reply)) => {
-                let _ = reply.send(read_one(backend.as_mut(), &writes, &inner, &key));
-            }
-            Ok(Op::Load(keys, reply)) => {
-                let answers = keys
-                    .iter()
-                    .map(|key| read_one(backend.as_mut(), &writes, &inner, key))
-                    .collect();
-                let _ = reply.send(answers);
-            }
-            Ok(Op::Scan(kind, reply)) => {
-                let _ = reply.send(backend.scan(kind).ok().map(|s| writes.overlay(kind, s)));
-            }
-            Ok(Op::TotalBytes(reply)) => {
-                let _ = reply.send(backend.total_bytes().ok());
-            }
-            Ok(Op::Sync(done)) => {
-                if writes.retry(backend.as_mut(), &inner.durable, true) {
-                    approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
-                }
-                let _ = done.send(());
-            }
-            Ok(Op::Settled(done)) => {
-                let _ = done.send(!writes.failing());
-            }
-            Ok(Op::Fault(Fault::StallMs(ms), reply)) => {
-                let _ = reply.send(i64::try_from(ms).ok());
-                std::thread::sleep(Duration::from_millis(ms));
-            }
-            Ok(Op::Fault(fault, reply)) => {
-                let _ = reply.send(backend.inject_fault(fault).ok());
-            }
-            Ok(Op::Changed(Change::All)) => {
-                reload(backend.as_mut(), &inner, &writes);
-                approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
-            }
-            Ok(Op::Changed(Change::Key(key))) => match backend.get(&key) {
-                Ok(found) => apply_change(&inner, &writes, &key, found),
-                Err(_) => reload_due = true,
-            },
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                // The store is gone (shutdown flushed first): a last try for held writes.
-                writes.retry(backend.as_mut(), &inner.durable, true);
-                return;
-            }
-        }
-        let was_failing = writes.failing();
-        if writes.retry(backend.as_mut(), &inner.durable, false) {
-            approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
-        }
-        // An outage just ended: what others changed meanwhile is checked now, not at the next
-        // interval (a backend that was unreachable at start loads its records here).
-        let resumed = was_failing && !writes.failing();
-        if resumed {
-            // The backend takes writes again: loads wait for it again from the next request
-            // (the failing input of a break-it pass: the first request after an outage still
-            // read memory only, and numbered a turn another instance had numbered).
-            answered(&inner);
-        }
-        if resumed || last_check.elapsed() >= RELOAD_INTERVAL {
-            last_check = Instant::now();
-            if backend.changed_elsewhere().unwrap_or(false) || std::mem::take(&mut reload_due) {
-                reload(backend.as_mut(), &inner, &writes);
-                approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
-            }
-            if last_prune.elapsed() >= Duration::from_secs(86_400) {
-                last_prune = Instant::now();
-                prune_all(backend.as_mut(), limits.retention_days);
-                reload(backend.as_mut(), &inner, &writes);
-            }
-        }
-    }
-}
-
-/// Most puts one backend transaction carries ([`put_batch`]): bounds the time a burst holds
-/// the writer before it reads the queue again (a count, so the bytes written never depend on
-/// timing).
-const MAX_PUT_BATCH: usize = 256;
-
-/// How long the writer gathers puts after the first one of a batch before it writes them
-/// (group commit), ms. Under load one transaction then carries many requests' rows instead
-/// of one commit (WAL frames, locks) per put, and a request's put does not wake the writer
-/// thread: the writer sleeps through the window in [`GATHER_STEP_MS`] steps, never waiting
-/// on the queue, so a sender finds no waiting receiver to wake. A read, delete or flush
-/// queued meanwhile ends the window at the next step. Costs a write at most this long in
-/// memory before it reaches the backend (reads are served from memory meanwhile). Measured
-/// on the 130-byte POST load of `benches/load.sh`: the writer thread was 30 % of the
-/// proxy's CPU with a commit per put (`docs/performance.md#pass-through-load-benchesloadsh`).
-pub(crate) const GATHER_MS: u64 = 5;
-
-/// The writer's sleep between two looks at the queue while gathering, ms ([`GATHER_MS`]).
-const GATHER_STEP_MS: u64 = 1;
-
-/// `first` and the puts queued behind it within `gather` (up to [`MAX_PUT_BATCH`]; see
-/// [`GATHER_MS`]), a later put of a key replacing an earlier one (each turn rewrites its
-/// session's record: only the last state matters). The first op that is not a put goes to
-/// `next`, to be handled after the batch, and ends the gathering. Which puts share a batch
-/// depends on timing; what the backend holds after it does not.
-/// `take` sees every put taken from the queue, `first` included, and says whether to keep it
-/// (false: dropped for the queue's bounds, [`backlog`]).
-fn put_batch(
-    first: Record,
-    rx: &mpsc::Receiver<Op>,
-    next: &mut Option<Op>,
-    gather: Duration,
-    take: &dyn Fn(&Record) -> bool,
-) -> Vec<Record> {
-    let start = Instant::now();
-    let mut batch = Vec::new();
-    if take(&first) {
-        batch.push(first);
-    }
-    'gather: while batch.len() < MAX_PUT_BATCH {
-        match rx.try_recv() {
-            Ok(Op::Put(rec)) => {
-                if take(&rec) {
-                    batch.push(rec);
-                }
-            }
-            Ok(op) => {
-                *next = Some(op);
-                break;
-            }
-            Err(mpsc::TryRecvError::Disconnected) => break,
-            Err(mpsc::TryRecvError::Empty) => {
-                let left = gather.saturating_sub(start.elapsed());
-                if left.is_zero() {
-                    break 'gather;
-                }
-                std::thread::sleep(left.min(Duration::from_millis(GATHER_STEP_MS)));
-            }
-        }
-    }
-    if batch.len() > 1 {
-        let mut last = std::collections::HashMap::with_capacity(batch.len());
-        for (i, rec) in batch.iter().enumerate() {
-            last.insert(rec.key.clone(), i);
-        }
-        let mut i = 0;
-        batch.retain(|rec| {
-            let keep = last.get(&rec.key) == Some(&i);
-            i += 1;
-            keep
-        });
-    }
-    batch
-}
-
-/// Another process changed the records: reload the resident kinds (with the writes held in
-/// an outage applied; a key with a local write still queued keeps what memory has), forget
-/// the rest (read again on demand).
-fn reload(backend: &mut dyn Backend, inner: &Inner, writes: &outage::Writes) {
-    let mut fresh = Vec::new();
-    for kind in Kind::ALL.into_iter().filter(|k| k.is_resident()) {
-        match backend.scan(kind) {
-            Ok(r) => fresh.push((kind, writes.overlay(kind, r))),
-            Err(_) => return,
-        }
-    }
-    if let Ok(mut c) = inner.cache.lock() {
-        c.clear_non_resident();
-        for (kind, records) in fresh {
-            c.replace_kind(kind, records);
-        }
-        if let Ok(mut a) = inner.absent.lock() {
-            *a = Absent::default();
-        }
-        inner.epoch.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// Another process changed the resident record at `key`, and the backend now holds `found`:
-/// memory takes it, unless a local write of the key is queued or held in an outage (that
-/// write reaches the backend later, so it is the one the backend ends with).
-fn apply_change(inner: &Inner, writes: &outage::Writes, key: &RecordKey, found: Option<Record>) {
-    if writes.held(key).is_some() {
-        return;
-    }
-    if let Ok(mut c) = inner.cache.lock() {
-        if c.is_queued(key) {
-            return;
-        }
-        match found {
-            // A newer build's record: this build cannot read it; keep what memory has.
-            Some(rec) if rec.version > rec.key.kind.version() => return,
-            Some(rec) => c.insert(rec),
-            None => {
-                c.remove(key);
-            }
-        }
-        inner.epoch.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::MAX_ABSENT_KEYS;
+    use crate::writer::{put_batch, reload};
 
     #[test]
     #[allow(clippy::unwrap_used)]
