@@ -10,6 +10,9 @@
 //! - `dialect` (one view of a body per wire format) over `json` (the span scanner, splicing);
 //! - `wire` (listener, upstream client, bodies, streams), which knows nothing of LLMs.
 //!
+//! `wire` and `state` are crates of their own (`crates/wire`, `crates/state`: they cannot
+//! import anything above them), re-exported here under those names.
+//!
 //! Modules are `pub` only where the binary, the integration tests or the benchmarks use them.
 #![forbid(unsafe_code)]
 
