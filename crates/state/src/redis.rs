@@ -35,7 +35,7 @@ pub mod codec;
 pub(crate) mod codec;
 #[cfg(any(test, feature = "testing"))]
 pub mod test_server;
-pub mod tls;
+pub(crate) mod tls;
 pub(crate) mod url;
 
 use std::future::Future;

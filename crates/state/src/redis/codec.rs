@@ -78,7 +78,7 @@ pub(crate) fn parse_member(kind: Kind, member: &str) -> Option<RecordKey> {
 }
 
 /// The key a record is stored under, from its member ([`member`]).
-pub fn record_key_of(kind: Kind, member: &str) -> String {
+pub(crate) fn record_key_of(kind: Kind, member: &str) -> String {
     format!("{PREFIX}{}:{member}", kind.name())
 }
 
