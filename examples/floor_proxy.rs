@@ -4,13 +4,13 @@
 //! proxy on this stack costs before doing anything of its own; cachekeeper's figures are read
 //! against it and against nginx's.
 //!
-//! - Server: hyper-util's `auto` builder with cachekeeper's settings (`src/wire/listener.rs`:
-//!   HTTP/1.1 keep-alive, hyper's timer, a 30 s header read timeout, 1000 header fields and a
+//! - Server: hyper-util's `auto` builder with cachekeeper's settings
+//!   (`crates/wire/src/listener.rs`: HTTP/1.1 keep-alive, hyper's timer, a 30 s header read timeout, 1000 header fields and a
 //!   1 MiB head; HTTP/2 header list 1 MiB; upgrades; graceful shutdown on Ctrl-C), `TCP_NODELAY`
 //!   on accepted sockets, a multi-threaded tokio runtime with the default worker count (one per
 //!   CPU), as `cachekeeper serve` builds it (`src/main.rs`).
 //! - Client: a pooled hyper-util legacy `Client` over a plain `HttpConnector` (`TCP_NODELAY`,
-//!   keep-alive, 90 s idle timeout, as `src/wire/upstream.rs` but without TLS or the proxy
+//!   keep-alive, 90 s idle timeout, as `crates/wire/src/upstream.rs` but without TLS or the proxy
 //!   connector).
 //! - Forwarding: the request's URI becomes `http://UPSTREAM_ADDR` + its path and query, `Host`
 //!   becomes `UPSTREAM_ADDR`; nothing else is changed. Request and response bodies stream

@@ -7,7 +7,8 @@
 #      missing package never skips its tests silently;
 #   2. the Python venv for the end-to-end suite: `.venv`, created if missing, and
 #      tests/e2e/requirements.txt installed into it when it changed since the last install;
-#   3. `cargo test --all-targets` (Rust unit, integration and property tests);
+#   3. `cargo test --workspace --all-targets` (Rust unit, integration and property tests of
+#      every crate of the workspace);
 #   4. the end-to-end suite (`pytest tests/e2e`): the real binary driven by the official
 #      anthropic / openai / google-genai Python SDKs against a mock provider.
 #
@@ -83,8 +84,8 @@ else
   echo "up to date"
 fi
 
-echo "==> cargo test --all-targets"
-cargo test --all-targets
+echo "==> cargo test --workspace --all-targets"
+cargo test --workspace --all-targets
 
 # `cargo test` has already built the binary (integration tests run it), with the same
 # feature set; a separate `cargo build` would resolve features without the dev-dependencies

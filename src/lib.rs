@@ -10,6 +10,9 @@
 //! - `dialect` (one view of a body per wire format) over `json` (the span scanner, splicing);
 //! - `wire` (listener, upstream client, bodies, streams), which knows nothing of LLMs.
 //!
+//! `wire` and `state` are crates of their own (`crates/wire`, `crates/state`: they cannot
+//! import anything above them), re-exported here under those names.
+//!
 //! Modules are `pub` only where the binary, the integration tests or the benchmarks use them.
 #![forbid(unsafe_code)]
 
@@ -34,12 +37,12 @@ pub use reserved::exposure_warning;
 pub mod response;
 pub mod rewrite;
 pub mod route;
-pub mod state;
+pub use cachekeeper_state as state;
 pub mod telemetry;
 #[cfg(test)]
 mod testing;
 pub mod texts;
-pub mod wire;
+pub use cachekeeper_wire as wire;
 
 /// Tests: how many times this process has parsed a JSON body (validated and indexed it, the
 /// scan every pass reads), on every thread. `tests/parses.rs`, alone in its binary, reads it

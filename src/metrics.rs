@@ -342,7 +342,7 @@ impl Metrics {
     }
 
     /// Also serve the state store's failed-write counter as
-    /// `cachekeeper_state_write_errors_total` (the store counts; see `src/state/outage.rs`).
+    /// `cachekeeper_state_write_errors_total` (the store counts; see `crates/state/src/outage.rs`).
     pub(crate) fn with_state_write_errors(mut self, errors: Counter) -> Self {
         self.registry.register(
             "cachekeeper_state_write_errors",
@@ -364,7 +364,7 @@ impl Metrics {
     }
 
     /// Also serve the state store's counter of writes held during an outage and dropped for
-    /// the bound as `cachekeeper_state_writes_dropped_total` (`src/state/outage.rs`).
+    /// the bound as `cachekeeper_state_writes_dropped_total` (`crates/state/src/outage.rs`).
     pub(crate) fn with_state_writes_dropped(mut self, dropped: Counter) -> Self {
         self.registry.register(
             "cachekeeper_state_writes_dropped",
@@ -392,7 +392,7 @@ impl Metrics {
 
     /// Also serve the state store's counters of responses whose last chunk waited for the
     /// turn's writes to reach a shared store (`[state] write_wait_ms`) as
-    /// `cachekeeper_state_write_waits_total{result}` (`src/state/settle.rs`).
+    /// `cachekeeper_state_write_waits_total{result}` (`crates/state/src/settle.rs`).
     pub(crate) fn with_state_write_waits(
         mut self,
         waits: crate::state::settle::WaitCounters,

@@ -2,8 +2,8 @@
 //! - every relative link in `README.md` and `docs/**/*.md` names a file of the repository, and
 //!   every `#anchor` (same file or another) names a heading of its target, by GitHub's slug
 //!   rules;
-//! - every `docs/….md#anchor` a source comment cites (`src/`, `tests/`, `scripts/`, `benches/`,
-//!   `examples/`, `proxy.toml`, `.ci/run`) or a doc names in a code span resolves the same way,
+//! - every `docs/….md#anchor` a source comment cites (`src/`, `crates/`, `tests/`, `scripts/`,
+//!   `benches/`, `examples/`, `proxy.toml`, `.ci/run`) or a doc names in a code span resolves the same way,
 //!   and no comment cites a README section;
 //! - `docs/reference/config.md` documents every key the config schema accepts, each exactly
 //!   once in its section (a table row whose first cell is the key in backticks), and nothing
@@ -243,7 +243,7 @@ fn source_files() -> Vec<PathBuf> {
         }
     }
     let mut out = vec![root().join("proxy.toml"), root().join(".ci/run")];
-    for dir in ["src", "tests", "scripts", "benches", "examples"] {
+    for dir in ["src", "crates", "tests", "scripts", "benches", "examples"] {
         walk(&root().join(dir), &mut out);
     }
     out.sort();

@@ -251,7 +251,7 @@ async fn a_record_cut_short_in_redis_is_skipped_by_report() {
 
 /// Turns in the bound test: each writes two distinct keys (its session's record and its usage
 /// record), so 2 × 2,100 = 4,200 keys, past the 4,096 held in an outage
-/// (`src/state/outage.rs` `MAX_PENDING_RECORDS`).
+/// (`crates/state/src/outage.rs` `MAX_PENDING_RECORDS`).
 const BOUND_TURNS: usize = 2_100;
 
 /// The held-writes bound (`MAX_PENDING_RECORDS`, `docs/state.md#when-the-file-cannot-be-written`).

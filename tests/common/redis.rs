@@ -1,4 +1,4 @@
-//! A throwaway `redis-server` for the integration tests (as `src/state/redis/test_server.rs`
+//! A throwaway `redis-server` for the integration tests (as `crates/state/src/redis/test_server.rs`
 //! is for the unit tests): Debian's binary on a free loopback port (never 6379), no
 //! persistence, killed when dropped; [`RedisServer::kill`] and [`RedisServer::restart`] (same
 //! port, empty) for the outage tests. A machine without `redis-server` fails the test with the
