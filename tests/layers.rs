@@ -219,7 +219,6 @@ fn crate_sources(root: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
-#[ignore = "issue 28: enabled once the cycle breaks land (this session)"]
 fn no_module_cycle_inside_any_crate() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut report = String::new();
