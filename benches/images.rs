@@ -3,7 +3,12 @@
 //! Anthropic session turn with a warm cache.
 //!
 //! Run: `cargo bench --bench images`
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 #[path = "../tests/images_fixtures/mod.rs"]
 mod images_fixtures;

@@ -13,6 +13,7 @@
 //!
 //! Run (about 3 minutes on 2 cores; filters select rows, e.g. `-- 24mb_21img`):
 //! `cargo bench --bench matrix`; memory table only: `cargo bench --bench matrix -- --list`.
+#![allow(clippy::disallowed_macros, reason = "a benchmark prints its table")]
 
 use std::hint::black_box;
 use std::time::Duration;

@@ -13,7 +13,12 @@
 //!
 //! Run: `cargo bench --bench observe` (small sample sizes: the CI box has 2 cores).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 use std::hint::black_box;
 use std::io::Write;

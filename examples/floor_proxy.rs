@@ -28,6 +28,10 @@
 //! `benches/load.sh -f target/release/examples/floor_proxy` (requests/s, latency) and
 //! `python3 benches/instructions.py --floor target/release/examples/floor_proxy` (instructions
 //! per request).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the example's main blocks on the runtime it starts"
+)]
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -1,6 +1,11 @@
 //! The `cachekeeper` command line: `serve`, `check`, `verdicts`, `state`
 //! ([`cachekeeper::cli::state`]), `replay` ([`cachekeeper::cli::replay`]) and `report`
 //! ([`cachekeeper::cli::report`]).
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_macros,
+    reason = "the binary's entry: prints the CLI's output and startup errors, blocks on the runtime it starts"
+)]
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -377,7 +377,7 @@ impl Metrics {
     /// Also serve the transcode cache's counts of transcodes shared through the store
     /// (`[state] share_transcodes`) as `cachekeeper_shared_transcodes_total{result}`:
     /// `read` (a miss answered by another instance's transcode, served without decoding),
-    /// `written` (computed here, written for the others) (`src/images/cache.rs`).
+    /// `written` (computed here, written for the others) (`crates/core/src/images/cache.rs`).
     pub(crate) fn with_shared_transcodes(
         mut self,
         counts: crate::images::cache::SharedCounts,
@@ -634,7 +634,12 @@ impl ModelLabels {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::disallowed_methods,
+        clippy::disallowed_macros
+    )]
     use super::*;
 
     fn sample<'a>(report: &'a RewriteReport, usage: &'a Usage) -> RequestSample<'a> {

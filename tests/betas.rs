@@ -1,7 +1,12 @@
 //! Rejected `anthropic-beta` values (docs/reasoning.md#beta-headers), through the proxy against
 //! mock upstreams: a value the proxy added is learned and left out after one retry (with the
 //! body field it enables); a client's own value only when it is on `droppable_betas`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

@@ -1,7 +1,12 @@
 //! Prompt-cache breakpoints and prefix stabilisers through the real proxy, against a mock
 //! upstream (`docs/caching.md`). Its own test binary, because it installs the global log
 //! subscriber to read the reason lines back.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

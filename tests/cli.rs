@@ -3,7 +3,12 @@
 //! `serve` and `check` (and `report`, `state`, `verdicts`, `replay`) find `./proxy.toml`,
 //! then the platform config directory, and say which file they loaded (or every place they
 //! looked); `serve --log-format auto|json|pretty`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

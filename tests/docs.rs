@@ -11,7 +11,12 @@
 //!   key answers with every key that section accepts);
 //! - every key the shipped `proxy.toml` sets is documented there, and every documented key is
 //!   named in `proxy.toml`, set or commented out.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};

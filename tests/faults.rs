@@ -1,7 +1,12 @@
 //! Faults and framing: what the proxy does when a client, an upstream or the state store
 //! misbehaves, and how it frames what it forwards. The proxy runs in-process between a hyper
 //! client (or a raw socket) and a hyper mock upstream that records what it received.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

@@ -6,7 +6,12 @@
 //! - over the proxy's limits (fields or bytes) the answer is `431` in the route's dialect;
 //! - over hyper's raised parser caps, hyper's own bare `431`; a request target over hyper's
 //!   fixed 65,534 bytes, hyper's `414`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

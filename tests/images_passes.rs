@@ -1,7 +1,12 @@
 //! Image passes 1–4 on real image bytes, through `rewrite_request`, on every dialect:
 //! golden outputs, repairs, repeat cap, bad input, idempotence, the transcode cache, and the
 //! reactive-recovery rebuild.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod images_fixtures;
 

@@ -1,6 +1,11 @@
 //! Reactive image recovery through the proxy: a provider that rejects an image gets one retry
 //! with the image shrunk / replaced, and a model that sees no images is remembered.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

@@ -4,7 +4,12 @@
 //! Every forwarded agent image is ≤ `embed_target_bytes` and ≤ 1568 px; the forwarded bytes of
 //! earlier messages are identical turn to turn (the provider's cached prefix survives); each
 //! screenshot is transcoded once.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod images_fixtures;
 

@@ -7,6 +7,13 @@
 //! `crate::<module>` path (in `use` trees, types and expressions) is an edge from the file's
 //! top-level module to `<module>`. Doc comments and macro bodies are not read.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,11 @@
 //! The request log: one JSON line per request, with how it ended, and never a credential —
 //! at any level. Its own test binary, because it installs the global subscriber.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

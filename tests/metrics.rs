@@ -2,7 +2,12 @@
 //! token's three forms, `check`'s shadowing warning, `x-cachekeeper-overhead-ms`, and
 //! `/metrics` after real requests. Its own test binary: it installs the global log
 //! subscriber, to read the request lines.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

@@ -2,7 +2,12 @@
 //! at the proxy level with the process-wide parse counter ([`cachekeeper::json_parses`]). This
 //! file is its own test binary with one test, so nothing else parses in the process while it
 //! counts.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

@@ -15,7 +15,12 @@
 //! signatures, `cache_control` markers. The case count and the seed are fixed
 //! ([`config`]), so CI runs the same cases every time; `PROPTEST_CASES=5000
 //! PROPTEST_RNG_SEED=… cargo test --test properties_request` explores further.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 mod images_fixtures;

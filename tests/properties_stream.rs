@@ -12,7 +12,12 @@
 //!
 //! The case count and the seed are fixed (see `config`); `PROPTEST_CASES` /
 //! `PROPTEST_RNG_SEED` explore further when run by hand.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 use std::io::Write;
 

@@ -7,7 +7,12 @@
 //! 2. Cerebras: top-level `enable_thinking` and `reasoning` (Cerebras' error shape, no `error`
 //!    wrapper).
 //! 3. OpenAI Responses: a reasoning item no longer right before the item it produced.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

@@ -1,5 +1,10 @@
 //! Integration tests: the proxy in-process between a hyper client and a hyper mock upstream.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

@@ -1,7 +1,12 @@
 //! Reasoning shaping on real request shapes, per profile, and the pure part of the unknown-field
 //! sequence of `docs/reasoning.md#detection-and-widening` (detect → learned set → shape again → a
 //! second rejection teaches nothing new).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 use std::collections::BTreeMap;
 

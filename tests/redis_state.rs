@@ -4,7 +4,12 @@
 //! the held-writes bound (4,096 keys: the oldest dropped and counted, writes resuming after).
 //! The proxy runs in-process against the mock upstream; Redis is Debian's `redis-server` on a free loopback
 //! port (`tests/common/redis.rs`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

@@ -1,7 +1,12 @@
 //! Reloading `proxy.toml` while serving (`src/proxy/reload.rs`): routes and limits change for
 //! new requests, an open stream finishes on the old configuration, a bad file changes nothing,
 //! and restart-only settings are reported. The last test sends a real `SIGHUP` to the binary.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

@@ -4,7 +4,12 @@
 //! The figures are the cache model's estimates for the generated sessions (fixed seed), as
 //! the table in `docs/guide/replay.md` shows them. The 150-turn replays take about 10 s each in
 //! a debug build (the passes and the digests run on up to 600 KB bodies, three ways).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

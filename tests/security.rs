@@ -9,7 +9,12 @@
 //!   `[server] client_token` logs a warning;
 //! - requests made with API keys and a client token leave neither in the logs (every level)
 //!   nor in the state file (the SQLite bytes, with its `-wal` / `-shm` files).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

@@ -1,6 +1,11 @@
 //! `cachekeeper state`: what a proxy stored, listed without content; purged; and the state
 //! file holds no reasoning text in clear.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

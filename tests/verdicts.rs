@@ -1,6 +1,11 @@
 //! Unknown-field 4xx: learn, retry once, remember — through the proxy, against mock upstreams
 //! that behave like strict providers.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 mod common;
 

@@ -1,5 +1,10 @@
 //! Subcommands of the `cachekeeper` binary that work on the library's internals (the binary,
 //! `src/main.rs`, parses the command line and dispatches here).
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_macros,
+    reason = "the CLI's home: subcommands print to stdout and stderr, off any request's path"
+)]
 
 /// `print!` to stdout through [`write_out`]: a closed pipe ends the process quietly.
 #[macro_export]

@@ -12,6 +12,11 @@
 //! <request>}` and optionally `"path"` (the request path after the route's prefix, as
 //! `serve --record` writes it; it picks the dialect when the route does not pin one).
 //! `--route` overrides the lines' route; `--only` takes one route's lines. `docs/replay.md`.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_macros,
+    reason = "the CLI's home: subcommands print to stdout and stderr, off any request's path"
+)]
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal};
@@ -963,7 +968,12 @@ type Cell = dyn Fn(&VariantReport) -> String;
 const LISTED_COLLAPSES: usize = 12;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 mod tests {
     use super::*;
 

@@ -11,6 +11,11 @@
 //!
 //! [`SessionSummary`]: crate::accounting::summary::SessionSummary
 //! [`SessionDetail`]: crate::accounting::summary::SessionDetail
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_macros,
+    reason = "the CLI's home: subcommands print to stdout and stderr, off any request's path"
+)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -379,7 +384,12 @@ fn render_session(d: &SessionDetail, now: i64) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 mod tests {
     use super::*;
 

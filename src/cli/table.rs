@@ -1,5 +1,10 @@
 //! What the subcommands' tables share: comfy-table with no borders, numbers right-aligned,
 //! thousands grouped.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_macros,
+    reason = "the CLI's home: subcommands print to stdout and stderr, off any request's path"
+)]
 
 use comfy_table::{presets, CellAlignment, Table};
 

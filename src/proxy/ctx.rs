@@ -551,7 +551,12 @@ pub(crate) fn ms_since(t: Instant) -> u64 {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::disallowed_methods,
+        clippy::disallowed_macros
+    )]
     use super::*;
     use std::io::Write;
 

@@ -282,7 +282,12 @@ fn outcome(end: End) -> Outcome {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::disallowed_methods,
+        clippy::disallowed_macros
+    )]
     use super::*;
     use crate::dialect::Dialect;
     use crate::proxy::ctx::tests::capture;

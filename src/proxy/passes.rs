@@ -402,7 +402,11 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(
+        clippy::unwrap_used,
+        clippy::disallowed_methods,
+        clippy::disallowed_macros
+    )]
     use super::*;
     use crate::accounting::prefix::DigestKey;
     use crate::dialect::Dialect;

@@ -1,6 +1,12 @@
 //! Test harness: an in-process mock upstream (hyper) and an in-process proxy, both on
 //! ephemeral loopback ports.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -1,7 +1,13 @@
 //! Real image fixtures for the image-pass tests, generated from fixed seeds (no binary files in
 //! the repository). The golden tests pin the SHA-256 of the generated inputs too, so a change
 //! in the generator or the `image` crate's encoders shows up as an input mismatch first.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;

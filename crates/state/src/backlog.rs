@@ -90,7 +90,11 @@ impl Backlog {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(
+        clippy::unwrap_used,
+        clippy::disallowed_methods,
+        clippy::disallowed_macros
+    )]
     use super::*;
     use crate::Kind;
 

@@ -430,6 +430,10 @@ impl Store {
     /// the backend refuses or does not answer within 10 s. Not a setting: nothing in the
     /// config or the CLI reaches it.
     #[doc(hidden)]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the store's synchronous API waits for its own writer thread: for the CLI and tests; a request reads through the async load phase"
+    )]
     pub fn inject_fault(&self, fault: Fault) -> Option<i64> {
         let tx = self.tx.as_ref()?;
         let (reply_tx, reply_rx) = mpsc::channel();
@@ -478,6 +482,10 @@ impl Store {
         self.read_through(key, timeout, false)
     }
 
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the store's synchronous API waits for its own writer thread: for the CLI and tests; a request reads through the async load phase"
+    )]
     fn read_through(&self, key: &RecordKey, timeout: Duration, keep: bool) -> Option<Record> {
         if let Some(r) = self.get_cached(key) {
             return Some(r);
@@ -706,6 +714,10 @@ impl Store {
     /// Every stored record of `kind`, sorted by key, after every write sent so far (read
     /// through the writer thread); waits at most `timeout`. `None` when the backend cannot
     /// say in time. For the report and the dashboard, never the request path.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the store's synchronous API waits for its own writer thread: for the CLI and tests; a request reads through the async load phase"
+    )]
     pub fn scan(&self, kind: Kind, timeout: Duration) -> Option<Vec<Record>> {
         let tx = self.tx.as_ref()?;
         let (reply_tx, reply_rx) = mpsc::channel();
@@ -722,6 +734,10 @@ impl Store {
     #[cfg_attr(not(test), allow(dead_code))] // the record API: see `Record::new`
     /// The records' total size in the backend ([`Record::size`] summed), bytes, after every
     /// write sent so far; waits at most `timeout`. `None` when the backend cannot say.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the store's synchronous API waits for its own writer thread: for the CLI and tests; a request reads through the async load phase"
+    )]
     pub(crate) fn stored_bytes(&self, timeout: Duration) -> Option<u64> {
         let tx = self.tx.as_ref()?;
         let (reply_tx, reply_rx) = mpsc::channel();
@@ -735,6 +751,10 @@ impl Store {
     }
 
     /// Wait until every write sent so far has been applied (tests, shutdown, the CLI).
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the store's synchronous API waits for its own writer thread: for the CLI and tests; a request reads through the async load phase"
+    )]
     pub fn flush(&self) {
         if let Some(tx) = &self.tx {
             let (done_tx, done_rx) = mpsc::channel();
@@ -746,6 +766,7 @@ impl Store {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use crate::cache::MAX_ABSENT_KEYS;

@@ -171,6 +171,10 @@ impl<'a> Reads<'a> {
 /// Tests: run `f` as the passes do: before the load phase and, while it wants records (at most
 /// [`MAX_LOADS`] rounds), again on what [`Store::load`] read for it (on a runtime of its own).
 #[cfg(any(test, feature = "testing"))]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests only (`testing`): a load phase outside a request"
+)]
 pub fn with_load<T>(store: &Store, f: impl Fn(&Reads<'_>) -> T) -> T {
     #[allow(clippy::expect_used)]
     let rt = tokio::runtime::Builder::new_current_thread()

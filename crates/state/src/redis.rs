@@ -209,6 +209,10 @@ impl RedisBackend {
 
     /// [`Self::block`] without marking the cache unsure (a read that timed out says nothing
     /// about what is cached).
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "runs on the store's own reader/writer threads, never a request's task"
+    )]
     fn block_quiet<T>(
         &self,
         fut: impl Future<Output = Result<T, RedisError>>,
@@ -508,6 +512,10 @@ impl Backend for RedisBackend {
         Ok(changed)
     }
 
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "runs on the store's own reader/writer threads, never a request's task"
+    )]
     fn watch(&mut self, sink: ChangeSink) -> bool {
         let Some(rt) = &self.rt else {
             return false;
@@ -542,7 +550,12 @@ impl Backend for RedisBackend {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 mod tests {
     use super::test_server::RedisServer;
     use super::*;

@@ -82,7 +82,11 @@ pub(crate) fn settled(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(
+        clippy::unwrap_used,
+        clippy::disallowed_methods,
+        clippy::disallowed_macros
+    )]
     use super::*;
 
     fn counted(c: &WaitCounters, result: WaitResult) -> u64 {

@@ -443,7 +443,12 @@ impl Backend for SqliteBackend {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 mod tests {
     use super::super::{now_secs, Store, StoreOptions, DEFAULT_CACHE_BYTES, RELOAD_INTERVAL};
     use super::*;

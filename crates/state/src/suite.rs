@@ -1,7 +1,12 @@
 //! The one test suite every [`Backend`] runs, directly and under a [`Store`]. A new backend
 //! adds one `backend_suite!` line. Also [`Instrumented`], the one test backend for the tests of
 //! what sits above a backend.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 use std::time::Duration;
 

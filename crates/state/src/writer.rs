@@ -2,6 +2,10 @@
 //! batches, answers the reads that go through to the backend, retries what an outage holds
 //! ([`crate::outage`]), reloads or forgets what another process changed, prunes past
 //! retention and evicts for `[state] max_bytes`.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the store's writer thread: it waits for work and paces retries, off any request's path"
+)]
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};

@@ -389,6 +389,7 @@ pub fn decode(encoding: Option<&str>, data: &[u8], limit: u64) -> Result<Vec<u8>
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use std::io::Write;

@@ -369,7 +369,12 @@ fn classify(line: &[u8]) -> LineKind {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 pub(super) mod tests {
     use super::*;
 

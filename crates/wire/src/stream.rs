@@ -336,7 +336,12 @@ impl<O: BodyObserver> Drop for ObservedBody<O> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 mod tests {
     use super::*;
     use http_body_util::{BodyExt, StreamBody};

@@ -346,7 +346,12 @@ impl<S: Sink> Tee<S> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 mod tests {
     use super::*;
     use crate::decode::tests::{brotli, gzip, raw_deflate, zlib, zstd};

@@ -4,7 +4,12 @@
 //!
 //! [`RedisServer::start_tls`] serves TLS only (`--port 0 --tls-port PORT`) with a certificate
 //! of a throwaway CA ([`TestCa`], made with the `openssl` command-line tool).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};

@@ -1,0 +1,1115 @@
+//! THE provider table: one row per provider, holding everything cachekeeper knows about it —
+//! the hosts that identify it, the wire dialects it serves, its image limits, the reasoning
+//! carriers it reads on the OpenAI Chat wire, its must-echo rule, how signed thinking is
+//! replayed on its Anthropic-compatible wire, the keep-thinking flag it may get, and its
+//! prompt-cache rules (TTL, cache write / read price multipliers per model family).
+//!
+//! Every fact in a row has its public source in `docs/providers.md` (or is marked unconfirmed
+//! there); the rules the rows feed are in `docs/reasoning.md` and `docs/images.md`.
+//!
+//! Resolution happens once, when the route table is built ([`ResolvedProvider::resolve`],
+//! held by [`crate::route::Route::provider`]): the route's `provider` key wins, then the
+//! upstream host (exact or dot-suffix, never a substring, never the path), then a local
+//! address (`local`), else `default`. Per request only the model refinement remains, and it
+//! reads [`ModelFamily::of`] (the one set of model-name tests) — see
+//! [`crate::reasoning::for_request`] and [`crate::images::profile::ImageProfile::for_request`].
+//!
+//! This module is vocabulary and data only: it depends on nothing above it except the image
+//! [`Format`] enum and the [`Dialect`] enum.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::dialect::Dialect;
+use crate::media::Format;
+
+// ---- Vocabulary --------------------------------------------------------------------------
+
+/// A reasoning carrier on an OpenAI Chat assistant message (`docs/reasoning.md#carriers-per-wire`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Carrier {
+    /// `reasoning_content` (string): DeepSeek, Kimi, MiMo, GLM, Qwen, llama.cpp, SGLang.
+    ReasoningContent,
+    /// `reasoning` (string): OpenRouter alias, vLLM, Ollama, Cerebras.
+    Reasoning,
+    /// `reasoning_details` (array): OpenRouter's unified reasoning records.
+    ReasoningDetails,
+    /// `extra_content` (holding `google.thought_signature`) on `tool_calls[i]` and on the
+    /// message: Gemini 3 via its OpenAI-compatible endpoint.
+    GeminiThoughtSignature,
+    /// `reasoning_opaque` / `reasoning_text`: GitHub Copilot `/chat/completions`.
+    CopilotOpaque,
+}
+
+impl Carrier {
+    /// Every key a carrier occupies on an assistant message (or, for `extra_content`, on its
+    /// `tool_calls[i]`): each [`Carrier::field`] plus Copilot's second key `reasoning_text`.
+    pub(crate) const MESSAGE_KEYS: [&'static str; 6] = [
+        "reasoning_content",
+        "reasoning",
+        "reasoning_details",
+        "extra_content",
+        "reasoning_opaque",
+        "reasoning_text",
+    ];
+
+    /// The message key this carrier lives in; also its name in verdicts and `carriers = [...]`.
+    pub fn field(self) -> &'static str {
+        match self {
+            Carrier::ReasoningContent => "reasoning_content",
+            Carrier::Reasoning => "reasoning",
+            Carrier::ReasoningDetails => "reasoning_details",
+            Carrier::GeminiThoughtSignature => "extra_content",
+            Carrier::CopilotOpaque => "reasoning_opaque",
+        }
+    }
+
+    /// Parse a name from a route's `carriers = [...]` (the field names; also
+    /// `thought_signature` for the Gemini carrier and `reasoning_text` for Copilot's).
+    pub(crate) fn from_name(name: &str) -> Option<Carrier> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "reasoning_content" => Some(Carrier::ReasoningContent),
+            "reasoning" => Some(Carrier::Reasoning),
+            "reasoning_details" => Some(Carrier::ReasoningDetails),
+            "extra_content" | "thought_signature" => Some(Carrier::GeminiThoughtSignature),
+            "reasoning_opaque" | "reasoning_text" => Some(Carrier::CopilotOpaque),
+            _ => None,
+        }
+    }
+}
+
+/// How signed thinking blocks are replayed on the Anthropic Messages wire
+/// (`docs/reasoning.md#thinking-routes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThinkingRoute {
+    /// anthropic.com (and gateways that forward to Claude): `thinking` / `redacted_thinking`
+    /// pass byte-exact on every turn, never rewritten by model age.
+    Native,
+    /// Kimi's Anthropic-compatible endpoint or a Kimi-family model: replay as-is.
+    Kimi,
+    /// DeepSeek's Anthropic-compatible endpoint or a DeepSeek model on another host: replay
+    /// (DeepSeek demands `content[].thinking` back).
+    DeepSeek,
+    /// z.ai's Anthropic-compatible endpoint: replay (replayed thinking works there).
+    Zai,
+    /// Any other third-party host: strip thinking blocks (it cannot verify the signatures).
+    StripThirdParty,
+}
+
+/// Must-echo family (`docs/reasoning.md#must-echo`): a tool-call turn without a non-empty
+/// `reasoning_content` is a 400 there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EchoFamily {
+    Kimi,
+    /// Also: when the request carries `tools`, every assistant turn.
+    DeepSeek,
+    Mimo,
+    Missingno,
+}
+
+/// A keep-thinking flag a profile may add when the request explicitly enables thinking
+/// (`docs/reasoning.md#keep-thinking-flags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepThinking {
+    /// GLM: `thinking.clear_thinking: false` next to `thinking.type: "enabled"`. The Coding
+    /// Plan endpoint (`/coding/` in the upstream path) preserves thinking by default, so it is
+    /// not added there. Only matters when `reasoning_content` is replayed (the `zai` row
+    /// replays none on the OpenAI wire unless `carriers` says so).
+    GlmClearThinking,
+    /// DashScope / Qwen: top-level `preserve_thinking: true` next to `enable_thinking: true`.
+    DashscopePreserve,
+    /// Kimi: `thinking.keep: "all"` next to `thinking.type: "enabled"`. No vendor document of
+    /// the wire value was found, so no row carries it (it ships off).
+    KimiKeepAll,
+}
+
+impl KeepThinking {
+    /// The name under which a rejection of this flag is learned and omitted (dotted for a
+    /// nested key).
+    pub(crate) fn param(self) -> &'static str {
+        match self {
+            KeepThinking::GlmClearThinking => "thinking.clear_thinking",
+            KeepThinking::DashscopePreserve => "preserve_thinking",
+            KeepThinking::KimiKeepAll => "thinking.keep",
+        }
+    }
+}
+
+/// The droppable names of every keep-thinking flag: a rejection of one is learned like any
+/// other unknown top-level parameter.
+pub const KEEP_THINKING_PARAMS: [&str; 3] = [
+    "thinking.clear_thinking",
+    "preserve_thinking",
+    "thinking.keep",
+];
+
+/// A provider's image rules (`docs/images.md#provider-limits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageLimits {
+    /// Name for reports (`anthropic`, `openai`, `gemini`).
+    pub name: &'static str,
+    /// Inline formats the provider accepts. GIF is kept for Gemini: a repair happens only
+    /// where a rejection is certain, and GIF is not documented as rejected there.
+    pub accepted: &'static [Format],
+    /// Largest side accepted, px; `None` when no documented limit applies.
+    pub max_side: Option<u32>,
+    /// The many-image rule: `(count, side)` — with more than `count` images every image must
+    /// be ≤ `side` px; `None` when the provider has no such rule.
+    pub many_image: Option<(usize, u32)>,
+}
+
+/// Anthropic's largest image side, px (8000×8000; the 400 `At least one of the image
+/// dimensions exceed max allowed size: 8000 pixels`). Source: `docs/images.md#anthropic-limits`.
+pub(crate) const ANTHROPIC_MAX_SIDE: u32 = 8000;
+/// Anthropic's many-image rule: above this many images in one request…
+pub(crate) const MANY_IMAGE_COUNT: usize = 20;
+/// …each image must be ≤ this many px per side (2000; Hermes calls it
+/// `MANY_IMAGE_DIMENSION_LIMIT`). Source: `docs/images.md#anthropic-limits`.
+pub(crate) const MANY_IMAGE_SIDE: u32 = 2000;
+
+const COMMON_FORMATS: &[Format] = &[Format::Jpeg, Format::Png, Format::Gif, Format::Webp];
+const GEMINI_FORMATS: &[Format] = &[
+    Format::Jpeg,
+    Format::Png,
+    Format::Gif,
+    Format::Webp,
+    Format::Heic,
+    Format::Heif,
+];
+
+/// Anthropic's image rules (also for Claude models behind gateways).
+pub(crate) const ANTHROPIC_IMAGES: ImageLimits = ImageLimits {
+    name: "anthropic",
+    accepted: COMMON_FORMATS,
+    max_side: Some(ANTHROPIC_MAX_SIDE),
+    many_image: Some((MANY_IMAGE_COUNT, MANY_IMAGE_SIDE)),
+};
+/// OpenAI's image rules (also the fallback for OpenAI-wire bodies).
+pub(crate) const OPENAI_IMAGES: ImageLimits = ImageLimits {
+    name: "openai",
+    accepted: COMMON_FORMATS,
+    max_side: None,
+    many_image: None,
+};
+/// Gemini's image rules.
+pub(crate) const GEMINI_IMAGES: ImageLimits = ImageLimits {
+    name: "gemini",
+    accepted: GEMINI_FORMATS,
+    max_side: None,
+    many_image: None,
+};
+
+/// A provider's per-request image-count ceiling for some of its models, where it differs from
+/// the `[images]` defaults (`docs/providers.md#image-ceilings`). Precedence per request: a
+/// route's `[routes.images]` key, then this, then the global `[images]` value
+/// ([`crate::images::settings::ImagesConfig::for_model`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageCeiling {
+    /// Lowercased model-name prefix (after any `vendor/`) the ceiling is for.
+    pub models: &'static str,
+    /// Most image blocks in one request when an image may be over 2000 px (`max_blocks`);
+    /// `None` = no documented value different from the default.
+    pub max_blocks: Option<usize>,
+    /// Most image blocks in one request when every image is ≤ 2000 px (`max_blocks_small`);
+    /// `None` = no documented value different from the default.
+    pub max_blocks_small: Option<usize>,
+    /// Public source of the value (also listed in docs/providers.md).
+    pub source: &'static str,
+}
+
+const ANTHROPIC_VISION: &str = "https://platform.claude.com/docs/en/build-with-claude/vision";
+const GROQ_VISION: &str = "https://console.groq.com/docs/vision";
+
+/// Anthropic: 100 images per request on models with a 200k-token context window (the
+/// `[images]` default), 600 on the others — the 1M-context models (context windows from each
+/// model's overview page, `docs/providers.md#image-ceilings`). Above 20 images every image is
+/// still held to 2000 px, so `max_blocks` (20) stays.
+const ANTHROPIC_CEILINGS: &[ImageCeiling] = &[
+    ImageCeiling {
+        models: "claude-opus-4-6",
+        max_blocks: None,
+        max_blocks_small: Some(600),
+        source: ANTHROPIC_VISION,
+    },
+    ImageCeiling {
+        models: "claude-sonnet-4-6",
+        max_blocks: None,
+        max_blocks_small: Some(600),
+        source: ANTHROPIC_VISION,
+    },
+];
+
+/// Groq's Llama 3.2 vision preview models: one image per request ("Requests with multiple
+/// images will return a 400 error").
+const GROQ_CEILINGS: &[ImageCeiling] = &[
+    ImageCeiling {
+        models: "llama-3.2-11b-vision",
+        max_blocks: Some(1),
+        max_blocks_small: Some(1),
+        source: GROQ_VISION,
+    },
+    ImageCeiling {
+        models: "llama-3.2-90b-vision",
+        max_blocks: Some(1),
+        max_blocks_small: Some(1),
+        source: GROQ_VISION,
+    },
+];
+
+/// How a provider's prompt cache is filled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheActivation {
+    /// Only where the request marks a breakpoint (`cache_control`) or asks for it.
+    Explicit,
+    /// The provider caches prefixes by itself; nothing to mark.
+    Automatic,
+}
+
+/// One prompt-cache rule of a provider, for the model family it names. Multipliers are in
+/// thousandths of the model's base input-token price (`1250` = 1.25×); `None` = not
+/// published / not confirmed (docs/providers.md says which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheRule {
+    /// Lowercased model-name prefix this rule is for (after any `vendor/`); `""` = every
+    /// model of the provider not matched by an earlier rule.
+    pub models: &'static str,
+    pub activation: CacheActivation,
+    /// How long an unused cache entry lives, s; `None` = not published.
+    pub ttl_s: Option<u32>,
+    /// Price of writing input tokens into the cache, thousandths of the input price (`1000`
+    /// = no surcharge).
+    pub write_milli: Option<u32>,
+    /// The longer TTL a request may ask for, as `(ttl_s, write_milli)`: Anthropic's 1-hour
+    /// breakpoints, OpenAI's 24-hour retention.
+    pub long_ttl: Option<(u32, u32)>,
+    /// Price of input tokens read from the cache, thousandths of the input price.
+    pub read_milli: Option<u32>,
+    /// Public source of the rule (also listed in docs/providers.md).
+    pub source: &'static str,
+}
+
+// ---- The table ---------------------------------------------------------------------------
+
+/// One provider: everything cachekeeper knows about it. Sources: docs/providers.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Provider {
+    /// The name a route's `provider` key uses (also the name in logs and `check`).
+    pub name: &'static str,
+    /// Domains matched exactly or by dot-suffix.
+    pub hosts: &'static [&'static str],
+    /// Wire dialects the provider serves; a request path of another dialect is tunnelled
+    /// untouched ([`crate::route::Route::classify`]). [`ALL_DIALECTS`] where unknown.
+    pub dialects: &'static [Dialect],
+    /// The dialect of the provider's own API: the shape of the proxy's own errors on a path
+    /// that names no dialect (`/v1/files`, `/v1/models`) on a route to it
+    /// ([`crate::route::Route::error_dialect`]). `None` for gateways, hosts serving several
+    /// wires, and unknown hosts.
+    pub native_dialect: Option<Dialect>,
+    /// Image rules; `None` = from the model name, else the body's dialect.
+    pub images: Option<&'static ImageLimits>,
+    /// Carriers read on the OpenAI Chat wire (the Gemini signature is added by model name).
+    pub carriers: &'static [Carrier],
+    /// Must-echo by row (model names are checked separately, [`ModelFamily::echo`]).
+    pub echo: Option<EchoFamily>,
+    /// Thinking replay on the Anthropic wire.
+    pub thinking: ThinkingRoute,
+    /// Whether `thinking.block_binding` with its beta header may be sent (Anthropic itself).
+    pub binding_controls: bool,
+    /// Keep-thinking flag added when the request enables thinking.
+    pub keep_thinking: Option<KeepThinking>,
+    /// Validates Gemini 3 thought signatures on the function calls it is sent (Google's own
+    /// hosts): a Gemini 3 model's `functionCall` without one is a 400, so the restore pass puts
+    /// the documented placeholder on a call whose signature is unknown
+    /// ([`ResolvedProvider::wants_placeholder_signature`], `docs/reasoning.md#carrier-restore`).
+    pub validates_thought_signatures: bool,
+    /// Prompt-cache rules, first match by model prefix wins; empty = none known.
+    pub cache: &'static [CacheRule],
+    /// The row's Anthropic-wire endpoint is a third-party model host: not Anthropic, and not
+    /// a gateway that may forward to it. Claude Code's billing line at the head of `system`
+    /// (per conversation, per request with `cch=`) then only keeps requests from sharing the
+    /// cached prefix, so routes on the row get the billing-line stabiliser by default
+    /// (`docs/caching.md#prefix-stabilisers`). False for `anthropic`, the gateways
+    /// (`openrouter`, `copilot`) and `default` (an unknown host may be a gateway to Anthropic),
+    /// and for `gemini`, which serves no Anthropic wire (nor does `openai`: its
+    /// [`Self::dialects`] leave Anthropic out, which the default reads too).
+    pub third_party_anthropic_wire: bool,
+    /// A 1-hour `cache_control` TTL needs the `extended-cache-ttl-2025-04-11` `anthropic-beta`
+    /// value ([`crate::caching::EXTENDED_CACHE_TTL_BETA`]). False for `anthropic`, whose
+    /// current prompt-caching docs document the 1-hour TTL without a header
+    /// (`docs/caching.md#ttl`).
+    pub ttl_beta: bool,
+    /// Per-model image ceilings, first match by model prefix wins; empty = none known.
+    pub image_ceilings: &'static [ImageCeiling],
+    /// The top-level reasoning controls ([`REASONING_CONTROLS`]) this host takes on the
+    /// OpenAI Chat wire; every other one a request carries is removed before it is sent
+    /// (`docs/reasoning.md#top-level-reasoning-controls`). `None` = not known: nothing is
+    /// removed up front (a rejection is still learned, [`crate::reasoning::unknown_field`]).
+    /// Only hosts that reject unknown body properties have a list.
+    pub reasoning_controls: Option<&'static [&'static str]>,
+}
+
+/// The top-level request parameters clients send to turn reasoning on, off or up, across
+/// OpenAI-compatible hosts (`docs/reasoning.md#top-level-reasoning-controls`): OpenAI's
+/// `reasoning_effort`; OpenRouter's `reasoning` object; Groq's and Cerebras'
+/// `reasoning_format`; Groq's `include_reasoning`; Qwen / DashScope's `enable_thinking` and
+/// `thinking_budget`; DeepSeek / Kimi / GLM's `thinking` object; Cerebras' `disable_reasoning`
+/// and `clear_thinking`. A row's [`Provider::reasoning_controls`] names the ones it takes.
+pub const REASONING_CONTROLS: [&str; 9] = [
+    "reasoning",
+    "reasoning_effort",
+    "reasoning_format",
+    "include_reasoning",
+    "enable_thinking",
+    "thinking_budget",
+    "thinking",
+    "disable_reasoning",
+    "clear_thinking",
+];
+
+/// Cerebras' top-level reasoning controls: `reasoning_effort`, `reasoning_format`,
+/// `disable_reasoning` (GLM, deprecated for `reasoning_effort: "none"`) and `clear_thinking`
+/// (GLM). Sources: https://inference-docs.cerebras.ai/capabilities/reasoning,
+/// https://inference-docs.cerebras.ai/api-reference/chat-completions (`docs/providers.md`).
+const CEREBRAS_CONTROLS: &[&str] = &[
+    "reasoning_effort",
+    "reasoning_format",
+    "disable_reasoning",
+    "clear_thinking",
+];
+
+/// Groq's top-level reasoning controls: `reasoning_effort`, `reasoning_format`,
+/// `include_reasoning`. Source: https://console.groq.com/docs/reasoning (`docs/providers.md`).
+const GROQ_CONTROLS: &[&str] = &["reasoning_effort", "reasoning_format", "include_reasoning"];
+
+/// Every dialect ([`crate::dialect::ALL`]): a provider whose wires are not restricted.
+pub(crate) const ALL_DIALECTS: &[Dialect] = &crate::dialect::ALL;
+
+use Carrier::{CopilotOpaque as CO, ReasoningContent as RC, ReasoningDetails as RD};
+const R: Carrier = Carrier::Reasoning;
+use CacheActivation::{Automatic, Explicit};
+use ThinkingRoute::{Native, StripThirdParty as Strip};
+
+const fn row(
+    name: &'static str,
+    hosts: &'static [&'static str],
+    carriers: &'static [Carrier],
+    thinking: ThinkingRoute,
+) -> Provider {
+    Provider {
+        name,
+        hosts,
+        dialects: ALL_DIALECTS,
+        native_dialect: None,
+        images: None,
+        carriers,
+        echo: None,
+        thinking,
+        binding_controls: false,
+        keep_thinking: None,
+        validates_thought_signatures: false,
+        cache: &[],
+        third_party_anthropic_wire: true,
+        ttl_beta: true,
+        image_ceilings: &[],
+        reasoning_controls: None,
+    }
+}
+
+const ANTHROPIC_CACHE: &str = "https://docs.claude.com/en/docs/build-with-claude/prompt-caching";
+const OPENAI_CACHE: &str = "https://developers.openai.com/api/docs/guides/prompt-caching";
+const OPENAI_PRICING: &str = "https://developers.openai.com/api/docs/pricing";
+const GEMINI_PRICING: &str = "https://ai.google.dev/gemini-api/docs/pricing";
+const DEEPSEEK_CACHE: &str = "https://api-docs.deepseek.com/guides/kv_cache";
+
+/// An OpenAI rule: automatic, no write surcharge, cached prefixes kept in memory for
+/// (typically) 5–10 idle minutes, or up to 24 h with `prompt_cache_retention: "24h"`.
+const fn openai_cache(models: &'static str, read_milli: Option<u32>) -> CacheRule {
+    CacheRule {
+        models,
+        activation: Automatic,
+        ttl_s: Some(300),
+        write_milli: Some(1000),
+        long_ttl: Some((86_400, 1000)),
+        read_milli,
+        source: OPENAI_PRICING,
+    }
+}
+
+/// The table, first host match wins (no two rows share a domain). `local` and `default`
+/// are matched by address / as the fallback, never by host.
+pub(crate) const PROVIDERS: &[Provider] = &[
+    Provider {
+        native_dialect: Some(Dialect::Anthropic),
+        images: Some(&ANTHROPIC_IMAGES),
+        binding_controls: true,
+        third_party_anthropic_wire: false,
+        ttl_beta: false,
+        cache: &[CacheRule {
+            models: "",
+            activation: Explicit,
+            ttl_s: Some(300),
+            write_milli: Some(1250),
+            long_ttl: Some((3600, 2000)),
+            read_milli: Some(100),
+            source: ANTHROPIC_CACHE,
+        }],
+        image_ceilings: ANTHROPIC_CEILINGS,
+        ..row("anthropic", &["anthropic.com"], &[RC], Native)
+    },
+    Provider {
+        dialects: &[Dialect::Openai, Dialect::OpenaiResponses],
+        native_dialect: Some(Dialect::Openai),
+        images: Some(&OPENAI_IMAGES),
+        cache: &[
+            // GPT-5.6 and later: a 30-minute minimum life, writes 1.25×, reads 0.1×.
+            CacheRule {
+                models: "gpt-5.6",
+                activation: Automatic,
+                ttl_s: Some(1800),
+                write_milli: Some(1250),
+                long_ttl: None,
+                read_milli: Some(100),
+                source: OPENAI_CACHE,
+            },
+            openai_cache("gpt-5", Some(100)),
+            openai_cache("gpt-4.1", Some(250)),
+            openai_cache("gpt-4o", Some(500)),
+            openai_cache("o1", Some(500)),
+            openai_cache("o3", Some(250)),
+            openai_cache("o4", Some(250)),
+            openai_cache("", None),
+        ],
+        ..row("openai", &["openai.com"], &[RC], Strip)
+    },
+    // Gateways that forward Claude models to Anthropic.
+    Provider {
+        third_party_anthropic_wire: false,
+        ..row(
+            "openrouter",
+            &[
+                "openrouter.ai",
+                "kilo.ai",
+                "ai-gateway.vercel.sh",
+                "nousresearch.com",
+            ],
+            &[RC, R, RD],
+            Native,
+        )
+    },
+    Provider {
+        images: Some(&GEMINI_IMAGES),
+        // Implicit caching (Gemini 2.5 and later): no write charge, no published TTL.
+        cache: &[CacheRule {
+            models: "",
+            activation: Automatic,
+            ttl_s: None,
+            write_milli: Some(1000),
+            long_ttl: None,
+            read_milli: Some(100),
+            source: GEMINI_PRICING,
+        }],
+        validates_thought_signatures: true,
+        native_dialect: Some(Dialect::Gemini),
+        // Google serves its own wire and an OpenAI-compatible one, no Anthropic wire.
+        third_party_anthropic_wire: false,
+        ..row(
+            "gemini",
+            &[
+                "generativelanguage.googleapis.com",
+                "aiplatform.googleapis.com",
+            ],
+            &[RC],
+            Strip,
+        )
+    },
+    Provider {
+        echo: Some(EchoFamily::DeepSeek),
+        // Automatic disk cache, no write charge; the cache-hit price is listed per model.
+        cache: &[CacheRule {
+            models: "",
+            activation: Automatic,
+            ttl_s: None,
+            write_milli: Some(1000),
+            long_ttl: None,
+            read_milli: None,
+            source: DEEPSEEK_CACHE,
+        }],
+        ..row(
+            "deepseek",
+            &["deepseek.com"],
+            &[RC],
+            ThinkingRoute::DeepSeek,
+        )
+    },
+    Provider {
+        echo: Some(EchoFamily::Kimi),
+        ..row(
+            "kimi",
+            &["api.kimi.com", "moonshot.ai", "moonshot.cn"],
+            &[RC],
+            ThinkingRoute::Kimi,
+        )
+    },
+    Provider {
+        echo: Some(EchoFamily::Mimo),
+        ..row("mimo", &["xiaomimimo.com"], &[RC], Strip)
+    },
+    Provider {
+        keep_thinking: Some(KeepThinking::GlmClearThinking),
+        ..row("zai", &["z.ai", "bigmodel.cn"], &[], ThinkingRoute::Zai)
+    },
+    Provider {
+        keep_thinking: Some(KeepThinking::DashscopePreserve),
+        ..row(
+            "dashscope",
+            &[
+                "dashscope.aliyuncs.com",
+                "dashscope-intl.aliyuncs.com",
+                "dashscope-us.aliyuncs.com",
+            ],
+            &[RC],
+            Strip,
+        )
+    },
+    row("mistral", &["mistral.ai"], &[], Strip),
+    Provider {
+        image_ceilings: GROQ_CEILINGS,
+        reasoning_controls: Some(GROQ_CONTROLS),
+        ..row("groq", &["groq.com"], &[], Strip)
+    },
+    // Cerebras takes reasoning back as `reasoning` and rejects `reasoning_content`, and every
+    // top-level reasoning control but its own (`enable_thinking`, `thinking`, `reasoning`).
+    Provider {
+        reasoning_controls: Some(CEREBRAS_CONTROLS),
+        ..row("cerebras", &["cerebras.ai"], &[R], Strip)
+    },
+    row("sambanova", &["sambanova.ai"], &[], Strip),
+    row("hunyuan", &["hunyuan.cloud.tencent.com"], &[], Strip),
+    row("fireworks", &["fireworks.ai"], &[RC], Strip),
+    row(
+        "novita",
+        &[
+            "novita.ai",
+            "tokenhub.tencentmaas.com",
+            "tokenhub-intl.tencentcloudmaas.com",
+        ],
+        &[RC, RD],
+        Strip,
+    ),
+    row("minimax", &["minimax.io", "minimaxi.com"], &[RC, RD], Strip),
+    row("ollama", &["ollama.com", "upstage.ai"], &[RC, R], Strip),
+    Provider {
+        third_party_anthropic_wire: false,
+        ..row("copilot", &["githubcopilot.com"], &[RC, CO], Strip)
+    },
+    // Local endpoints: matched by address, not by domain. Anthropic-wire traffic to a local
+    // server is passed through (a local gateway or mock, not a signature-less model host).
+    LOCAL,
+    DEFAULT,
+];
+
+const LOCAL: Provider = row("local", &[], &[RC, R], Native);
+const DEFAULT: Provider = Provider {
+    third_party_anthropic_wire: false,
+    ..row("default", &[], &[RC], Strip)
+};
+
+impl Provider {
+    /// The row caches prompt prefixes by itself for every model (every cache rule is
+    /// [`CacheActivation::Automatic`]): `cache_control` breakpoints would do nothing there.
+    pub(crate) fn caches_automatically(&self) -> bool {
+        !self.cache.is_empty() && self.cache.iter().all(|r| r.activation == Automatic)
+    }
+
+    /// The cache rule for `model` (first rule whose prefix the model's leaf name, lowercased
+    /// and without a `vendor/` part, starts with), if the row has one.
+    pub(crate) fn cache_rule(&self, model: &str) -> Option<&'static CacheRule> {
+        let leaf = model_leaf(model);
+        self.cache.iter().find(|r| leaf.starts_with(r.models))
+    }
+
+    /// The image ceiling for `model` (first entry whose prefix the model's leaf name,
+    /// lowercased and without a `vendor/` part, starts with), if the row has one.
+    pub(crate) fn image_ceiling(&self, model: &str) -> Option<&'static ImageCeiling> {
+        let leaf = model_leaf(model);
+        self.image_ceilings
+            .iter()
+            .find(|c| leaf.starts_with(c.models))
+    }
+}
+
+/// The row called `name`, if any.
+pub(crate) fn by_name(name: &str) -> Option<&'static Provider> {
+    PROVIDERS.iter().find(|p| p.name == name)
+}
+
+/// Every row's name, in table order (what a route's `provider` key may say).
+pub(crate) fn names() -> impl Iterator<Item = &'static str> {
+    PROVIDERS.iter().map(|p| p.name)
+}
+
+/// The row whose hosts match `host` (normalized), if any.
+fn by_host(host: &str) -> Option<&'static Provider> {
+    PROVIDERS
+        .iter()
+        .find(|p| p.hosts.iter().any(|d| domain_matches(host, d)))
+}
+
+// ---- Resolution, once per route ----------------------------------------------------------
+
+/// How a route's row was chosen (for `check` output and logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchedBy {
+    /// The route's `provider` key.
+    Provider,
+    /// The upstream host, exact or dot-suffix.
+    Host,
+    /// The upstream is a loopback / private address or `localhost`.
+    Local,
+    /// Nothing matched: the `default` row.
+    Default,
+}
+
+/// A route's provider, resolved once when the route table is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedProvider {
+    /// The row.
+    pub row: &'static Provider,
+    pub matched_by: MatchedBy,
+    /// The verdict key: the lowercased upstream host (no brackets, no trailing dot), with
+    /// its port when the upstream URL names one that is not the scheme's default — two local
+    /// servers on one machine (`127.0.0.1:8001` and `:8002`) learn apart.
+    pub host: String,
+    /// Image rules of the route: the row's, else those of the row the host matches (a
+    /// `provider` key without image rules keeps the host's); `None` = per request from the
+    /// model name, else the dialect.
+    pub images: Option<&'static ImageLimits>,
+    /// Carriers sent on the OpenAI Chat wire before the model refinement and learned
+    /// verdicts: the row's, or the route's `carriers = [...]`.
+    pub carriers: BTreeSet<Carrier>,
+    /// Names in `carriers = [...]` that are not carriers (for `check` to report).
+    pub unknown_carrier_names: Vec<String>,
+}
+
+impl ResolvedProvider {
+    /// Resolve a route's row.
+    ///
+    /// - `provider`: the route's `provider` key (a row name); an unknown name falls back to
+    ///   host matching (config validation rejects unknown names first).
+    /// - `upstream_host`: the upstream's host, with the port that tells the verdicts of two
+    ///   servers on one host apart (IPv6 brackets tolerated; rows match on the host alone).
+    /// - `carriers_override`: the route's `carriers = [...]`, replacing the row's set.
+    pub fn resolve(
+        provider: Option<&str>,
+        upstream_host: &str,
+        carriers_override: Option<&[String]>,
+    ) -> ResolvedProvider {
+        let host = normalize_host(upstream_host);
+        let key = match port_of(upstream_host) {
+            Some(port) if host.contains(':') => format!("[{host}]:{port}"),
+            Some(port) => format!("{host}:{port}"),
+            None => host.clone(),
+        };
+        let by_key = provider.and_then(by_name);
+        let host_row = by_host(&host);
+        let (row, matched_by) = if let Some(p) = by_key {
+            (p, MatchedBy::Provider)
+        } else if let Some(p) = host_row {
+            (p, MatchedBy::Host)
+        } else if is_local_host(&host) {
+            (&LOCAL, MatchedBy::Local)
+        } else {
+            (&DEFAULT, MatchedBy::Default)
+        };
+        let images = by_key
+            .and_then(|p| p.images)
+            .or_else(|| host_row.and_then(|p| p.images));
+        let mut unknown_carrier_names = Vec::new();
+        let carriers = match carriers_override {
+            Some(names) => names
+                .iter()
+                .filter_map(|n| {
+                    let c = Carrier::from_name(n);
+                    if c.is_none() {
+                        unknown_carrier_names.push(n.clone());
+                    }
+                    c
+                })
+                .collect(),
+            None => row.carriers.iter().copied().collect(),
+        };
+        ResolvedProvider {
+            row,
+            matched_by,
+            host: key,
+            images,
+            carriers,
+            unknown_carrier_names,
+        }
+    }
+
+    /// Whether a `functionCall` of `model` (as the request names it) with no signature gets
+    /// the placeholder signature on this route: the row validates Gemini 3 signatures and the
+    /// model is Gemini 3 or later ([`ModelFamily::gemini_3`]).
+    pub(crate) fn wants_placeholder_signature(&self, model: &str) -> bool {
+        self.row.validates_thought_signatures && ModelFamily::of(model).gemini_3
+    }
+
+    /// The cache rule for `model` (first rule whose prefix the model's leaf name starts
+    /// with), if the row has one.
+    pub fn cache_rule(&self, model: &str) -> Option<&'static CacheRule> {
+        self.row.cache_rule(model)
+    }
+}
+
+// ---- Hosts -------------------------------------------------------------------------------
+
+/// Normalize a host: lowercase, no brackets, no port, no trailing dot.
+pub fn normalize_host(host: &str) -> String {
+    let h = host.trim().to_ascii_lowercase();
+    let h = if let Some(rest) = h.strip_prefix('[') {
+        // [v6]:port or [v6]
+        rest.split(']').next().unwrap_or("").to_owned()
+    } else if h.matches(':').count() == 1 {
+        h.split(':').next().unwrap_or("").to_owned()
+    } else {
+        h
+    };
+    h.trim_end_matches('.').to_owned()
+}
+
+/// The port of `host:port` or `[v6]:port`, if any.
+fn port_of(host: &str) -> Option<u16> {
+    let h = host.trim();
+    let tail = if h.starts_with('[') {
+        h.rsplit_once("]:")?.1
+    } else if h.matches(':').count() == 1 {
+        h.rsplit_once(':')?.1
+    } else {
+        return None;
+    };
+    tail.parse().ok()
+}
+
+/// True when `host` (any form [`normalize_host`] accepts) is `domain` or a subdomain of it.
+pub fn host_matches(host: &str, domain: &str) -> bool {
+    domain_matches(&normalize_host(host), domain)
+}
+
+/// [`host_matches`] for a host already normalized.
+fn domain_matches(host: &str, domain: &str) -> bool {
+    let domain = domain.trim_end_matches('.');
+    if domain.is_empty() {
+        return false;
+    }
+    let n = domain.len();
+    host.eq_ignore_ascii_case(domain)
+        || (host.len() > n
+            && host.as_bytes()[host.len() - n - 1] == b'.'
+            && host.as_bytes()[host.len() - n..].eq_ignore_ascii_case(domain.as_bytes()))
+}
+
+/// True for `localhost` (and `*.localhost`), `host.docker.internal`, loopback, private
+/// (RFC 1918, CGNAT), link-local and unique-local addresses.
+pub fn is_local_host(host: &str) -> bool {
+    let h = normalize_host(host);
+    if h == "localhost" || h.ends_with(".localhost") || h == "host.docker.internal" {
+        return true;
+    }
+    match h.parse::<IpAddr>() {
+        Ok(IpAddr::V4(v4)) => is_local_v4(v4),
+        Ok(IpAddr::V6(v6)) => is_local_v6(v6),
+        Err(_) => false,
+    }
+}
+
+fn is_local_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, ..] = ip.octets();
+    ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || (a == 100 && (64..128).contains(&b))
+}
+
+fn is_local_v6(ip: Ipv6Addr) -> bool {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return is_local_v4(v4);
+    }
+    let first = ip.segments()[0];
+    ip.is_loopback()
+        || ip.is_unspecified()
+        || (first & 0xfe00) == 0xfc00
+        || (first & 0xffc0) == 0xfe80
+}
+
+// ---- Model names: the one set of tests ---------------------------------------------------
+
+/// The model name lowercased, without a vendor prefix (`moonshotai/kimi-k2` → `kimi-k2`).
+fn model_leaf(model: &str) -> String {
+    let m = model.to_ascii_lowercase();
+    m.rsplit('/').next().unwrap_or("").to_owned()
+}
+
+/// What a model name says about its family. Substring tests on the lowercased name, except
+/// Kimi (a prefix of the name after any `vendor/`). Computed once per request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ModelFamily {
+    /// `claude`: Anthropic's image rules and signed thinking behind a gateway.
+    pub claude: bool,
+    /// `gemini`: Gemini's image rules; with `gemma`, the Gemini thought signature.
+    pub gemini: bool,
+    /// `gemma`.
+    pub gemma: bool,
+    /// `gemini-N…` with N ≥ 3 (`gemini-3-pro-preview`, `gemini-3.1-flash`, a `models/` or
+    /// `publishers/google/models/` prefix and a `:generateContent` suffix allowed): the models
+    /// that validate thought signatures strictly. An alias without a version
+    /// (`gemini-flash-latest`) is not known to be one.
+    pub gemini_3: bool,
+    /// `kimi…`, `moonshot…`, `k2.…`, `k3-…` or bare `k3` (after any `vendor/`).
+    pub kimi: bool,
+    /// `deepseek`.
+    pub deepseek: bool,
+    /// `mimo`.
+    pub mimo: bool,
+    /// `stealth/missingno`.
+    pub missingno: bool,
+}
+
+/// The major version of a `gemini-N…` model leaf (`gemini-3.1-pro:generateContent` → 3).
+fn gemini_major(leaf: &str) -> Option<u32> {
+    let rest = &leaf[leaf.find("gemini-")? + "gemini-".len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+impl ModelFamily {
+    /// Sniff `model` (empty: nothing known).
+    pub(crate) fn of(model: &str) -> ModelFamily {
+        let m = model.to_ascii_lowercase();
+        let leaf = m.rsplit('/').next().unwrap_or("");
+        ModelFamily {
+            claude: m.contains("claude"),
+            gemini: m.contains("gemini"),
+            gemma: m.contains("gemma"),
+            gemini_3: gemini_major(leaf).is_some_and(|v| v >= 3),
+            kimi: leaf.starts_with("kimi")
+                || leaf.starts_with("moonshot")
+                || leaf.starts_with("k2.")
+                || leaf.starts_with("k3-")
+                || leaf == "k3",
+            deepseek: m.contains("deepseek"),
+            mimo: m.contains("mimo"),
+            missingno: m.contains("stealth/missingno"),
+        }
+    }
+
+    /// Gemini thought signatures are replayed only for these models (`gemini` / `gemma`):
+    /// every other host 400s on them.
+    pub(crate) fn reads_gemini_signature(self) -> bool {
+        self.gemini || self.gemma
+    }
+
+    /// Must-echo by model name (`deepseek`, then `mimo`, then `stealth/missingno`).
+    pub(crate) fn echo(self) -> Option<EchoFamily> {
+        if self.deepseek {
+            Some(EchoFamily::DeepSeek)
+        } else if self.mimo {
+            Some(EchoFamily::Mimo)
+        } else if self.missingno {
+            Some(EchoFamily::Missingno)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_ceilings_by_model() {
+        let anthropic = by_name("anthropic").unwrap();
+        let c = anthropic.image_ceiling("claude-opus-4-6").unwrap();
+        assert_eq!((c.max_blocks, c.max_blocks_small), (None, Some(600)));
+        assert!(anthropic
+            .image_ceiling("Claude-Sonnet-4-6-20260217")
+            .is_some());
+        assert!(anthropic
+            .image_ceiling("anthropic/claude-sonnet-4-6")
+            .is_some());
+        // 200k-context models keep the `[images]` default (100).
+        assert_eq!(anthropic.image_ceiling("claude-sonnet-4-5"), None);
+        assert_eq!(anthropic.image_ceiling("claude-haiku-4-5"), None);
+        let groq = by_name("groq").unwrap();
+        let c = groq.image_ceiling("llama-3.2-90b-vision-preview").unwrap();
+        assert_eq!((c.max_blocks, c.max_blocks_small), (Some(1), Some(1)));
+        assert_eq!(
+            groq.image_ceiling("meta-llama/llama-4-scout-17b-16e-instruct"),
+            None
+        );
+        assert!(PROVIDERS
+            .iter()
+            .flat_map(|p| p.image_ceilings)
+            .all(|c| c.source.starts_with("https://")));
+    }
+
+    #[test]
+    fn placeholder_signature_only_for_gemini_3_on_google_rows() {
+        for m in [
+            "gemini-3-pro-preview",
+            "gemini-3.1-flash",
+            "models/gemini-3-flash-preview",
+            "publishers/google/models/gemini-3-pro:generateContent",
+            "Gemini-4-ultra",
+        ] {
+            assert!(ModelFamily::of(m).gemini_3, "{m}");
+        }
+        for m in [
+            "gemini-2.5-flash",
+            "gemini-exp-1206",
+            "gemini-flash-latest",
+            "gemma-3-27b",
+            "",
+        ] {
+            assert!(!ModelFamily::of(m).gemini_3, "{m}");
+        }
+        let google = ResolvedProvider::resolve(None, "generativelanguage.googleapis.com", None);
+        assert!(google.wants_placeholder_signature("gemini-3-pro-preview"));
+        assert!(!google.wants_placeholder_signature("gemini-2.5-pro"));
+        let mock = ResolvedProvider::resolve(Some("gemini"), "127.0.0.1:9000", None);
+        assert!(mock.wants_placeholder_signature("gemini-3-pro-preview"));
+        for host in ["openrouter.ai", "127.0.0.1:9000", "example.com"] {
+            let p = ResolvedProvider::resolve(None, host, None);
+            assert!(
+                !p.wants_placeholder_signature("gemini-3-pro-preview"),
+                "{host}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_hosts_do_not_overlap() {
+        let mut names = BTreeSet::new();
+        for p in PROVIDERS {
+            assert!(names.insert(p.name), "{} twice", p.name);
+        }
+        for p in PROVIDERS {
+            for h in p.hosts {
+                let owners: Vec<&str> = PROVIDERS
+                    .iter()
+                    .filter(|q| q.hosts.iter().any(|d| host_matches(h, d)))
+                    .map(|q| q.name)
+                    .collect();
+                assert_eq!(owners, vec![p.name], "{h}");
+            }
+        }
+        assert!(by_name("local").is_some() && by_name("default").is_some());
+    }
+
+    #[test]
+    fn the_verdict_key_keeps_a_port_and_rows_match_without_it() {
+        // The failing input: two local servers on one machine shared their verdicts.
+        let a = ResolvedProvider::resolve(None, "127.0.0.1:8001", None);
+        let b = ResolvedProvider::resolve(None, "127.0.0.1:8002", None);
+        assert_eq!(
+            (a.host.as_str(), b.host.as_str()),
+            ("127.0.0.1:8001", "127.0.0.1:8002")
+        );
+        assert_eq!(a.matched_by, MatchedBy::Local);
+        let v6 = ResolvedProvider::resolve(None, "[::1]:11434", None);
+        assert_eq!(v6.host, "[::1]:11434");
+        assert_eq!(v6.matched_by, MatchedBy::Local);
+        let m = ResolvedProvider::resolve(None, "API.Mistral.ai", None);
+        assert_eq!(m.host, "api.mistral.ai");
+        assert_eq!(
+            m.row.name,
+            ResolvedProvider::resolve(None, "api.mistral.ai:8443", None)
+                .row
+                .name
+        );
+    }
+
+    #[test]
+    fn host_matching_is_exact_or_dot_suffix() {
+        assert!(host_matches("api.mistral.ai", "mistral.ai"));
+        assert!(host_matches("mistral.ai", "mistral.ai"));
+        assert!(host_matches("API.Mistral.AI.", "mistral.ai"));
+        assert!(host_matches("api.mistral.ai:443", "mistral.ai"));
+        assert!(!host_matches("notmistral.ai", "mistral.ai"));
+        assert!(!host_matches("mistral.ai.evil.com", "mistral.ai"));
+        assert!(!host_matches("evil.com/mistral.ai", "mistral.ai"));
+        assert!(!host_matches("evil-moonshot.ai", "moonshot.ai"));
+        let r = ResolvedProvider::resolve(None, "api.mistral.ai", None);
+        assert_eq!((r.row.name, r.matched_by), ("mistral", MatchedBy::Host));
+        let r = ResolvedProvider::resolve(None, "notmistral.ai", None);
+        assert_eq!((r.row.name, r.matched_by), ("default", MatchedBy::Default));
+    }
+
+    #[test]
+    fn image_rules_from_key_then_host() {
+        let img =
+            |p: Option<&str>, h: &str| ResolvedProvider::resolve(p, h, None).images.map(|l| l.name);
+        assert_eq!(img(Some("anthropic"), "example.com"), Some("anthropic"));
+        assert_eq!(img(None, "api.anthropic.com"), Some("anthropic"));
+        assert_eq!(
+            img(None, "generativelanguage.googleapis.com"),
+            Some("gemini")
+        );
+        assert_eq!(img(None, "api.openai.com"), Some("openai"));
+        // A key without image rules keeps the host's.
+        assert_eq!(
+            img(Some("deepseek"), "api.anthropic.com"),
+            Some("anthropic")
+        );
+        assert_eq!(img(None, "api.kimi.com"), None);
+        assert_eq!(img(None, "notanthropic.com"), None);
+    }
+
+    #[test]
+    fn model_family() {
+        let f = ModelFamily::of("moonshotai/Kimi-K2.6");
+        assert!(f.kimi && !f.deepseek);
+        assert!(ModelFamily::of("k3").kimi && !ModelFamily::of("k30").kimi);
+        assert!(ModelFamily::of("google/Gemma-3").reads_gemini_signature());
+        assert!(!ModelFamily::of("google/Gemma-3").gemini);
+        assert_eq!(
+            ModelFamily::of("deepseek/deepseek-v4").echo(),
+            Some(EchoFamily::DeepSeek)
+        );
+        assert_eq!(ModelFamily::of("MiMo-V2.5").echo(), Some(EchoFamily::Mimo));
+        assert_eq!(ModelFamily::of("").echo(), None);
+    }
+
+    #[test]
+    fn cache_rules_by_model_family() {
+        let openai = ResolvedProvider::resolve(None, "api.openai.com", None);
+        let read = |m: &str| openai.cache_rule(m).and_then(|r| r.read_milli);
+        assert_eq!(read("gpt-5.1"), Some(100));
+        assert_eq!(read("gpt-4o-mini"), Some(500));
+        assert_eq!(read("gpt-4.1-mini"), Some(250));
+        assert_eq!(read("o3"), Some(250));
+        assert_eq!(read("davinci-002"), None);
+        let r = openai.cache_rule("openai/gpt-5.6-terra").unwrap();
+        assert_eq!((r.ttl_s, r.write_milli), (Some(1800), Some(1250)));
+        assert_eq!(openai.cache_rule("gpt-5").unwrap().write_milli, Some(1000));
+        let anthropic = ResolvedProvider::resolve(None, "api.anthropic.com", None);
+        let r = anthropic.cache_rule("claude-opus-4-5").unwrap();
+        assert_eq!(
+            (r.ttl_s, r.write_milli, r.read_milli),
+            (Some(300), Some(1250), Some(100))
+        );
+        for p in PROVIDERS {
+            for r in p.cache {
+                assert!(r.source.starts_with("https://"), "{}", p.name);
+            }
+        }
+    }
+}
