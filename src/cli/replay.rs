@@ -39,7 +39,6 @@ use crate::accounting::TurnAccount;
 use crate::config::{Config, ReasoningConfig};
 use crate::dialect::Dialect;
 use crate::images::cache::TranscodeCache;
-use crate::images::retired::RetiredSet;
 use crate::pipeline::{self, Plan, RunFor, Step};
 use crate::provider::CacheActivation;
 use crate::rewrite::RewriteReport;
@@ -335,7 +334,7 @@ impl Variant {
                 Some(a)
             }
             None => {
-                let input = s.turn_input(self.name, sent, None);
+                let input = s.turn_input(self.name, sent);
                 let memory = Snapshot::memory_only();
                 s.tracker
                     .begin(&input, &Reads::new(s.tracker.store(), &memory))
@@ -558,12 +557,7 @@ impl Session {
 
     /// The session tracker's input for one variant's turn (the variant's name is its
     /// session).
-    fn turn_input<'a>(
-        &'a self,
-        variant: &'static str,
-        sent: &Sent<'a>,
-        retired: Option<&'a RetiredSet>,
-    ) -> TurnInput<'a> {
+    fn turn_input<'a>(&'a self, variant: &'static str, sent: &Sent<'a>) -> TurnInput<'a> {
         TurnInput {
             dialect: sent.dialect,
             route: &self.route.name,
@@ -576,7 +570,7 @@ impl Session {
             forwarded: sent.forwarded,
             report: sent.report,
             now_ms: sent.ts,
-            retired,
+            retired: None,
         }
     }
 
@@ -638,14 +632,7 @@ impl Session {
             .clone()
             .unwrap_or_else(|| default_path(dialect).to_owned());
         let plan = self.plan(v[1].name, &rest, ts);
-        let run_for = RunFor {
-            recovery: None,
-            begin_turn: true,
-            memo: None,
-            defer: false,
-            decode_allowance: u64::MAX,
-            reuse: None,
-        };
+        let run_for = RunFor::whole_turn();
         // Replay's store is in memory: nothing to load.
         let memory = Snapshot::memory_only();
         let done = pipeline::prepare(&plan, &bytes::Bytes::copy_from_slice(body))

@@ -598,14 +598,7 @@ mod tests {
             .unwrap()
             .contains(r#""media_type":"image/png""#));
         let before = Arc::new(Snapshot::before_load());
-        let run_for = RunFor {
-            recovery: None,
-            begin_turn: true,
-            memo: None,
-            defer: false,
-            decode_allowance: u64::MAX,
-            reuse: None,
-        };
+        let run_for = RunFor::whole_turn();
         let input = Input::Received(bmp.clone());
         let (_, direct) = in_lane(Lane::Images, &plan, &pools, &input, &run_for, &before)
             .await
@@ -690,12 +683,8 @@ mod tests {
         let memory = Snapshot::memory_only();
         let parsed = pipeline::prepare(&plan, &body).unwrap();
         let first = RunFor {
-            recovery: None,
-            begin_turn: true,
-            memo: None,
             defer: true,
-            decode_allowance: u64::MAX,
-            reuse: None,
+            ..RunFor::whole_turn()
         };
         let before = runs();
         let parses = crate::json::PARSES.with(std::cell::Cell::get);

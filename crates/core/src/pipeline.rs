@@ -165,6 +165,22 @@ pub struct RunFor {
     pub reuse: Option<Arc<Reuse>>,
 }
 
+impl RunFor {
+    /// A run that begins the turn and does all its work now: no recovery, no first run's
+    /// inputs, no deferral, no cap on a decode, nothing to reuse. What `cachekeeper replay`
+    /// runs for every recorded turn.
+    pub fn whole_turn() -> Self {
+        Self {
+            recovery: None,
+            begin_turn: true,
+            memo: None,
+            defer: false,
+            decode_allowance: u64::MAX,
+            reuse: None,
+        }
+    }
+}
+
 /// What a run that deferred image work leaves for the run that does it: the opened session
 /// and cold-cache inputs, and what the passes other than the image passes computed
 /// ([`PassMemo`]). Valid for the same request, body and store snapshot.
