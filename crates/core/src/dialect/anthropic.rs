@@ -131,7 +131,7 @@ impl super::format::WireFormat for Anthropic {
         super::Dialect::Anthropic
     }
 
-    // ---- request side ----
+    // ---- request side: the view of a request body, prompt positions, paths, restore edits ----
 
     fn prompt_layout(&self) -> PromptLayout {
         PromptLayout {
@@ -221,11 +221,7 @@ impl super::format::WireFormat for Anthropic {
         None
     }
 
-    // ---- end of the request side ----
-    //
-    // (The two sides are kept apart so they can grow independently.)
-    //
-    // ---- response side ----
+    // ---- response side: echoed turns, the response reader, error shapes ----
 
     fn conversation(&self) -> &'static super::conversation::Conversation {
         &super::conversation::Conversation {
@@ -264,8 +260,6 @@ impl super::format::WireFormat for Anthropic {
     fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
         Box::<response::Stream>::default()
     }
-
-    // ---- end of the response side ----
 }
 
 // The response side's submodules (issue 28).

@@ -25,7 +25,7 @@ pub trait WireFormat: Sync + 'static {
     /// The dialect this impl describes.
     fn dialect(&self) -> Dialect;
 
-    // ---- request side ----
+    // ---- request side: the view of a request body, prompt positions, paths, restore edits ----
 
     /// Where the prompt's parts live in a request body, in the provider's cache order after
     /// `tools`: the system prompt's member, the turn list's, a turn's parts. Read by the
@@ -95,11 +95,7 @@ pub trait WireFormat: Sync + 'static {
     fn placeholder_signature(&self, list: &List<'_>, entry: &Object, value: &Value)
         -> Option<Edit>;
 
-    // ---- end of the request side ----
-    //
-    // (The two sides are kept apart so they can grow independently.)
-    //
-    // ---- response side ----
+    // ---- response side: echoed turns, the response reader, error shapes ----
 
     /// Where a request holds its conversation and how it spells an echoed turn (read by the
     /// turn fingerprints, `crate::dialect::fingerprint`).
@@ -143,8 +139,6 @@ pub trait WireFormat: Sync + 'static {
     /// A fresh reader of one response in this format (its stream events or JSON body): what
     /// the response observer (`crate::response::observer`) drives.
     fn response_reader(&self) -> Box<dyn super::observed::ResponseReader>;
-
-    // ---- end of the response side ----
 }
 
 /// Where a request keeps its prompt's parts ([`WireFormat::prompt_layout`]).

@@ -173,7 +173,7 @@ impl super::format::WireFormat for Gemini {
         super::Dialect::Gemini
     }
 
-    // ---- request side ----
+    // ---- request side: the view of a request body, prompt positions, paths, restore edits ----
 
     fn prompt_layout(&self) -> PromptLayout {
         PromptLayout {
@@ -258,11 +258,7 @@ impl super::format::WireFormat for Gemini {
         restore::placeholder(list, entry, value)
     }
 
-    // ---- end of the request side ----
-    //
-    // (The two sides are kept apart so they can grow independently.)
-    //
-    // ---- response side ----
+    // ---- response side: echoed turns, the response reader, error shapes ----
 
     fn conversation(&self) -> &'static super::conversation::Conversation {
         &super::conversation::Conversation {
@@ -301,8 +297,6 @@ impl super::format::WireFormat for Gemini {
     fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
         Box::<response::Stream>::default()
     }
-
-    // ---- end of the response side ----
 }
 
 // The response side's submodules (issue 28).

@@ -174,7 +174,7 @@ impl super::format::WireFormat for OpenaiChat {
         super::Dialect::Openai
     }
 
-    // ---- request side ----
+    // ---- request side: the view of a request body, prompt positions, paths, restore edits ----
 
     fn prompt_layout(&self) -> PromptLayout {
         PromptLayout {
@@ -252,11 +252,7 @@ impl super::format::WireFormat for OpenaiChat {
         restore::placeholder(list, entry, value)
     }
 
-    // ---- end of the request side ----
-    //
-    // (The two sides are kept apart so they can grow independently.)
-    //
-    // ---- response side ----
+    // ---- response side: echoed turns, the response reader, error shapes ----
 
     fn conversation(&self) -> &'static super::conversation::Conversation {
         &super::conversation::Conversation {
@@ -295,8 +291,6 @@ impl super::format::WireFormat for OpenaiChat {
     fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
         Box::<response::Stream>::default()
     }
-
-    // ---- end of the response side ----
 }
 
 // The response side's submodules (issue 28).

@@ -102,7 +102,7 @@ impl super::format::WireFormat for OpenaiResponses {
         super::Dialect::OpenaiResponses
     }
 
-    // ---- request side ----
+    // ---- request side: the view of a request body, prompt positions, paths, restore edits ----
 
     fn prompt_layout(&self) -> PromptLayout {
         PromptLayout {
@@ -184,11 +184,7 @@ impl super::format::WireFormat for OpenaiResponses {
         None
     }
 
-    // ---- end of the request side ----
-    //
-    // (The two sides are kept apart so they can grow independently.)
-    //
-    // ---- response side ----
+    // ---- response side: echoed turns, the response reader, error shapes ----
 
     fn conversation(&self) -> &'static super::conversation::Conversation {
         &super::conversation::Conversation {
@@ -235,8 +231,6 @@ impl super::format::WireFormat for OpenaiResponses {
     fn response_reader(&self) -> Box<dyn super::observed::ResponseReader> {
         Box::<response::Stream>::default()
     }
-
-    // ---- end of the response side ----
 }
 
 // The response side's submodules (issue 28).
