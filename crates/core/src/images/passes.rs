@@ -836,6 +836,74 @@ fn many_image_rule(
     }
 }
 
+/// The edits of a kept image's payload: its new bytes (`new`; a data URL's header names
+/// their format) and, with `fix_mime`, its declared media type set to `format` (the format of
+/// what is sent).
+fn payload_edits(
+    site: &Site<'_>,
+    new: Option<&Transcoded>,
+    fix_mime: bool,
+    format: Option<Format>,
+    edits: &mut Vec<Edit>,
+) {
+    match &site.payload {
+        Payload::Base64 { data, media_type } => {
+            if let Some(t) = new {
+                edits.push(Edit {
+                    range: data.span.clone(),
+                    replacement: t.b64.clone().into_bytes(),
+                });
+            }
+            if let (true, Some(mt), Some(f)) = (fix_mime, media_type, format) {
+                edits.push(Edit {
+                    range: mt.span.clone(),
+                    replacement: f.mime().as_bytes().to_vec(),
+                });
+            }
+        }
+        Payload::DataUrl(url) => {
+            if let Some(t) = new {
+                edits.push(Edit {
+                    range: url.span.clone(),
+                    replacement: format!("data:{};base64,{}", t.format.mime(), t.b64).into_bytes(),
+                });
+            } else if let (true, Some((_, data)), Some(f)) =
+                (fix_mime, split_data_url(url.text), format)
+            {
+                let header_end = url.span.end - data.len();
+                edits.push(Edit {
+                    range: url.span.start..header_end,
+                    replacement: format!("data:{};base64,", f.mime()).into_bytes(),
+                });
+            }
+        }
+        Payload::Opaque { .. } => {}
+    }
+}
+
+/// One edit per insertion point (a position after which texts go: notes, texts of removed
+/// nested images), its texts joined in site order, each after a comma.
+fn insertion_edits(inserts: Vec<(usize, String)>) -> Vec<Edit> {
+    let mut edits = Vec::new();
+    let mut merged: Vec<(usize, String)> = Vec::new();
+    for (at, text) in inserts {
+        match merged.iter_mut().find(|(a, _)| *a == at) {
+            Some((_, acc)) => {
+                acc.push(',');
+                acc.push_str(&text);
+            }
+            None => merged.push((at, text)),
+        }
+    }
+    for (at, text) in merged {
+        edits.push(Edit {
+            range: at..at,
+            replacement: format!(",{text}").into_bytes(),
+        });
+    }
+    edits
+}
+
 /// Turn the states into edits of the original body.
 fn render(walk: &Walk<'_>, states: &[State]) -> Vec<Edit> {
     let mut edits = Vec::new();
@@ -864,41 +932,13 @@ fn render(walk: &Walk<'_>, states: &[State]) -> Vec<Edit> {
                 note,
                 fix_mime,
             } => {
-                let format = st.current_format();
-                match &site.payload {
-                    Payload::Base64 { data, media_type } => {
-                        if let Some(t) = new {
-                            edits.push(Edit {
-                                range: data.span.clone(),
-                                replacement: t.b64.clone().into_bytes(),
-                            });
-                        }
-                        if let (true, Some(mt), Some(f)) = (*fix_mime, media_type, format) {
-                            edits.push(Edit {
-                                range: mt.span.clone(),
-                                replacement: f.mime().as_bytes().to_vec(),
-                            });
-                        }
-                    }
-                    Payload::DataUrl(url) => {
-                        if let Some(t) = new {
-                            edits.push(Edit {
-                                range: url.span.clone(),
-                                replacement: format!("data:{};base64,{}", t.format.mime(), t.b64)
-                                    .into_bytes(),
-                            });
-                        } else if let (true, Some((_, data)), Some(f)) =
-                            (*fix_mime, split_data_url(url.text), format)
-                        {
-                            let header_end = url.span.end - data.len();
-                            edits.push(Edit {
-                                range: url.span.start..header_end,
-                                replacement: format!("data:{};base64,", f.mime()).into_bytes(),
-                            });
-                        }
-                    }
-                    Payload::Opaque { .. } => {}
-                }
+                payload_edits(
+                    site,
+                    new.as_ref(),
+                    *fix_mime,
+                    st.current_format(),
+                    &mut edits,
+                );
                 if let (true, Some(t)) = (*note, new) {
                     let at = match site.placement {
                         Placement::InList => site.block.end,
@@ -922,23 +962,7 @@ fn render(walk: &Walk<'_>, states: &[State]) -> Vec<Edit> {
         idx.dedup();
         edits.extend(removal_edits(spans, &idx));
     }
-    // One edit per insertion point, texts in site order.
-    let mut merged: Vec<(usize, String)> = Vec::new();
-    for (at, text) in inserts {
-        match merged.iter_mut().find(|(a, _)| *a == at) {
-            Some((_, acc)) => {
-                acc.push(',');
-                acc.push_str(&text);
-            }
-            None => merged.push((at, text)),
-        }
-    }
-    for (at, text) in merged {
-        edits.push(Edit {
-            range: at..at,
-            replacement: format!(",{text}").into_bytes(),
-        });
-    }
+    edits.extend(insertion_edits(inserts));
     edits
 }
 
