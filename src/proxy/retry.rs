@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Response};
 
 use crate::dialect::MAX_ERROR_BODY_BYTES;
-use crate::images::recovery::{classify_image_rejection, ImageRejectionKind};
+use crate::images::recovery::{classify_image_rejection, ImageRejection, ImageRejectionKind};
 use crate::proxy::ctx::{BodyFate, RequestCtx, Retried};
 use crate::proxy::errors::ProxyError;
 use crate::proxy::passes::{self, Passed, Plan};
@@ -274,51 +274,74 @@ async fn learn(
         {
             learn_no_restore(state, route, model, route_name, status, &kept_body)
         }
-        Ok(detected) => {
-            let learned = state.store.verdicts().learn(
-                &route.host,
-                model,
-                &detected.fields,
-                &detected.wording,
-            );
-            if learned.is_empty() {
-                tracing::info!(target: "cachekeeper::retry", route = %route_name, host = %route.host, model = %model, "unknown-field rejection teaches nothing new; not retrying");
-                return None;
-            }
-            let fields = learned.joined();
-            tracing::info!(
-                target: "cachekeeper::retry",
-                route = %route_name,
-                host = %route.host,
-                model = %model,
-                status,
-                fields = %fields,
-                wording = %detected.wording,
-                "upstream named fields as unknown; verdict stored, retrying once without them"
-            );
-            Some(Lesson::UnknownFields(fields))
-        }
-        Err(rejection) => {
-            if rejection.kind == ImageRejectionKind::ModelCannotSeeImages {
-                let verdict = FieldSet::from([Field::NoImageInput]);
-                state
-                    .store
-                    .verdicts()
-                    .learn(&route.host, model, &verdict, rejection.wording);
-            }
-            tracing::info!(
-                target: "cachekeeper::retry",
-                route = %route_name,
-                host = %route.host,
-                model = %model,
-                status,
-                kind = rejection.kind.label(),
-                wording = %rejection.wording,
-                "upstream rejected an image; rebuilding and retrying once"
-            );
-            Some(Lesson::Image(rejection.kind))
-        }
+        Ok(detected) => learn_unknown_fields(state, route, model, route_name, status, &detected),
+        Err(rejection) => Some(learn_image(
+            state, route, model, route_name, status, &rejection,
+        )),
     }
+}
+
+/// An unknown-field rejection (`detected`): store its verdict for (host, model) and retry
+/// without the fields. `None` when every field was known already (nothing new: no retry).
+fn learn_unknown_fields(
+    state: &AppState,
+    route: &reasoning::ResolvedRoute,
+    model: &str,
+    route_name: &str,
+    status: u16,
+    detected: &reasoning::Detected,
+) -> Option<Lesson> {
+    let learned =
+        state
+            .store
+            .verdicts()
+            .learn(&route.host, model, &detected.fields, &detected.wording);
+    if learned.is_empty() {
+        tracing::info!(target: "cachekeeper::retry", route = %route_name, host = %route.host, model = %model, "unknown-field rejection teaches nothing new; not retrying");
+        return None;
+    }
+    let fields = learned.joined();
+    tracing::info!(
+        target: "cachekeeper::retry",
+        route = %route_name,
+        host = %route.host,
+        model = %model,
+        status,
+        fields = %fields,
+        wording = %detected.wording,
+        "upstream named fields as unknown; verdict stored, retrying once without them"
+    );
+    Some(Lesson::UnknownFields(fields))
+}
+
+/// An image rejection: retry with the passes recovering from it; a model that sees no
+/// images is also stored as a verdict for (host, model), so later requests drop images too.
+fn learn_image(
+    state: &AppState,
+    route: &reasoning::ResolvedRoute,
+    model: &str,
+    route_name: &str,
+    status: u16,
+    rejection: &ImageRejection,
+) -> Lesson {
+    if rejection.kind == ImageRejectionKind::ModelCannotSeeImages {
+        let verdict = FieldSet::from([Field::NoImageInput]);
+        state
+            .store
+            .verdicts()
+            .learn(&route.host, model, &verdict, rejection.wording);
+    }
+    tracing::info!(
+        target: "cachekeeper::retry",
+        route = %route_name,
+        host = %route.host,
+        model = %model,
+        status,
+        kind = rejection.kind.label(),
+        wording = %rejection.wording,
+        "upstream rejected an image; rebuilding and retrying once"
+    );
+    Lesson::Image(rejection.kind)
 }
 
 /// The upstream rejected a thinking signature: remember every signed block of what was sent
