@@ -500,32 +500,7 @@ impl Metrics {
     pub(crate) fn record(&self, s: &RequestSample<'_>) {
         let route = || ("route", s.route.to_owned());
         let series = self.route_series(s.route);
-        let class = status_class(s.status);
-        let outcome = s.outcome.as_str();
-        if let Ok(mut known) = series.requests.lock() {
-            match known
-                .iter()
-                .find(|((d, c, o), _)| d == s.dialect && *c == class && *o == outcome)
-            {
-                Some((_, counter)) => {
-                    counter.inc();
-                }
-                None => {
-                    let counter = self
-                        .traffic
-                        .requests
-                        .get_or_create(&[
-                            route(),
-                            ("dialect", s.dialect.to_owned()),
-                            ("status_class", class.to_owned()),
-                            ("outcome", outcome.to_owned()),
-                        ])
-                        .clone();
-                    counter.inc();
-                    known.push(((s.dialect.to_owned(), class, outcome), counter));
-                }
-            }
-        }
+        self.count_request(s, &series);
         if let Some(kind) = s.error {
             self.traffic
                 .errors
@@ -570,6 +545,43 @@ impl Metrics {
                 add(&self.collapse.collapse_write_tokens, || labels, n);
             }
         }
+        self.observe_overheads(s, &series);
+    }
+
+    /// `cachekeeper_requests_total`: one more for the request's (dialect, status class,
+    /// outcome), through `series`' handle when the route has met that label set before.
+    fn count_request(&self, s: &RequestSample<'_>, series: &RouteSeries) {
+        let class = status_class(s.status);
+        let outcome = s.outcome.as_str();
+        if let Ok(mut known) = series.requests.lock() {
+            match known
+                .iter()
+                .find(|((d, c, o), _)| d == s.dialect && *c == class && *o == outcome)
+            {
+                Some((_, counter)) => {
+                    counter.inc();
+                }
+                None => {
+                    let counter = self
+                        .traffic
+                        .requests
+                        .get_or_create(&[
+                            ("route", s.route.to_owned()),
+                            ("dialect", s.dialect.to_owned()),
+                            ("status_class", class.to_owned()),
+                            ("outcome", outcome.to_owned()),
+                        ])
+                        .clone();
+                    counter.inc();
+                    known.push(((s.dialect.to_owned(), class, outcome), counter));
+                }
+            }
+        }
+    }
+
+    /// The overhead histograms: each of the request's two times, when measured.
+    fn observe_overheads(&self, s: &RequestSample<'_>, series: &RouteSeries) {
+        let route = || ("route", s.route.to_owned());
         let route_histogram = |family: &Histograms| family.get_or_create(&[route()]).clone();
         if let Some(d) = s.request_overhead {
             series
