@@ -100,6 +100,24 @@ pub(crate) struct Metrics {
     /// Each route's series of the families below that have a label set per route, looked up
     /// once per route name ([`RouteSeries`]) rather than built and hashed per request.
     by_route: RwLock<HashMap<String, std::sync::Arc<RouteSeries>>>,
+    /// Requests, errors and body bytes.
+    traffic: Traffic,
+    /// What the passes did.
+    passes: Passes,
+    /// Token usage, as reported.
+    tokens: Tokens,
+    /// Prefix collapses.
+    collapse: Collapses,
+    /// `cachekeeper_buffer_budget_exceeded_total{route}`: request bodies forwarded untouched
+    /// because the buffer budget (`[server] max_buffered_bytes`) had no room for them within
+    /// `buffer_wait_ms`.
+    buffer_budget_exceeded: Counters<1>,
+    /// The proxy's own time.
+    overhead: Overhead,
+}
+
+/// Requests, the proxy's errors and body bytes, per route.
+struct Traffic {
     /// `cachekeeper_requests_total{route, dialect, status_class, outcome}`: requests, counted
     /// when their log line is written.
     requests: Counters<4>,
@@ -113,6 +131,10 @@ pub(crate) struct Metrics {
     bytes_forwarded: Counters<1>,
     /// `cachekeeper_response_bytes_total{route}`: response body bytes sent to clients.
     response_bytes: Counters<1>,
+}
+
+/// What the request passes did: rewrites, the retry, restored carriers.
+struct Passes {
     /// `cachekeeper_rewrites_total{route, pass}`: each non-zero counter of
     /// `RewriteReport::counters` (the names of the log line and `x-cachekeeper-rewrites`),
     /// added by its value.
@@ -122,6 +144,10 @@ pub(crate) struct Metrics {
     /// `cachekeeper_carriers_restored_total{route}`: assistant turns whose reasoning
     /// carriers restore put back (the report's `reasoning_restored`).
     carriers_restored: Counters<1>,
+}
+
+/// The token counters of generations, as the providers reported them.
+struct Tokens {
     /// `cachekeeper_cache_read_tokens_total{route, model}`: prompt tokens read from the
     /// provider's cache, as reported.
     cache_read_tokens: Counters<2>,
@@ -137,22 +163,174 @@ pub(crate) struct Metrics {
     /// `cachekeeper_usage_not_reported_total{route}`: generation responses delivered whole
     /// (2xx) that reported no usage number at all.
     usage_not_reported: Counters<1>,
+}
+
+/// Prefix collapses and what they cost.
+struct Collapses {
     /// `cachekeeper_prefix_collapses_total{route, cause}`: turns whose forwarded
     /// prompt-cache prefix changed before the previous turn's end.
     collapses: Counters<2>,
     /// `cachekeeper_collapse_write_tokens_total{route, cause}`: the cache-write tokens of
     /// those turns, as reported.
     collapse_write_tokens: Counters<2>,
-    /// `cachekeeper_buffer_budget_exceeded_total{route}`: request bodies forwarded untouched
-    /// because the buffer budget (`[server] max_buffered_bytes`) had no room for them within
-    /// `buffer_wait_ms`.
-    buffer_budget_exceeded: Counters<1>,
+}
+
+/// The proxy's own time on each side of the upstream (the overhead histograms).
+struct Overhead {
     /// `cachekeeper_request_overhead_seconds{route}`: from receiving a request to handing
     /// it to the upstream client (first attempt).
     request_overhead: Histograms,
     /// `cachekeeper_response_overhead_seconds{route}`: from the upstream's response head
     /// to handing the response back to the client. Neither histogram holds the model's time.
     response_overhead: Histograms,
+}
+
+impl Traffic {
+    /// Register the families, at zero, in this order.
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            requests: counter(
+                registry,
+                "cachekeeper_requests",
+                "Requests, by route, dialect, status class and how they ended",
+                None,
+            ),
+            errors: counter(
+                registry,
+                "cachekeeper_proxy_errors",
+                "The proxy's own errors and broken response bodies, by kind",
+                None,
+            ),
+            bytes_received: counter(
+                registry,
+                "cachekeeper_request_received",
+                "Request body bytes received from clients",
+                Some(Unit::Bytes),
+            ),
+            bytes_forwarded: counter(
+                registry,
+                "cachekeeper_request_forwarded",
+                "Request body bytes sent upstream (after the passes)",
+                Some(Unit::Bytes),
+            ),
+            response_bytes: counter(
+                registry,
+                "cachekeeper_response",
+                "Response body bytes sent to clients",
+                Some(Unit::Bytes),
+            ),
+        }
+    }
+}
+
+impl Passes {
+    /// Register the families, at zero, in this order.
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            rewrites: counter(
+        registry,
+        "cachekeeper_rewrites",
+        "What the request passes saw and did, by counter of x-cachekeeper-rewrites",
+        None,
+            ),
+            retries: counter(
+        registry,
+        "cachekeeper_retries",
+        "Retries sent, by reason (unknown_field, image, thinking_signatures, restore, beta)",
+        None,
+            ),
+            carriers_restored: counter(
+        registry,
+        "cachekeeper_carriers_restored",
+        "Assistant turns whose reasoning carriers were restored",
+        None,
+            ),
+        }
+    }
+}
+
+impl Tokens {
+    /// Register the families, at zero, in this order.
+    fn register(registry: &mut Registry) -> Self {
+        let tokens = || Unit::Other("tokens".to_owned());
+        Self {
+            cache_read_tokens: counter(
+                registry,
+                "cachekeeper_cache_read",
+                "Prompt tokens read from the provider's cache, as reported",
+                Some(tokens()),
+            ),
+            cache_write_tokens: counter(
+                registry,
+                "cachekeeper_cache_write",
+                "Prompt tokens written to the provider's cache (all TTLs), as reported",
+                Some(tokens()),
+            ),
+            uncached_input_tokens: counter(
+                registry,
+                "cachekeeper_uncached_input",
+                "Prompt tokens neither read from nor written to the cache, as reported",
+                Some(tokens()),
+            ),
+            output_tokens: counter(
+                registry,
+                "cachekeeper_output",
+                "Generated tokens (reasoning included), as reported",
+                Some(tokens()),
+            ),
+            usage_not_reported: counter(
+                registry,
+                "cachekeeper_usage_not_reported",
+                "Generation responses delivered whole that reported no usage",
+                None,
+            ),
+        }
+    }
+}
+
+impl Collapses {
+    /// Register the families, at zero, in this order.
+    fn register(registry: &mut Registry) -> Self {
+        let tokens = || Unit::Other("tokens".to_owned());
+        Self {
+            collapses: counter(
+                registry,
+                "cachekeeper_prefix_collapses",
+                "Turns whose prompt-cache prefix changed before the previous turn's end, by cause",
+                None,
+            ),
+            collapse_write_tokens: counter(
+                registry,
+                "cachekeeper_collapse_write",
+                "Cache-write tokens of prefix-collapse turns, by cause",
+                Some(tokens()),
+            ),
+        }
+    }
+}
+
+impl Overhead {
+    /// Register the two histograms ([`overhead_histogram`] buckets, by route), at zero.
+    fn register(registry: &mut Registry) -> Self {
+        let request_overhead: Histograms = Family::new_with_constructor(overhead_histogram);
+        registry.register_with_unit(
+            "cachekeeper_request_overhead",
+            "Time from receiving a request to handing it to the upstream client",
+            Unit::Seconds,
+            request_overhead.clone(),
+        );
+        let response_overhead: Histograms = Family::new_with_constructor(overhead_histogram);
+        registry.register_with_unit(
+            "cachekeeper_response_overhead",
+            "Time from the upstream's response head to handing the response to the client",
+            Unit::Seconds,
+            response_overhead.clone(),
+        );
+        Self {
+            request_overhead,
+            response_overhead,
+        }
+    }
 }
 
 /// One route's series: handles into [`Metrics`]' families (the same counters the text
@@ -196,7 +374,7 @@ fn overhead_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// Every metric at zero, registered.
+    /// Every metric at zero, registered (the registration order is the text's order).
     pub(crate) fn new() -> Self {
         let mut registry = Registry::default();
         // Always one sample, so a scrape of a proxy that has seen no request is not empty.
@@ -205,139 +383,27 @@ impl Metrics {
             "The running cachekeeper's version",
             Info::new([("version", env!("CARGO_PKG_VERSION"))]),
         );
-        let tokens = || Unit::Other("tokens".to_owned());
-        let requests = counter(
-            &mut registry,
-            "cachekeeper_requests",
-            "Requests, by route, dialect, status class and how they ended",
-            None,
-        );
-        let errors = counter(
-            &mut registry,
-            "cachekeeper_proxy_errors",
-            "The proxy's own errors and broken response bodies, by kind",
-            None,
-        );
-        let bytes_received = counter(
-            &mut registry,
-            "cachekeeper_request_received",
-            "Request body bytes received from clients",
-            Some(Unit::Bytes),
-        );
-        let bytes_forwarded = counter(
-            &mut registry,
-            "cachekeeper_request_forwarded",
-            "Request body bytes sent upstream (after the passes)",
-            Some(Unit::Bytes),
-        );
-        let response_bytes = counter(
-            &mut registry,
-            "cachekeeper_response",
-            "Response body bytes sent to clients",
-            Some(Unit::Bytes),
-        );
-        let rewrites = counter(
-            &mut registry,
-            "cachekeeper_rewrites",
-            "What the request passes saw and did, by counter of x-cachekeeper-rewrites",
-            None,
-        );
-        let retries = counter(
-            &mut registry,
-            "cachekeeper_retries",
-            "Retries sent, by reason (unknown_field, image, thinking_signatures, restore, beta)",
-            None,
-        );
-        let carriers_restored = counter(
-            &mut registry,
-            "cachekeeper_carriers_restored",
-            "Assistant turns whose reasoning carriers were restored",
-            None,
-        );
-        let cache_read_tokens = counter(
-            &mut registry,
-            "cachekeeper_cache_read",
-            "Prompt tokens read from the provider's cache, as reported",
-            Some(tokens()),
-        );
-        let cache_write_tokens = counter(
-            &mut registry,
-            "cachekeeper_cache_write",
-            "Prompt tokens written to the provider's cache (all TTLs), as reported",
-            Some(tokens()),
-        );
-        let uncached_input_tokens = counter(
-            &mut registry,
-            "cachekeeper_uncached_input",
-            "Prompt tokens neither read from nor written to the cache, as reported",
-            Some(tokens()),
-        );
-        let output_tokens = counter(
-            &mut registry,
-            "cachekeeper_output",
-            "Generated tokens (reasoning included), as reported",
-            Some(tokens()),
-        );
-        let usage_not_reported = counter(
-            &mut registry,
-            "cachekeeper_usage_not_reported",
-            "Generation responses delivered whole that reported no usage",
-            None,
-        );
-        let collapses = counter(
-            &mut registry,
-            "cachekeeper_prefix_collapses",
-            "Turns whose prompt-cache prefix changed before the previous turn's end, by cause",
-            None,
-        );
-        let collapse_write_tokens = counter(
-            &mut registry,
-            "cachekeeper_collapse_write",
-            "Cache-write tokens of prefix-collapse turns, by cause",
-            Some(tokens()),
-        );
+        let traffic = Traffic::register(&mut registry);
+        let passes = Passes::register(&mut registry);
+        let tokens = Tokens::register(&mut registry);
+        let collapse = Collapses::register(&mut registry);
         let buffer_budget_exceeded = counter(
             &mut registry,
             "cachekeeper_buffer_budget_exceeded",
             "Request bodies forwarded untouched: no room in max_buffered_bytes within buffer_wait_ms",
             None,
         );
-        let request_overhead: Histograms = Family::new_with_constructor(overhead_histogram);
-        registry.register_with_unit(
-            "cachekeeper_request_overhead",
-            "Time from receiving a request to handing it to the upstream client",
-            Unit::Seconds,
-            request_overhead.clone(),
-        );
-        let response_overhead: Histograms = Family::new_with_constructor(overhead_histogram);
-        registry.register_with_unit(
-            "cachekeeper_response_overhead",
-            "Time from the upstream's response head to handing the response to the client",
-            Unit::Seconds,
-            response_overhead.clone(),
-        );
+        let overhead = Overhead::register(&mut registry);
         Self {
             registry,
             models: ModelLabels::default(),
             by_route: RwLock::new(HashMap::new()),
-            requests,
-            errors,
-            bytes_received,
-            bytes_forwarded,
-            response_bytes,
-            rewrites,
-            retries,
-            carriers_restored,
-            cache_read_tokens,
-            cache_write_tokens,
-            uncached_input_tokens,
-            output_tokens,
-            usage_not_reported,
-            collapses,
-            collapse_write_tokens,
+            traffic,
+            passes,
+            tokens,
+            collapse,
             buffer_budget_exceeded,
-            request_overhead,
-            response_overhead,
+            overhead,
         }
     }
 
@@ -434,6 +500,57 @@ impl Metrics {
     pub(crate) fn record(&self, s: &RequestSample<'_>) {
         let route = || ("route", s.route.to_owned());
         let series = self.route_series(s.route);
+        self.count_request(s, &series);
+        if let Some(kind) = s.error {
+            self.traffic
+                .errors
+                .get_or_create(&[route(), ("kind", kind.to_owned())])
+                .inc();
+        }
+        let route_counter = |family: &Counters<1>| family.get_or_create(&[route()]).clone();
+        inc_by(&series.bytes_received, s.bytes_in, || {
+            route_counter(&self.traffic.bytes_received)
+        });
+        inc_by(&series.bytes_forwarded, s.bytes_out, || {
+            route_counter(&self.traffic.bytes_forwarded)
+        });
+        inc_by(&series.response_bytes, s.response_bytes, || {
+            route_counter(&self.traffic.response_bytes)
+        });
+        for (pass, n) in s.report.counters() {
+            add(
+                &self.passes.rewrites,
+                || [route(), ("pass", pass.to_owned())],
+                n as u64,
+            );
+        }
+        if let Some(reason) = s.retry {
+            self.passes
+                .retries
+                .get_or_create(&[route(), ("reason", reason.to_owned())])
+                .inc();
+        }
+        inc_by(
+            &series.carriers_restored,
+            s.report.restore.turns as u64,
+            || route_counter(&self.passes.carriers_restored),
+        );
+        if s.generation {
+            self.record_usage(s, &series);
+        }
+        if let Some((cause, write_tokens)) = s.collapse {
+            let labels = [route(), ("cause", cause.to_owned())];
+            self.collapse.collapses.get_or_create(&labels).inc();
+            if let Some(n) = write_tokens {
+                add(&self.collapse.collapse_write_tokens, || labels, n);
+            }
+        }
+        self.observe_overheads(s, &series);
+    }
+
+    /// `cachekeeper_requests_total`: one more for the request's (dialect, status class,
+    /// outcome), through `series`' handle when the route has met that label set before.
+    fn count_request(&self, s: &RequestSample<'_>, series: &RouteSeries) {
         let class = status_class(s.status);
         let outcome = s.outcome.as_str();
         if let Ok(mut known) = series.requests.lock() {
@@ -446,9 +563,10 @@ impl Metrics {
                 }
                 None => {
                     let counter = self
+                        .traffic
                         .requests
                         .get_or_create(&[
-                            route(),
+                            ("route", s.route.to_owned()),
                             ("dialect", s.dialect.to_owned()),
                             ("status_class", class.to_owned()),
                             ("outcome", outcome.to_owned()),
@@ -459,59 +577,22 @@ impl Metrics {
                 }
             }
         }
-        if let Some(kind) = s.error {
-            self.errors
-                .get_or_create(&[route(), ("kind", kind.to_owned())])
-                .inc();
-        }
-        let route_counter = |family: &Counters<1>| family.get_or_create(&[route()]).clone();
-        inc_by(&series.bytes_received, s.bytes_in, || {
-            route_counter(&self.bytes_received)
-        });
-        inc_by(&series.bytes_forwarded, s.bytes_out, || {
-            route_counter(&self.bytes_forwarded)
-        });
-        inc_by(&series.response_bytes, s.response_bytes, || {
-            route_counter(&self.response_bytes)
-        });
-        for (pass, n) in s.report.counters() {
-            add(
-                &self.rewrites,
-                || [route(), ("pass", pass.to_owned())],
-                n as u64,
-            );
-        }
-        if let Some(reason) = s.retry {
-            self.retries
-                .get_or_create(&[route(), ("reason", reason.to_owned())])
-                .inc();
-        }
-        inc_by(
-            &series.carriers_restored,
-            s.report.restore.turns as u64,
-            || route_counter(&self.carriers_restored),
-        );
-        if s.generation {
-            self.record_usage(s, &series);
-        }
-        if let Some((cause, write_tokens)) = s.collapse {
-            let labels = [route(), ("cause", cause.to_owned())];
-            self.collapses.get_or_create(&labels).inc();
-            if let Some(n) = write_tokens {
-                add(&self.collapse_write_tokens, || labels, n);
-            }
-        }
+    }
+
+    /// The overhead histograms: each of the request's two times, when measured.
+    fn observe_overheads(&self, s: &RequestSample<'_>, series: &RouteSeries) {
+        let route = || ("route", s.route.to_owned());
         let route_histogram = |family: &Histograms| family.get_or_create(&[route()]).clone();
         if let Some(d) = s.request_overhead {
             series
                 .request_overhead
-                .get_or_init(|| route_histogram(&self.request_overhead))
+                .get_or_init(|| route_histogram(&self.overhead.request_overhead))
                 .observe(d.as_secs_f64());
         }
         if let Some(d) = s.response_overhead {
             series
                 .response_overhead
-                .get_or_init(|| route_histogram(&self.response_overhead))
+                .get_or_init(|| route_histogram(&self.overhead.response_overhead))
                 .observe(d.as_secs_f64());
         }
     }
@@ -525,7 +606,8 @@ impl Metrics {
                 series
                     .usage_not_reported
                     .get_or_init(|| {
-                        self.usage_not_reported
+                        self.tokens
+                            .usage_not_reported
                             .get_or_create(&[("route", s.route.to_owned())])
                             .clone()
                     })
@@ -538,10 +620,10 @@ impl Metrics {
             ("model", self.models.label(s.model)),
         ];
         for (family, n) in [
-            (&self.cache_read_tokens, u.cache_read_tokens),
-            (&self.cache_write_tokens, u.cache_write_tokens),
-            (&self.uncached_input_tokens, u.uncached_input_tokens),
-            (&self.output_tokens, u.output_tokens),
+            (&self.tokens.cache_read_tokens, u.cache_read_tokens),
+            (&self.tokens.cache_write_tokens, u.cache_write_tokens),
+            (&self.tokens.uncached_input_tokens, u.uncached_input_tokens),
+            (&self.tokens.output_tokens, u.output_tokens),
         ] {
             if let Some(n) = n {
                 family.get_or_create(&labels).inc_by(n);

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Response};
 
 use crate::dialect::MAX_ERROR_BODY_BYTES;
-use crate::images::recovery::{classify_image_rejection, ImageRejectionKind};
+use crate::images::recovery::{classify_image_rejection, ImageRejection, ImageRejectionKind};
 use crate::proxy::ctx::{BodyFate, RequestCtx, Retried};
 use crate::proxy::errors::ProxyError;
 use crate::proxy::passes::{self, Passed, Plan};
@@ -60,6 +60,30 @@ enum Lesson {
     Betas(String),
 }
 
+impl Lesson {
+    /// The image rejection the passes recover from on the retry, for an image lesson.
+    fn recovery(&self) -> Option<ImageRejectionKind> {
+        match self {
+            Lesson::Image(kind) => Some(*kind),
+            Lesson::UnknownFields(_)
+            | Lesson::Signatures(_)
+            | Lesson::NoRestore
+            | Lesson::Betas(_) => None,
+        }
+    }
+
+    /// Why the retry was sent, as the request's log line says it.
+    fn retried(self) -> Retried {
+        match self {
+            Lesson::UnknownFields(fields) => Retried::Without(fields),
+            Lesson::Image(kind) => Retried::Image(kind),
+            Lesson::Signatures(n) => Retried::Signatures(n),
+            Lesson::NoRestore => Retried::NoRestore,
+            Lesson::Betas(fields) => Retried::Betas(fields),
+        }
+    }
+}
+
 /// The upstream answered `resp` (a 4xx) to the first attempt: learn from it and retry once
 /// when that changes what is sent, else return it as it came (its body re-joined).
 ///
@@ -81,35 +105,8 @@ pub(crate) async fn on_error_status(
         .map(str::to_owned);
     let status = parts.status.as_u16();
     let uri = replay.plan.upstream_uri.clone();
-    let idle = Duration::from_millis(state.server.idle_timeout_ms);
-    let (head, rest) =
-        match tokio::time::timeout(idle, body::read_prefix(rbody, MAX_ERROR_BODY_BYTES as u64))
-            .await
-        {
-            Ok(Ok(x)) => x,
-            Ok(Err(e)) => {
-                return Err(ProxyError::UpstreamBroken {
-                    upstream: upstream_label(&uri),
-                    detail: format!("{status} response body broke: {e}"),
-                })
-            }
-            Err(_) => {
-                return Err(ProxyError::UpstreamBroken {
-                    upstream: upstream_label(&uri),
-                    detail: format!(
-                        "{status} response body stalled for {} ms",
-                        state.server.idle_timeout_ms
-                    ),
-                })
-            }
-        };
-    let as_it_came = |head: Bytes, rest: Option<UpstreamBody>| {
-        let body = match rest {
-            Some(rest) => body::prepend(vec![head], rest),
-            None => body::full(head),
-        };
-        Ok(Response::from_parts(parts, body))
-    };
+    let (head, rest) = read_error_head(state, &uri, status, rbody).await?;
+    let as_it_came = |head: Bytes, rest: Option<UpstreamBody>| Ok(rejoin(parts, head, rest));
     let (Some(route), Some(model), None) = (
         replay.first.reasoning_route.clone(),
         ctx.model.clone(),
@@ -134,17 +131,11 @@ pub(crate) async fn on_error_status(
     else {
         return as_it_came(head, rest);
     };
-    let recovery = match &lesson {
-        Lesson::Image(kind) => Some(*kind),
-        Lesson::UnknownFields(_) | Lesson::Signatures(_) | Lesson::NoRestore | Lesson::Betas(_) => {
-            None
-        }
-    };
     let passed = passes::run(
         &replay.plan,
         &state.passes,
         replay.original,
-        recovery,
+        lesson.recovery(),
         false,
         replay.first.cold.clone(),
     )
@@ -152,6 +143,65 @@ pub(crate) async fn on_error_status(
     if passed.sent == replay.first.sent && passed.set_headers == replay.first.set_headers {
         return as_it_came(head, rest);
     }
+    ctx.retried = Some(lesson.retried());
+    let retry = (replay.client_headers, replay.method);
+    send_retry(state, ctx, retry, passed, &uri).await
+}
+
+/// Read the head of a 4xx body (up to [`MAX_ERROR_BODY_BYTES`], within `idle_timeout_ms`):
+/// the bytes read and, when the body is longer, the rest unread.
+///
+/// Errors: the body broke or stalled ([`ProxyError::UpstreamBroken`], naming the upstream of
+/// `uri` and the `status`).
+async fn read_error_head(
+    state: &AppState,
+    uri: &http::Uri,
+    status: u16,
+    rbody: UpstreamBody,
+) -> Result<(Bytes, Option<UpstreamBody>), ProxyError> {
+    let idle = Duration::from_millis(state.server.idle_timeout_ms);
+    match tokio::time::timeout(idle, body::read_prefix(rbody, MAX_ERROR_BODY_BYTES as u64)).await {
+        Ok(Ok(x)) => Ok(x),
+        Ok(Err(e)) => Err(ProxyError::UpstreamBroken {
+            upstream: upstream_label(uri),
+            detail: format!("{status} response body broke: {e}"),
+        }),
+        Err(_) => Err(ProxyError::UpstreamBroken {
+            upstream: upstream_label(uri),
+            detail: format!(
+                "{status} response body stalled for {} ms",
+                state.server.idle_timeout_ms
+            ),
+        }),
+    }
+}
+
+/// The 4xx as it came: its head, its body's bytes read so far (`head`) and the rest unread.
+fn rejoin(
+    parts: http::response::Parts,
+    head: Bytes,
+    rest: Option<UpstreamBody>,
+) -> Response<UpstreamBody> {
+    let body = match rest {
+        Some(rest) => body::prepend(vec![head], rest),
+        None => body::full(head),
+    };
+    Response::from_parts(parts, body)
+}
+
+/// Send the retry: the passes' second run (`passed`) with the client's headers and method
+/// (`client`, as kept in [`Replay`]), the turn's
+/// forwarded prefix replaced by the retry's, and the request's byte count, body fate and
+/// report from the retry.
+///
+/// Errors: the retry failed to send ([`send`]).
+async fn send_retry(
+    state: &AppState,
+    ctx: &mut RequestCtx,
+    client: (HeaderMap, Method),
+    passed: Passed,
+    uri: &http::Uri,
+) -> Result<Response<UpstreamBody>, ProxyError> {
     if let (Some(turn), Some(prefix)) = (&ctx.turn, passed.forwarded_prefix.clone()) {
         state.sessions.replace_forwarded(
             &ctx.credential_scope,
@@ -160,28 +210,13 @@ pub(crate) async fn on_error_status(
             passed.retired.clone(),
         );
     }
-    ctx.retried = Some(match lesson {
-        Lesson::UnknownFields(fields) => Retried::Without(fields),
-        Lesson::Image(kind) => Retried::Image(kind),
-        Lesson::Signatures(n) => Retried::Signatures(n),
-        Lesson::NoRestore => Retried::NoRestore,
-        Lesson::Betas(fields) => Retried::Betas(fields),
-    });
-    let mut headers = replay.client_headers;
+    let (mut headers, method) = client;
     passed.apply_headers(&mut headers);
     ctx.bytes_out = passed.sent.len() as u64;
     ctx.body = passed.fate;
     ctx.report = passed.report;
     ctx.upstream_started = Some(Instant::now());
-    send(
-        state,
-        &uri,
-        replay.method,
-        headers,
-        body::full(passed.sent),
-        None,
-    )
-    .await
+    send(state, uri, method, headers, body::full(passed.sent), None).await
 }
 
 /// Read the 4xx: an unknown-field verdict (stored) or an image rejection. `None`: nothing
@@ -239,51 +274,74 @@ async fn learn(
         {
             learn_no_restore(state, route, model, route_name, status, &kept_body)
         }
-        Ok(detected) => {
-            let learned = state.store.verdicts().learn(
-                &route.host,
-                model,
-                &detected.fields,
-                &detected.wording,
-            );
-            if learned.is_empty() {
-                tracing::info!(target: "cachekeeper::retry", route = %route_name, host = %route.host, model = %model, "unknown-field rejection teaches nothing new; not retrying");
-                return None;
-            }
-            let fields = learned.joined();
-            tracing::info!(
-                target: "cachekeeper::retry",
-                route = %route_name,
-                host = %route.host,
-                model = %model,
-                status,
-                fields = %fields,
-                wording = %detected.wording,
-                "upstream named fields as unknown; verdict stored, retrying once without them"
-            );
-            Some(Lesson::UnknownFields(fields))
-        }
-        Err(rejection) => {
-            if rejection.kind == ImageRejectionKind::ModelCannotSeeImages {
-                let verdict = FieldSet::from([Field::NoImageInput]);
-                state
-                    .store
-                    .verdicts()
-                    .learn(&route.host, model, &verdict, rejection.wording);
-            }
-            tracing::info!(
-                target: "cachekeeper::retry",
-                route = %route_name,
-                host = %route.host,
-                model = %model,
-                status,
-                kind = rejection.kind.label(),
-                wording = %rejection.wording,
-                "upstream rejected an image; rebuilding and retrying once"
-            );
-            Some(Lesson::Image(rejection.kind))
-        }
+        Ok(detected) => learn_unknown_fields(state, route, model, route_name, status, &detected),
+        Err(rejection) => Some(learn_image(
+            state, route, model, route_name, status, &rejection,
+        )),
     }
+}
+
+/// An unknown-field rejection (`detected`): store its verdict for (host, model) and retry
+/// without the fields. `None` when every field was known already (nothing new: no retry).
+fn learn_unknown_fields(
+    state: &AppState,
+    route: &reasoning::ResolvedRoute,
+    model: &str,
+    route_name: &str,
+    status: u16,
+    detected: &reasoning::Detected,
+) -> Option<Lesson> {
+    let learned =
+        state
+            .store
+            .verdicts()
+            .learn(&route.host, model, &detected.fields, &detected.wording);
+    if learned.is_empty() {
+        tracing::info!(target: "cachekeeper::retry", route = %route_name, host = %route.host, model = %model, "unknown-field rejection teaches nothing new; not retrying");
+        return None;
+    }
+    let fields = learned.joined();
+    tracing::info!(
+        target: "cachekeeper::retry",
+        route = %route_name,
+        host = %route.host,
+        model = %model,
+        status,
+        fields = %fields,
+        wording = %detected.wording,
+        "upstream named fields as unknown; verdict stored, retrying once without them"
+    );
+    Some(Lesson::UnknownFields(fields))
+}
+
+/// An image rejection: retry with the passes recovering from it; a model that sees no
+/// images is also stored as a verdict for (host, model), so later requests drop images too.
+fn learn_image(
+    state: &AppState,
+    route: &reasoning::ResolvedRoute,
+    model: &str,
+    route_name: &str,
+    status: u16,
+    rejection: &ImageRejection,
+) -> Lesson {
+    if rejection.kind == ImageRejectionKind::ModelCannotSeeImages {
+        let verdict = FieldSet::from([Field::NoImageInput]);
+        state
+            .store
+            .verdicts()
+            .learn(&route.host, model, &verdict, rejection.wording);
+    }
+    tracing::info!(
+        target: "cachekeeper::retry",
+        route = %route_name,
+        host = %route.host,
+        model = %model,
+        status,
+        kind = rejection.kind.label(),
+        wording = %rejection.wording,
+        "upstream rejected an image; rebuilding and retrying once"
+    );
+    Lesson::Image(rejection.kind)
 }
 
 /// The upstream rejected a thinking signature: remember every signed block of what was sent

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::settings::ImagesConfig;
-use crate::dialect::doc::{split_data_url, Payload, Placement, Walk};
+use crate::dialect::doc::{split_data_url, Payload, Placement, Site, Walk};
 use crate::images::cache::{self, Entry, Transcodes};
 use crate::images::codec::{self, Mode, Target, TranscodeError, Transcoded};
 use crate::images::format::{self, Format};
@@ -32,6 +32,7 @@ use crate::images::recovery::ImageRejectionKind;
 use crate::images::retired::{image_digest, ColdInputs, RetiredSet};
 use crate::images::{evict, Carrier, Inventory};
 use crate::json::edit::{removal_edits, Edit};
+use crate::provider::ImageLimits;
 use crate::texts;
 
 /// Hard per-image byte cap after a "too large" rejection without a stated pixel cap, bytes of
@@ -410,7 +411,9 @@ fn longest(dims: Option<(u32, u32)>) -> u32 {
     dims.map_or(0, |(w, h)| w.max(h))
 }
 
-/// Passes 1 and 2 for one image.
+/// Passes 1 and 2 for one image: an image of unknown format replaced on a rejection, the
+/// corruption check, a format the profile rejects replaced or converted, a transcode to the
+/// hard limits or the downscale budget, else the declared media type corrected.
 fn repair_and_downscale(
     walk: &Walk<'_>,
     i: usize,
@@ -427,70 +430,22 @@ fn repair_and_downscale(
     };
     let limits = s.profile.limits();
     let Some(format) = st.format else {
-        if matches!(
-            s.recovery,
-            Some(ImageRejectionKind::Corrupt | ImageRejectionKind::Unsupported)
-        ) {
-            let text = if s.recovery == Some(ImageRejectionKind::Corrupt) {
-                texts::CORRUPT_IMAGE
-            } else {
-                texts::UNSUPPORTED_UNKNOWN
-            };
-            st.fate = Fate::Text(text.to_owned());
-            report.replaced += 1;
-            report.reasons.push(format!(
-                "replaced image {}: the bytes are not a known image format (provider rejection)",
-                site.path
-            ));
-        }
+        replace_unknown_format(site, s, st, report);
         return;
     };
-    if s.recovery == Some(ImageRejectionKind::Corrupt) {
-        // Whether the data decodes, with the decode charged to the memory budget as a
-        // transcode is (the failing input of a break-it pass: this check decoded outside it).
-        let cost = st.dims.map_or(0, codec::check_cost);
-        if s.defer_image_work {
-            report.deferred += 1;
-            report.decode_bytes = report.decode_bytes.max(cost);
-            return;
-        }
-        if cost > s.decode_allowance {
-            report.failed_open += 1;
-            report.reasons.push(format!(
-                "left image {} as sent: checking whether its {} data decodes needs {cost} bytes, \
-                 more than the memory budget allows ({} bytes, max_buffered_bytes)",
-                site.path,
-                format.mime(),
-                s.decode_allowance
-            ));
-            return;
-        }
-        // Header unreadable (no size): whatever the budget allowed, at most the decoder's cap.
-        let limit = if cost == 0 {
-            s.decode_allowance.min(codec::MAX_ALLOC)
-        } else {
-            cost
-        };
-        let decodes = format::decode_all(b64).is_some_and(|bytes| {
-            codec::decode_within(&bytes, format, codec::MAX_PIXELS, limit).is_ok()
-        });
-        if !decodes {
-            st.fate = Fate::Text(texts::CORRUPT_IMAGE.to_owned());
-            report.replaced += 1;
-            report.reasons.push(format!(
-                "replaced image {}: its {} data does not decode (provider rejection)",
-                site.path,
-                format.mime()
-            ));
-            return;
-        }
-    }
-    let accepted = if s.recovery == Some(ImageRejectionKind::Unsupported) {
-        matches!(format, Format::Png | Format::Jpeg)
-    } else {
-        limits.accepted.contains(&format)
+    let img = Image {
+        site,
+        b64,
+        declared,
+        format,
+        is_data_url: data_url(&site.payload),
+        agent: site.carrier.is_some(),
+        accepted: accepted(format, s, limits),
     };
-    if !accepted && !format.decodable() {
+    if s.recovery == Some(ImageRejectionKind::Corrupt) && !check_decodes(&img, s, st, report) {
+        return;
+    }
+    if !img.accepted && !format.decodable() {
         st.fate = Fate::Text(texts::unsupported_format(format.mime()).to_owned());
         report.replaced += 1;
         report.reasons.push(format!(
@@ -501,50 +456,201 @@ fn repair_and_downscale(
         ));
         return;
     }
-
-    let is_data_url = data_url(&site.payload);
-    let agent = site.carrier.is_some();
-    let mut hard_side = limits.max_side.unwrap_or(u32::MAX);
-    let mut hard_len = s.cfg.max_image_bytes;
-    let mut treat_as_agent = agent;
-    match s.recovery {
-        Some(ImageRejectionKind::TooLarge { cap_px: Some(px) }) => hard_side = hard_side.min(px),
-        Some(ImageRejectionKind::TooLarge { cap_px: None }) => {
-            hard_len = hard_len.min(RESIZE_TARGET_BYTES)
+    let bounds = Bounds::of(s, limits, img.agent);
+    let Some((entry, over_soft)) = planned_transcode(&img, &bounds, s, st, report) else {
+        return;
+    };
+    if let Some(entry) = entry {
+        if apply_transcode(&img, &bounds, over_soft, &entry, s, st, report) {
+            return;
         }
-        Some(ImageRejectionKind::Dimensions) => {
-            hard_side = hard_side.min(s.cfg.max_dimension);
-            treat_as_agent = true;
-        }
-        _ => {}
     }
+    fix_declared_mime(&img, st, report);
+}
+
+/// One image as passes 1 and 2 see it: what does not change while they run.
+struct Image<'w, 'a> {
+    /// The image's site in the walk (its path names it in reasons).
+    site: &'w Site<'a>,
+    /// Its base64 text as sent (JSON-escaped).
+    b64: &'w str,
+    /// Its declared media type, when the wire format carries one.
+    declared: Option<&'w str>,
+    /// Its format, from the magic bytes.
+    format: Format,
+    /// Sent as a `data:` URL (the sent length counts the prefix).
+    is_data_url: bool,
+    /// An agent image (in a carrier), not an upload.
+    agent: bool,
+    /// Whether the provider accepts `format` ([`accepted`]).
+    accepted: bool,
+}
+
+/// Whether the provider accepts `format`: the profile's list, or only PNG and JPEG while
+/// recovering from an "unsupported image" rejection.
+fn accepted(format: Format, s: &Settings<'_>, limits: &ImageLimits) -> bool {
+    if s.recovery == Some(ImageRejectionKind::Unsupported) {
+        matches!(format, Format::Png | Format::Jpeg)
+    } else {
+        limits.accepted.contains(&format)
+    }
+}
+
+/// Pass 1 for an image whose bytes are no known format: replaced by a fixed text only while
+/// recovering from a "corrupt" or "unsupported" rejection, else left as sent.
+fn replace_unknown_format(
+    site: &Site<'_>,
+    s: &Settings<'_>,
+    st: &mut State,
+    report: &mut ImageReport,
+) {
+    if !matches!(
+        s.recovery,
+        Some(ImageRejectionKind::Corrupt | ImageRejectionKind::Unsupported)
+    ) {
+        return;
+    }
+    let text = if s.recovery == Some(ImageRejectionKind::Corrupt) {
+        texts::CORRUPT_IMAGE
+    } else {
+        texts::UNSUPPORTED_UNKNOWN
+    };
+    st.fate = Fate::Text(text.to_owned());
+    report.replaced += 1;
+    report.reasons.push(format!(
+        "replaced image {}: the bytes are not a known image format (provider rejection)",
+        site.path
+    ));
+}
+
+/// The corruption check after a "corrupt image" rejection: whether the data decodes, with the
+/// decode charged to the memory budget as a transcode is (the failing input of a break-it
+/// pass: this check decoded outside it). `true` when the image decodes and passes 1 and 2
+/// go on; `false` when it was deferred, left as sent over the budget, or replaced by the
+/// corrupt-image text.
+fn check_decodes(
+    img: &Image<'_, '_>,
+    s: &Settings<'_>,
+    st: &mut State,
+    report: &mut ImageReport,
+) -> bool {
+    let cost = st.dims.map_or(0, codec::check_cost);
+    if s.defer_image_work {
+        report.deferred += 1;
+        report.decode_bytes = report.decode_bytes.max(cost);
+        return false;
+    }
+    if cost > s.decode_allowance {
+        report.failed_open += 1;
+        report.reasons.push(format!(
+            "left image {} as sent: checking whether its {} data decodes needs {cost} bytes, \
+             more than the memory budget allows ({} bytes, max_buffered_bytes)",
+            img.site.path,
+            img.format.mime(),
+            s.decode_allowance
+        ));
+        return false;
+    }
+    // Header unreadable (no size): whatever the budget allowed, at most the decoder's cap.
+    let limit = if cost == 0 {
+        s.decode_allowance.min(codec::MAX_ALLOC)
+    } else {
+        cost
+    };
+    let decodes = format::decode_all(img.b64).is_some_and(|bytes| {
+        codec::decode_within(&bytes, img.format, codec::MAX_PIXELS, limit).is_ok()
+    });
+    if !decodes {
+        st.fate = Fate::Text(texts::CORRUPT_IMAGE.to_owned());
+        report.replaced += 1;
+        report.reasons.push(format!(
+            "replaced image {}: its {} data does not decode (provider rejection)",
+            img.site.path,
+            img.format.mime()
+        ));
+    }
+    decodes
+}
+
+/// The limits one image is held to in passes 1 and 2.
+struct Bounds {
+    /// Hard longest side, px: the profile's cap, lowered by a rejection's stated cap or, on a
+    /// "dimensions" rejection, by `max_dimension`.
+    hard_side: u32,
+    /// Hard length, bytes of base64: `max_image_bytes`, lowered to [`RESIZE_TARGET_BYTES`] on
+    /// a "too large" rejection without a pixel cap.
+    hard_len: u64,
+    /// Whether the downscale budget applies: an agent image, or any image on a "dimensions"
+    /// rejection.
+    treat_as_agent: bool,
+}
+
+impl Bounds {
+    /// The bounds for an image (`agent`: in a carrier) under `s` and the profile's `limits`.
+    fn of(s: &Settings<'_>, limits: &ImageLimits, agent: bool) -> Self {
+        let mut b = Bounds {
+            hard_side: limits.max_side.unwrap_or(u32::MAX),
+            hard_len: s.cfg.max_image_bytes,
+            treat_as_agent: agent,
+        };
+        match s.recovery {
+            Some(ImageRejectionKind::TooLarge { cap_px: Some(px) }) => {
+                b.hard_side = b.hard_side.min(px)
+            }
+            Some(ImageRejectionKind::TooLarge { cap_px: None }) => {
+                b.hard_len = b.hard_len.min(RESIZE_TARGET_BYTES)
+            }
+            Some(ImageRejectionKind::Dimensions) => {
+                b.hard_side = b.hard_side.min(s.cfg.max_dimension);
+                b.treat_as_agent = true;
+            }
+            _ => {}
+        }
+        b
+    }
+
+    /// The repair target: just under the hard limits.
+    fn repair(&self, data_url: bool) -> Target {
+        Target {
+            max_side: self.hard_side,
+            max_len: self.hard_len,
+            data_url,
+            mode: Mode::Repair,
+        }
+    }
+}
+
+/// The transcode passes 1 and 2 want for `img` and its result, with whether it is a
+/// downscale (`over_soft`; else a repair): a downscale when the image is over the budget
+/// (`embed_target_bytes`, `max_dimension`) and the budget applies, a repair when it is over
+/// a hard limit or its format is not accepted, none otherwise. An image over the downscale
+/// pixel bound is repaired instead when the provider would reject it, else left as sent.
+/// `None` when a transcode was deferred ([`transcode`]).
+fn planned_transcode(
+    img: &Image<'_, '_>,
+    b: &Bounds,
+    s: &Settings<'_>,
+    st: &State,
+    report: &mut ImageReport,
+) -> Option<(Option<Arc<Entry>>, bool)> {
     let side = longest(st.dims);
-    let over_hard = st.len > hard_len || side > hard_side;
-    let over_soft =
-        treat_as_agent && (st.len > s.cfg.embed_target_bytes || side > s.cfg.max_dimension);
+    let over_hard = st.len > b.hard_len || side > b.hard_side;
+    let mut over_soft =
+        b.treat_as_agent && (st.len > s.cfg.embed_target_bytes || side > s.cfg.max_dimension);
     let target = if over_soft {
         Some(Target {
-            max_side: s.cfg.max_dimension.min(hard_side),
-            max_len: s.cfg.embed_target_bytes.min(hard_len),
-            data_url: is_data_url,
+            max_side: s.cfg.max_dimension.min(b.hard_side),
+            max_len: s.cfg.embed_target_bytes.min(b.hard_len),
+            data_url: img.is_data_url,
             mode: Mode::Downscale,
         })
-    } else if over_hard || !accepted {
-        Some(Target {
-            max_side: hard_side,
-            max_len: hard_len,
-            data_url: is_data_url,
-            mode: Mode::Repair,
-        })
+    } else if over_hard || !img.accepted {
+        Some(b.repair(img.is_data_url))
     } else {
         None
     };
-    let mut over_soft = over_soft;
     let mut entry = match target {
-        Some(t) => match transcode(b64, st.dims, &t, s, report) {
-            Some(e) => Some(e),
-            None => return,
-        },
+        Some(t) => Some(transcode(img.b64, st.dims, &t, s, report)?),
         None => None,
     };
     if let (true, Some(Err(TranscodeError::TooManyPixels { pixels, limit }))) =
@@ -552,104 +658,120 @@ fn repair_and_downscale(
     {
         // Over the downscale bound (`docs/images.md#decode-bounds`): not worth decoding for
         // cost; repaired (up to the repair bound) only when the provider would reject it.
-        if over_hard || !accepted {
+        if over_hard || !img.accepted {
             over_soft = false;
-            let repair = Target {
-                max_side: hard_side,
-                max_len: hard_len,
-                data_url: is_data_url,
-                mode: Mode::Repair,
-            };
-            entry = transcode(b64, st.dims, &repair, s, report);
-            if entry.is_none() {
-                return;
-            }
+            let repair = b.repair(img.is_data_url);
+            entry = Some(transcode(img.b64, st.dims, &repair, s, report)?);
         } else {
             report.reasons.push(format!(
                 "left image {} as sent: {pixels} px are over the {limit}-pixel downscale bound \
                  (within the {} profile's limits, so not repaired)",
-                site.path, limits.name
+                img.site.path,
+                s.profile.limits().name
             ));
             entry = None;
         }
     }
-    if let Some(entry) = entry {
-        match entry.as_ref() {
-            Ok(t) if t.sent_len(is_data_url) < st.len || t.to != t.from || !accepted => {
-                let what = if over_soft { "downscaled" } else { "repaired" };
-                let why = if !accepted {
-                    format!(
-                        "{} is not accepted by the {} profile",
-                        format.mime(),
-                        limits.name
-                    )
-                } else if over_soft {
-                    format!(
-                        "over embed_target_bytes {} or max_dimension {}",
-                        s.cfg.embed_target_bytes, s.cfg.max_dimension
-                    )
-                } else {
-                    format!("over the hard limit ({hard_len} bytes, {hard_side} px)")
-                };
-                report.reasons.push(format!(
-                    "{what} image {}: {} {}x{} {} B -> {} {}x{} {} B; reason: {why}",
-                    site.path,
-                    format.mime(),
-                    t.from.0,
-                    t.from.1,
-                    st.len,
-                    t.format.mime(),
-                    t.to.0,
-                    t.to.1,
-                    t.sent_len(is_data_url)
-                ));
-                if over_soft && agent {
-                    report.downscaled += 1;
-                } else {
-                    report.repaired += 1;
-                }
-                st.len = t.sent_len(is_data_url);
-                st.dims = Some(t.to);
-                st.fate = Fate::Keep {
-                    note: agent && t.to != t.from,
-                    fix_mime: declared.is_some_and(|d| !t.format.matches_declared(d, !is_data_url)),
-                    new: Some(t.clone()),
-                };
-                return;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                report.failed_open += 1;
-                // Every image forwarded as sent says why (the failing input of a break-it
-                // pass: a PNG whose data does not decode was counted with no reason).
-                let need = if accepted {
-                    "needs a transcode"
-                } else {
-                    "needs converting"
-                };
-                report.reasons.push(format!(
-                    "left image {} as sent: {} {need} but {e}",
-                    site.path,
-                    format.mime()
-                ));
-            }
-        }
-    }
-    // Media type from the magic bytes (bytes untouched).
-    if let Some(declared) = declared {
-        if accepted && !format.matches_declared(declared, !is_data_url) {
-            st.fate = Fate::Keep {
-                new: None,
-                note: false,
-                fix_mime: true,
+    Some((entry, over_soft))
+}
+
+/// Apply a transcode's result to `img`'s state: a result smaller, resized or converted
+/// becomes the image's new bytes (counted as downscaled or repaired, with its reason) and
+/// returns `true`; a result that changes nothing returns `false`; a failed transcode leaves
+/// the image as sent (counted in [`ImageReport::failed_open`], with why) and returns `false`.
+fn apply_transcode(
+    img: &Image<'_, '_>,
+    b: &Bounds,
+    over_soft: bool,
+    entry: &Entry,
+    s: &Settings<'_>,
+    st: &mut State,
+    report: &mut ImageReport,
+) -> bool {
+    let format = img.format;
+    let name = s.profile.limits().name;
+    match entry {
+        Ok(t) if t.sent_len(img.is_data_url) < st.len || t.to != t.from || !img.accepted => {
+            let what = if over_soft { "downscaled" } else { "repaired" };
+            let why = if !img.accepted {
+                format!("{} is not accepted by the {name} profile", format.mime())
+            } else if over_soft {
+                format!(
+                    "over embed_target_bytes {} or max_dimension {}",
+                    s.cfg.embed_target_bytes, s.cfg.max_dimension
+                )
+            } else {
+                format!(
+                    "over the hard limit ({} bytes, {} px)",
+                    b.hard_len, b.hard_side
+                )
             };
-            report.repaired += 1;
             report.reasons.push(format!(
-                "repaired media type of image {}: declared {declared:?}, bytes are {}",
-                site.path,
+                "{what} image {}: {} {}x{} {} B -> {} {}x{} {} B; reason: {why}",
+                img.site.path,
+                format.mime(),
+                t.from.0,
+                t.from.1,
+                st.len,
+                t.format.mime(),
+                t.to.0,
+                t.to.1,
+                t.sent_len(img.is_data_url)
+            ));
+            if over_soft && img.agent {
+                report.downscaled += 1;
+            } else {
+                report.repaired += 1;
+            }
+            st.len = t.sent_len(img.is_data_url);
+            st.dims = Some(t.to);
+            st.fate = Fate::Keep {
+                note: img.agent && t.to != t.from,
+                fix_mime: img
+                    .declared
+                    .is_some_and(|d| !t.format.matches_declared(d, !img.is_data_url)),
+                new: Some(t.clone()),
+            };
+            true
+        }
+        Ok(_) => false,
+        Err(e) => {
+            report.failed_open += 1;
+            // Every image forwarded as sent says why (the failing input of a break-it
+            // pass: a PNG whose data does not decode was counted with no reason).
+            let need = if img.accepted {
+                "needs a transcode"
+            } else {
+                "needs converting"
+            };
+            report.reasons.push(format!(
+                "left image {} as sent: {} {need} but {e}",
+                img.site.path,
                 format.mime()
             ));
+            false
         }
+    }
+}
+
+/// Pass 1's last repair: an accepted image whose declared media type does not match its
+/// magic bytes gets the right type (bytes untouched).
+fn fix_declared_mime(img: &Image<'_, '_>, st: &mut State, report: &mut ImageReport) {
+    let Some(declared) = img.declared else {
+        return;
+    };
+    if img.accepted && !img.format.matches_declared(declared, !img.is_data_url) {
+        st.fate = Fate::Keep {
+            new: None,
+            note: false,
+            fix_mime: true,
+        };
+        report.repaired += 1;
+        report.reasons.push(format!(
+            "repaired media type of image {}: declared {declared:?}, bytes are {}",
+            img.site.path,
+            img.format.mime()
+        ));
     }
 }
 
@@ -714,6 +836,74 @@ fn many_image_rule(
     }
 }
 
+/// The edits of a kept image's payload: its new bytes (`new`; a data URL's header names
+/// their format) and, with `fix_mime`, its declared media type set to `format` (the format of
+/// what is sent).
+fn payload_edits(
+    site: &Site<'_>,
+    new: Option<&Transcoded>,
+    fix_mime: bool,
+    format: Option<Format>,
+    edits: &mut Vec<Edit>,
+) {
+    match &site.payload {
+        Payload::Base64 { data, media_type } => {
+            if let Some(t) = new {
+                edits.push(Edit {
+                    range: data.span.clone(),
+                    replacement: t.b64.clone().into_bytes(),
+                });
+            }
+            if let (true, Some(mt), Some(f)) = (fix_mime, media_type, format) {
+                edits.push(Edit {
+                    range: mt.span.clone(),
+                    replacement: f.mime().as_bytes().to_vec(),
+                });
+            }
+        }
+        Payload::DataUrl(url) => {
+            if let Some(t) = new {
+                edits.push(Edit {
+                    range: url.span.clone(),
+                    replacement: format!("data:{};base64,{}", t.format.mime(), t.b64).into_bytes(),
+                });
+            } else if let (true, Some((_, data)), Some(f)) =
+                (fix_mime, split_data_url(url.text), format)
+            {
+                let header_end = url.span.end - data.len();
+                edits.push(Edit {
+                    range: url.span.start..header_end,
+                    replacement: format!("data:{};base64,", f.mime()).into_bytes(),
+                });
+            }
+        }
+        Payload::Opaque { .. } => {}
+    }
+}
+
+/// One edit per insertion point (a position after which texts go: notes, texts of removed
+/// nested images), its texts joined in site order, each after a comma.
+fn insertion_edits(inserts: Vec<(usize, String)>) -> Vec<Edit> {
+    let mut edits = Vec::new();
+    let mut merged: Vec<(usize, String)> = Vec::new();
+    for (at, text) in inserts {
+        match merged.iter_mut().find(|(a, _)| *a == at) {
+            Some((_, acc)) => {
+                acc.push(',');
+                acc.push_str(&text);
+            }
+            None => merged.push((at, text)),
+        }
+    }
+    for (at, text) in merged {
+        edits.push(Edit {
+            range: at..at,
+            replacement: format!(",{text}").into_bytes(),
+        });
+    }
+    edits
+}
+
 /// Turn the states into edits of the original body.
 fn render(walk: &Walk<'_>, states: &[State]) -> Vec<Edit> {
     let mut edits = Vec::new();
@@ -742,41 +932,13 @@ fn render(walk: &Walk<'_>, states: &[State]) -> Vec<Edit> {
                 note,
                 fix_mime,
             } => {
-                let format = st.current_format();
-                match &site.payload {
-                    Payload::Base64 { data, media_type } => {
-                        if let Some(t) = new {
-                            edits.push(Edit {
-                                range: data.span.clone(),
-                                replacement: t.b64.clone().into_bytes(),
-                            });
-                        }
-                        if let (true, Some(mt), Some(f)) = (*fix_mime, media_type, format) {
-                            edits.push(Edit {
-                                range: mt.span.clone(),
-                                replacement: f.mime().as_bytes().to_vec(),
-                            });
-                        }
-                    }
-                    Payload::DataUrl(url) => {
-                        if let Some(t) = new {
-                            edits.push(Edit {
-                                range: url.span.clone(),
-                                replacement: format!("data:{};base64,{}", t.format.mime(), t.b64)
-                                    .into_bytes(),
-                            });
-                        } else if let (true, Some((_, data)), Some(f)) =
-                            (*fix_mime, split_data_url(url.text), format)
-                        {
-                            let header_end = url.span.end - data.len();
-                            edits.push(Edit {
-                                range: url.span.start..header_end,
-                                replacement: format!("data:{};base64,", f.mime()).into_bytes(),
-                            });
-                        }
-                    }
-                    Payload::Opaque { .. } => {}
-                }
+                payload_edits(
+                    site,
+                    new.as_ref(),
+                    *fix_mime,
+                    st.current_format(),
+                    &mut edits,
+                );
                 if let (true, Some(t)) = (*note, new) {
                     let at = match site.placement {
                         Placement::InList => site.block.end,
@@ -800,23 +962,7 @@ fn render(walk: &Walk<'_>, states: &[State]) -> Vec<Edit> {
         idx.dedup();
         edits.extend(removal_edits(spans, &idx));
     }
-    // One edit per insertion point, texts in site order.
-    let mut merged: Vec<(usize, String)> = Vec::new();
-    for (at, text) in inserts {
-        match merged.iter_mut().find(|(a, _)| *a == at) {
-            Some((_, acc)) => {
-                acc.push(',');
-                acc.push_str(&text);
-            }
-            None => merged.push((at, text)),
-        }
-    }
-    for (at, text) in merged {
-        edits.push(Edit {
-            range: at..at,
-            replacement: format!(",{text}").into_bytes(),
-        });
-    }
+    edits.extend(insertion_edits(inserts));
     edits
 }
 

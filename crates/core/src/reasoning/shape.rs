@@ -63,7 +63,7 @@ use super::profiles::{
     Carrier, EchoFamily, KeepThinking, ResolvedRoute, ThinkingRoute, BINDING_BETA,
     KEEP_THINKING_PARAMS,
 };
-use crate::dialect::doc::Doc;
+use crate::dialect::doc::{Block, Content, Doc};
 use crate::dialect::format::ReasoningCarriers;
 use crate::dialect::{Dialect, ParseError};
 use crate::json::scan::{self, Object};
@@ -220,6 +220,45 @@ enum Action {
     Drop,
 }
 
+/// The decisions for one assistant message's `reasoning_content` and `reasoning`
+/// ([`Shaper::carrier_plan`]).
+struct CarrierPlan {
+    /// What to do with `reasoning_content`.
+    rc: Action,
+    /// What to do with `reasoning`.
+    r: Action,
+    /// The first non-blank of the two as sent (`reasoning_content` first), if any.
+    reasoning_text: Option<String>,
+    /// The element spans of the message's `tool_calls` array, when it has one.
+    tool_calls: Option<Vec<Range<usize>>>,
+}
+
+/// The members of one assistant message (`messages[i]`) to remove, collected so they are
+/// removed in one edit set; each drop is counted and explained as it is collected.
+struct Drops<'m> {
+    /// The message's index in `messages`.
+    i: usize,
+    /// The message.
+    msg: &'m Object,
+    /// Indexes of the members to remove.
+    idx: Vec<usize>,
+}
+
+impl Drops<'_> {
+    /// Collect `msg`'s members named `key` (none: nothing happens), with the reason `why`.
+    fn drop(&mut self, s: &mut Shaper<'_, '_>, key: &'static str, why: String) {
+        let found = self.msg.indexes_of(key);
+        if !found.is_empty() {
+            s.reasons.push(format!(
+                "reasoning: messages[{}]: dropped {key} ({why})",
+                self.i
+            ));
+            s.counts.carriers_dropped += 1;
+        }
+        self.idx.extend(found);
+    }
+}
+
 struct Shaper<'t, 'c> {
     text: &'t str,
     doc: &'c Doc<'t>,
@@ -264,6 +303,14 @@ fn empty_details(text: &str, msg: &Object) -> Option<(Vec<Range<usize>>, Vec<usi
         .map(|(i, _)| i)
         .collect();
     (!empty.is_empty()).then_some((ranges, empty))
+}
+
+/// Whether `block` is a thinking block (`thinking` or `redacted_thinking`).
+fn is_thinking(block: &Block) -> bool {
+    matches!(
+        block.kind.as_deref(),
+        Some("thinking" | "redacted_thinking")
+    )
 }
 
 fn is_blank(s: &str) -> bool {
@@ -442,6 +489,10 @@ impl Shaper<'_, '_> {
         }
     }
 
+    /// Shape one assistant message `msg` (`messages[i]`): fill, pad or drop its
+    /// `reasoning_content` and `reasoning` ([`Self::carrier_plan`]), then drop the other
+    /// carriers the route does not take ([`Self::drop_other_carriers`]) and the Gemini
+    /// signatures on its tool calls ([`Self::drop_call_signatures`]).
     fn shape_assistant(
         &mut self,
         i: usize,
@@ -449,8 +500,46 @@ impl Shaper<'_, '_> {
         eff: &BTreeSet<Carrier>,
         has_tools: bool,
     ) {
+        let plan = self.carrier_plan(msg, eff, has_tools);
+        let mut drops = Drops {
+            i,
+            msg,
+            idx: Vec::new(),
+        };
+        for (key, carrier, action) in [
+            ("reasoning_content", Carrier::ReasoningContent, &plan.rc),
+            ("reasoning", Carrier::Reasoning, &plan.r),
+        ] {
+            match action {
+                Action::Keep => {}
+                Action::Drop => {
+                    let why = if eff.contains(&carrier) {
+                        "blank, nothing to carry".to_owned()
+                    } else {
+                        self.why_dropped(carrier)
+                    };
+                    drops.drop(self, key, why);
+                }
+                Action::Set(value) => {
+                    let pad = value == ECHO_PAD && plan.reasoning_text.is_none();
+                    self.set_carrier(i, msg, key, value, pad);
+                }
+            }
+        }
+        self.drop_other_carriers(eff, &mut drops);
+        let ranges = msg.removal_ranges(&drops.idx);
+        self.remove(ranges);
+        if !eff.contains(&Carrier::GeminiThoughtSignature) {
+            self.drop_call_signatures(i, plan.tool_calls.as_deref());
+        }
+    }
+
+    /// What to do with `msg`'s `reasoning_content` and `reasoning` under the effective
+    /// carriers `eff`: keep a non-blank one, fill one from the other, pad
+    /// `reasoning_content` with [`ECHO_PAD`] where the route's must-echo family needs it
+    /// (DeepSeek: any request with tools; others: a message with tool calls), else drop.
+    fn carrier_plan(&self, msg: &Object, eff: &BTreeSet<Carrier>, has_tools: bool) -> CarrierPlan {
         let text = self.text;
-        let route = self.ctx.route;
         let str_of = |key: &str| msg.get(key).and_then(|m| scan::string_at(text, &m.value));
         let rc = str_of("reasoning_content");
         let r = str_of("reasoning");
@@ -469,7 +558,7 @@ impl Shaper<'_, '_> {
         let rc_allowed = eff.contains(&Carrier::ReasoningContent);
         let r_allowed = eff.contains(&Carrier::Reasoning);
         let pad_needed = rc_allowed
-            && match route.echo {
+            && match self.ctx.route.echo {
                 None => false,
                 Some(EchoFamily::DeepSeek) => has_tool_calls || has_tools,
                 Some(_) => has_tool_calls,
@@ -507,74 +596,60 @@ impl Shaper<'_, '_> {
         } else {
             Action::Drop
         };
-
-        let mut drop_idx: Vec<usize> = Vec::new();
-        let mut drop_key = |key: &'static str, s: &mut Self, why: String| {
-            let found = msg.indexes_of(key);
-            if !found.is_empty() {
-                s.reasons
-                    .push(format!("reasoning: messages[{i}]: dropped {key} ({why})"));
-                s.counts.carriers_dropped += 1;
-            }
-            drop_idx.extend(found);
-        };
-
-        for (key, carrier, action) in [
-            ("reasoning_content", Carrier::ReasoningContent, &rc_action),
-            ("reasoning", Carrier::Reasoning, &r_action),
-        ] {
-            match action {
-                Action::Keep => {}
-                Action::Drop => {
-                    let why = if eff.contains(&carrier) {
-                        "blank, nothing to carry".to_owned()
-                    } else {
-                        self.why_dropped(carrier)
-                    };
-                    drop_key(key, self, why);
-                }
-                Action::Set(value) => {
-                    let pad = value == ECHO_PAD && reasoning_text.is_none();
-                    let member = msg.get(key);
-                    if let Some(m) = member {
-                        self.edits.push(Edit {
-                            range: m.value.clone(),
-                            replacement: json_string(value),
-                        });
-                    } else {
-                        let mut member = json_string(key);
-                        member.push(b':');
-                        member.extend_from_slice(&json_string(value));
-                        let member = String::from_utf8_lossy(&member).into_owned();
-                        self.insert(msg, &member);
-                    }
-                    if pad {
-                        self.counts.pads += 1;
-                        self.reasons.push(format!(
-                            "reasoning: messages[{i}]: {key} padded with \" \" (must-echo {})",
-                            route.profile
-                        ));
-                    } else {
-                        self.counts.carriers_filled += 1;
-                        let from = if key == "reasoning" {
-                            "reasoning_content"
-                        } else {
-                            "reasoning"
-                        };
-                        self.reasons
-                            .push(format!("reasoning: messages[{i}]: {key} set from {from}"));
-                    }
-                }
-            }
+        CarrierPlan {
+            rc: rc_action,
+            r: r_action,
+            reasoning_text,
+            tool_calls,
         }
+    }
 
+    /// Set `msg`'s `key` to `value` (replacing its value or appending the member), counted
+    /// and explained as an echo pad (`pad`) or a fill from the other carrier.
+    fn set_carrier(&mut self, i: usize, msg: &Object, key: &str, value: &str, pad: bool) {
+        if let Some(m) = msg.get(key) {
+            self.edits.push(Edit {
+                range: m.value.clone(),
+                replacement: json_string(value),
+            });
+        } else {
+            let mut member = json_string(key);
+            member.push(b':');
+            member.extend_from_slice(&json_string(value));
+            let member = String::from_utf8_lossy(&member).into_owned();
+            self.insert(msg, &member);
+        }
+        if pad {
+            self.counts.pads += 1;
+            self.reasons.push(format!(
+                "reasoning: messages[{i}]: {key} padded with \" \" (must-echo {})",
+                self.ctx.route.profile
+            ));
+        } else {
+            self.counts.carriers_filled += 1;
+            let from = if key == "reasoning" {
+                "reasoning_content"
+            } else {
+                "reasoning"
+            };
+            self.reasons
+                .push(format!("reasoning: messages[{i}]: {key} set from {from}"));
+        }
+    }
+
+    /// Drop the carriers besides `reasoning_content` / `reasoning` that the effective set
+    /// `eff` leaves out: `reasoning_details` (or its entries with nothing in them),
+    /// `extra_content` (Gemini signatures), `reasoning_opaque` / `reasoning_text` (Copilot;
+    /// `reasoning_text` also when sent without `reasoning_opaque`).
+    fn drop_other_carriers(&mut self, eff: &BTreeSet<Carrier>, drops: &mut Drops<'_>) {
+        let (i, msg) = (drops.i, drops.msg);
         if !eff.contains(&Carrier::ReasoningDetails) {
             let why = self.why_dropped(Carrier::ReasoningDetails);
-            drop_key("reasoning_details", self, why);
-        } else if let Some((ranges, empty)) = empty_details(text, msg) {
+            drops.drop(self, "reasoning_details", why);
+        } else if let Some((ranges, empty)) = empty_details(self.text, msg) {
             if empty.len() == ranges.len() {
                 let why = "no entry carries data, text or summary".to_owned();
-                drop_key("reasoning_details", self, why);
+                drops.drop(self, "reasoning_details", why);
             } else {
                 self.edits
                     .extend(crate::json::edit::removal_edits(&ranges, &empty));
@@ -588,44 +663,44 @@ impl Shaper<'_, '_> {
                 ));
             }
         }
-        let gemini = eff.contains(&Carrier::GeminiThoughtSignature);
-        if !gemini {
+        if !eff.contains(&Carrier::GeminiThoughtSignature) {
             let why = self.why_dropped(Carrier::GeminiThoughtSignature);
-            drop_key("extra_content", self, why);
+            drops.drop(self, "extra_content", why);
         }
         if eff.contains(&Carrier::CopilotOpaque) {
             if msg.get("reasoning_opaque").is_none() {
-                drop_key(
-                    "reasoning_text",
+                drops.drop(
                     self,
+                    "reasoning_text",
                     "sent only next to reasoning_opaque".to_owned(),
                 );
             }
         } else {
             let why = self.why_dropped(Carrier::CopilotOpaque);
-            drop_key("reasoning_opaque", self, why.clone());
-            drop_key("reasoning_text", self, why);
+            drops.drop(self, "reasoning_opaque", why.clone());
+            drops.drop(self, "reasoning_text", why);
         }
-        let ranges = msg.removal_ranges(&drop_idx);
-        self.remove(ranges);
+    }
 
-        if !gemini {
-            for (j, call) in tool_calls.iter().flatten().enumerate() {
-                let Some(call) = scan::object_at(text, call.start) else {
-                    continue;
-                };
-                let idx = call.indexes_of("extra_content");
-                if idx.is_empty() {
-                    continue;
-                }
-                self.counts.carriers_dropped += 1;
-                self.reasons.push(format!(
-                    "reasoning: messages[{i}].tool_calls[{j}]: dropped extra_content ({})",
-                    self.why_dropped(Carrier::GeminiThoughtSignature)
-                ));
-                let ranges = call.removal_ranges(&idx);
-                self.remove(ranges);
+    /// Drop `extra_content` (a Gemini thought signature) from each of `messages[i]`'s
+    /// `tool_calls` (the array's element spans), for a route that does not take it.
+    fn drop_call_signatures(&mut self, i: usize, tool_calls: Option<&[Range<usize>]>) {
+        let text = self.text;
+        for (j, call) in tool_calls.into_iter().flatten().enumerate() {
+            let Some(call) = scan::object_at(text, call.start) else {
+                continue;
+            };
+            let idx = call.indexes_of("extra_content");
+            if idx.is_empty() {
+                continue;
             }
+            self.counts.carriers_dropped += 1;
+            self.reasons.push(format!(
+                "reasoning: messages[{i}].tool_calls[{j}]: dropped extra_content ({})",
+                self.why_dropped(Carrier::GeminiThoughtSignature)
+            ));
+            let ranges = call.removal_ranges(&idx);
+            self.remove(ranges);
         }
     }
 
@@ -693,129 +768,177 @@ impl Shaper<'_, '_> {
     /// Strip or keep thinking blocks; take `cache_control` off them. Returns the byte ranges
     /// of the signed thinking blocks left in the body.
     fn shape_anthropic(&mut self) -> Vec<Range<usize>> {
-        let text = self.text;
         let mut signed = Vec::new();
         let strip = self.ctx.route.thinking == ThinkingRoute::StripThirdParty;
         let doc = self.doc;
         for turn in &doc.turns {
-            let i = turn.index;
-            let Some(content) = &turn.content else {
-                continue;
-            };
-            let parsed: Vec<(Range<usize>, Option<Object>, Option<String>)> = content
-                .blocks
-                .iter()
-                .map(|b| (b.span.clone(), b.obj.clone(), b.kind.clone()))
-                .collect();
-            let is_thinking =
-                |k: &Option<String>| matches!(k.as_deref(), Some("thinking" | "redacted_thinking"));
-            if !parsed.iter().any(|(_, _, k)| is_thinking(k)) {
-                continue;
-            }
-            // The last non-thinking block without a marker, to receive a moved cache_control.
-            let mut target = parsed
-                .iter()
-                .enumerate()
-                .rev()
-                .find(|(_, (_, o, k))| {
-                    !is_thinking(k) && o.as_ref().is_some_and(|o| o.get("cache_control").is_none())
-                })
-                .map(|(j, _)| j);
-            let mut moved_marker: Option<Range<usize>> = None;
-            let mut strip_idx = Vec::new();
-            let mut rejected = 0;
-            for (j, (range, obj, kind)) in parsed.iter().enumerate() {
-                if !is_thinking(kind) {
-                    continue;
-                }
-                let Some(obj) = obj else { continue };
-                let cc = obj.get("cache_control").map(|m| m.value.clone());
-                let is_rejected = !strip
-                    && signature_id(text, obj, kind.as_deref())
-                        .is_some_and(|id| self.ctx.rejected.is_rejected(&id));
-                if strip || is_rejected {
-                    strip_idx.push(j);
-                    rejected += usize::from(is_rejected);
-                    if cc.is_some() {
-                        moved_marker = cc;
-                    }
-                    continue;
-                }
-                let is_signed = kind.as_deref() == Some("redacted_thinking")
-                    || obj
-                        .get("signature")
-                        .and_then(|m| scan::string_at(text, &m.value))
-                        .is_some_and(|s| !s.is_empty());
-                if is_signed {
-                    signed.push(range.clone());
-                }
-                if let Some(cc) = cc {
-                    let idx = obj.indexes_of("cache_control");
-                    let ranges = obj.removal_ranges(&idx);
-                    self.remove(ranges);
-                    self.counts.cache_control_moved += 1;
-                    match target.take() {
-                        Some(t) => {
-                            if let Some((_, Some(tobj), _)) = parsed.get(t) {
-                                let member =
-                                    format!("\"cache_control\":{}", scan::slice(text, &cc));
-                                self.insert(tobj, &member);
-                            }
-                            self.reasons.push(format!(
-                                "reasoning: messages[{i}].content[{j}]: cache_control moved off the thinking block to content[{t}]"
-                            ));
-                        }
-                        None => self.reasons.push(format!(
-                            "reasoning: messages[{i}].content[{j}]: cache_control dropped from the thinking block"
-                        )),
-                    }
-                }
-            }
-            if strip_idx.is_empty() {
-                continue;
-            }
-            if rejected > 0 {
-                self.counts.thinking_rejected += rejected;
-                self.reasons.push(format!(
-                    "reasoning: messages[{i}]: stripped {rejected} thinking block(s) whose signature {} rejected before",
-                    self.ctx.route.host
-                ));
-            } else {
-                self.counts.thinking_stripped += strip_idx.len();
-                self.reasons.push(format!(
-                    "reasoning: messages[{i}]: stripped {} thinking block(s) (third-party host {} cannot verify signatures)",
-                    strip_idx.len(),
-                    self.ctx.route.host
-                ));
-            }
-            if strip_idx.len() == parsed.len() {
-                let mut block = format!(
-                    "[{{\"type\":\"text\",\"text\":{}",
-                    String::from_utf8_lossy(&json_string(EMPTY_TURN_TEXT))
-                );
-                if let Some(cc) = &moved_marker {
-                    block.push_str(",\"cache_control\":");
-                    block.push_str(scan::slice(text, cc));
-                }
-                block.push_str("}]");
-                self.edits.push(Edit {
-                    range: content.value.clone(),
-                    replacement: block.into_bytes(),
-                });
-                continue;
-            }
-            let spans: Vec<Range<usize>> = parsed.iter().map(|(r, _, _)| r.clone()).collect();
-            let ranges = crate::json::edit::removal_ranges(&spans, &strip_idx);
-            self.remove(ranges);
-            if let Some(cc) = moved_marker {
-                if let Some((_, Some(tobj), _)) = target.and_then(|t| parsed.get(t)) {
-                    let member = format!("\"cache_control\":{}", scan::slice(text, &cc));
-                    self.insert(tobj, &member);
-                    self.counts.cache_control_moved += 1;
-                }
+            if let Some(content) = &turn.content {
+                self.shape_thinking_turn(turn.index, content, strip, &mut signed);
             }
         }
         signed
+    }
+
+    /// One turn (`messages[i]`, its `content`) of [`Self::shape_anthropic`]: its thinking
+    /// blocks stripped (`strip`: a third-party host; else those whose signature the host
+    /// rejected before) or kept (a signed one's span added to `signed`), each one's
+    /// `cache_control` moved to the turn's last unmarked non-thinking block or dropped.
+    fn shape_thinking_turn(
+        &mut self,
+        i: usize,
+        content: &Content,
+        strip: bool,
+        signed: &mut Vec<Range<usize>>,
+    ) {
+        let text = self.text;
+        let blocks = &content.blocks;
+        if !blocks.iter().any(is_thinking) {
+            return;
+        }
+        // The last non-thinking block without a marker, to receive a moved cache_control.
+        let mut target = blocks
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, b)| {
+                !is_thinking(b)
+                    && b.obj
+                        .as_ref()
+                        .is_some_and(|o| o.get("cache_control").is_none())
+            })
+            .map(|(j, _)| j);
+        let mut moved_marker: Option<Range<usize>> = None;
+        let mut strip_idx = Vec::new();
+        let mut rejected = 0;
+        for (j, block) in blocks.iter().enumerate() {
+            if !is_thinking(block) {
+                continue;
+            }
+            let Some(obj) = &block.obj else { continue };
+            let kind = block.kind.as_deref();
+            let cc = obj.get("cache_control").map(|m| m.value.clone());
+            let is_rejected = !strip
+                && signature_id(text, obj, kind)
+                    .is_some_and(|id| self.ctx.rejected.is_rejected(&id));
+            if strip || is_rejected {
+                strip_idx.push(j);
+                rejected += usize::from(is_rejected);
+                if cc.is_some() {
+                    moved_marker = cc;
+                }
+                continue;
+            }
+            let is_signed = kind == Some("redacted_thinking")
+                || obj
+                    .get("signature")
+                    .and_then(|m| scan::string_at(text, &m.value))
+                    .is_some_and(|s| !s.is_empty());
+            if is_signed {
+                signed.push(block.span.clone());
+            }
+            if let Some(cc) = cc {
+                self.move_marker(i, j, obj, &cc, blocks, target.take());
+            }
+        }
+        if strip_idx.is_empty() {
+            return;
+        }
+        self.report_stripped(i, strip_idx.len(), rejected);
+        self.remove_stripped(content, &strip_idx, moved_marker, target);
+    }
+
+    /// Take the `cache_control` (value span `cc`) off the kept thinking block `obj`
+    /// (`messages[i].content[j]`) and put it on `blocks[target]`; dropped when the turn has
+    /// no target left.
+    fn move_marker(
+        &mut self,
+        i: usize,
+        j: usize,
+        obj: &Object,
+        cc: &Range<usize>,
+        blocks: &[Block],
+        target: Option<usize>,
+    ) {
+        let idx = obj.indexes_of("cache_control");
+        let ranges = obj.removal_ranges(&idx);
+        self.remove(ranges);
+        self.counts.cache_control_moved += 1;
+        match target {
+            Some(t) => {
+                if let Some(Block { obj: Some(tobj), .. }) = blocks.get(t) {
+                    let member = format!("\"cache_control\":{}", scan::slice(self.text, cc));
+                    self.insert(tobj, &member);
+                }
+                self.reasons.push(format!(
+                    "reasoning: messages[{i}].content[{j}]: cache_control moved off the thinking block to content[{t}]"
+                ));
+            }
+            None => self.reasons.push(format!(
+                "reasoning: messages[{i}].content[{j}]: cache_control dropped from the thinking block"
+            )),
+        }
+    }
+
+    /// Count and explain `stripped` thinking blocks of `messages[i]`, `rejected` of them for
+    /// a signature the host rejected before (then the reason names that; else the
+    /// third-party host).
+    fn report_stripped(&mut self, i: usize, stripped: usize, rejected: usize) {
+        if rejected > 0 {
+            self.counts.thinking_rejected += rejected;
+            self.reasons.push(format!(
+                "reasoning: messages[{i}]: stripped {rejected} thinking block(s) whose signature {} rejected before",
+                self.ctx.route.host
+            ));
+        } else {
+            self.counts.thinking_stripped += stripped;
+            self.reasons.push(format!(
+                "reasoning: messages[{i}]: stripped {stripped} thinking block(s) (third-party host {} cannot verify signatures)",
+                self.ctx.route.host
+            ));
+        }
+    }
+
+    /// Remove the blocks `strip_idx` of `content`, the marker of a stripped block
+    /// (`moved_marker`, a value span) moved to `blocks[target]`; a turn left empty becomes
+    /// one [`EMPTY_TURN_TEXT`] block carrying the marker.
+    fn remove_stripped(
+        &mut self,
+        content: &Content,
+        strip_idx: &[usize],
+        moved_marker: Option<Range<usize>>,
+        target: Option<usize>,
+    ) {
+        let text = self.text;
+        let blocks = &content.blocks;
+        if strip_idx.len() == blocks.len() {
+            let mut block = format!(
+                "[{{\"type\":\"text\",\"text\":{}",
+                String::from_utf8_lossy(&json_string(EMPTY_TURN_TEXT))
+            );
+            if let Some(cc) = &moved_marker {
+                block.push_str(",\"cache_control\":");
+                block.push_str(scan::slice(text, cc));
+            }
+            block.push_str("}]");
+            self.edits.push(Edit {
+                range: content.value.clone(),
+                replacement: block.into_bytes(),
+            });
+            return;
+        }
+        let spans: Vec<Range<usize>> = blocks.iter().map(|b| b.span.clone()).collect();
+        let ranges = crate::json::edit::removal_ranges(&spans, strip_idx);
+        self.remove(ranges);
+        if let Some(cc) = moved_marker {
+            if let Some(Block {
+                obj: Some(tobj), ..
+            }) = target.and_then(|t| blocks.get(t))
+            {
+                let member = format!("\"cache_control\":{}", scan::slice(text, &cc));
+                self.insert(tobj, &member);
+                self.counts.cache_control_moved += 1;
+            }
+        }
     }
 
     /// Set drop-on-prefix-mismatch when earlier passes changed the binding prefix of a signed
