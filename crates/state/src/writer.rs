@@ -174,8 +174,6 @@ pub(crate) fn writer_loop(
     if limits.unreached {
         writes.start_unreached();
     }
-    // A change another process announced could not be read: reload at the next check.
-    let mut reload_due = false;
     // Count a local write of a resident record as taken from the queue.
     let dequeued = |key: &RecordKey| {
         if key.kind.is_resident() {
@@ -184,12 +182,7 @@ pub(crate) fn writer_loop(
             }
         }
     };
-    // Total size since the last exact count; an exact count is taken only when it passes
-    // `max_bytes`.
-    let mut approx_bytes = backend.total_bytes().unwrap_or(0);
-    let mut over_cap_warned = false;
-    let mut last_check = Instant::now();
-    let mut last_prune = Instant::now();
+    let mut upkeep = Upkeep::new(backend.as_mut(), limits);
     // An op taken from the queue while gathering puts into one batch: handled next, so the
     // ops keep their order.
     let mut next: Option<Op> = None;
@@ -215,28 +208,8 @@ pub(crate) fn writer_loop(
                     match backend.put_all(&batch) {
                         Ok(()) => {
                             answered(&inner);
-                            approx_bytes = approx_bytes
-                                .saturating_add(batch.iter().map(Record::size).sum::<u64>());
-                            if approx_bytes > limits.max_bytes {
-                                match evict(backend.as_mut(), limits.max_bytes) {
-                                    Ok((removed, total)) => {
-                                        if !removed.is_empty() {
-                                            tracing::info!(target: "cachekeeper::state", records = removed.len(), bytes = total, "evicted the oldest records for [state] max_bytes");
-                                            if let Ok(mut c) = inner.cache.lock() {
-                                                for k in &removed {
-                                                    c.remove(k);
-                                                }
-                                            }
-                                        }
-                                        if total > limits.max_bytes && !over_cap_warned {
-                                            over_cap_warned = true;
-                                            tracing::warn!(target: "cachekeeper::state", bytes = total, "verdicts alone exceed [state] max_bytes; they are never evicted");
-                                        }
-                                        approx_bytes = total;
-                                    }
-                                    Err(e) => writes.failed(&e, &inner.durable),
-                                }
-                            }
+                            let bytes = batch.iter().map(Record::size).sum::<u64>();
+                            upkeep.wrote(backend.as_mut(), &inner, &mut writes, bytes);
                         }
                         Err(e) => {
                             writes.failed(&e, &inner.durable);
@@ -272,7 +245,7 @@ pub(crate) fn writer_loop(
             }
             Ok(Op::Sync(done)) => {
                 if writes.retry(backend.as_mut(), &inner.durable, true) {
-                    approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
+                    upkeep.recount(backend.as_mut());
                 }
                 let _ = done.send(());
             }
@@ -288,11 +261,11 @@ pub(crate) fn writer_loop(
             }
             Ok(Op::Changed(Change::All)) => {
                 reload(backend.as_mut(), &inner, &writes);
-                approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
+                upkeep.recount(backend.as_mut());
             }
             Ok(Op::Changed(Change::Key(key))) => match backend.get(&key) {
                 Ok(found) => apply_change(&inner, &writes, &key, found),
-                Err(_) => reload_due = true,
+                Err(_) => upkeep.reload_due = true,
             },
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -301,9 +274,82 @@ pub(crate) fn writer_loop(
                 return;
             }
         }
+        upkeep.after_op(backend.as_mut(), &inner, &mut writes);
+    }
+}
+
+/// The writer loop's own bookkeeping between ops: the store's approximate size (for
+/// `[state] max_bytes`), the periodic check for changes made elsewhere ([`RELOAD_INTERVAL`])
+/// and the daily prune (`retention_days`).
+struct Upkeep {
+    limits: WriterLimits,
+    /// Total size since the last exact count, bytes; an exact count is taken only when it
+    /// passes `max_bytes`.
+    approx_bytes: u64,
+    /// The "verdicts alone exceed max_bytes" warning was logged (once per writer).
+    over_cap_warned: bool,
+    /// A change another process announced could not be read: reload at the next check.
+    reload_due: bool,
+    last_check: Instant,
+    last_prune: Instant,
+}
+
+impl Upkeep {
+    fn new(backend: &mut dyn Backend, limits: WriterLimits) -> Self {
+        Self {
+            limits,
+            approx_bytes: backend.total_bytes().unwrap_or(0),
+            over_cap_warned: false,
+            reload_due: false,
+            last_check: Instant::now(),
+            last_prune: Instant::now(),
+        }
+    }
+
+    /// Take an exact count of the store's size (after a reload or held writes landed).
+    fn recount(&mut self, backend: &mut dyn Backend) {
+        self.approx_bytes = backend.total_bytes().unwrap_or(self.approx_bytes);
+    }
+
+    /// `bytes` were written: past `max_bytes`, evict the oldest records (never verdicts) and
+    /// forget them in the read cache.
+    fn wrote(
+        &mut self,
+        backend: &mut dyn Backend,
+        inner: &Inner,
+        writes: &mut outage::Writes,
+        bytes: u64,
+    ) {
+        self.approx_bytes = self.approx_bytes.saturating_add(bytes);
+        if self.approx_bytes <= self.limits.max_bytes {
+            return;
+        }
+        match evict(backend, self.limits.max_bytes) {
+            Ok((removed, total)) => {
+                if !removed.is_empty() {
+                    tracing::info!(target: "cachekeeper::state", records = removed.len(), bytes = total, "evicted the oldest records for [state] max_bytes");
+                    if let Ok(mut c) = inner.cache.lock() {
+                        for k in &removed {
+                            c.remove(k);
+                        }
+                    }
+                }
+                if total > self.limits.max_bytes && !self.over_cap_warned {
+                    self.over_cap_warned = true;
+                    tracing::warn!(target: "cachekeeper::state", bytes = total, "verdicts alone exceed [state] max_bytes; they are never evicted");
+                }
+                self.approx_bytes = total;
+            }
+            Err(e) => writes.failed(&e, &inner.durable),
+        }
+    }
+
+    /// After every op (or a quiet interval): retry held writes, and when an outage just ended
+    /// or the interval passed, reload what others changed and prune once a day.
+    fn after_op(&mut self, backend: &mut dyn Backend, inner: &Inner, writes: &mut outage::Writes) {
         let was_failing = writes.failing();
-        if writes.retry(backend.as_mut(), &inner.durable, false) {
-            approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
+        if writes.retry(backend, &inner.durable, false) {
+            self.recount(backend);
         }
         // An outage just ended: what others changed meanwhile is checked now, not at the next
         // interval (a backend that was unreachable at start loads its records here).
@@ -312,18 +358,19 @@ pub(crate) fn writer_loop(
             // The backend takes writes again: loads wait for it again from the next request
             // (the failing input of a break-it pass: the first request after an outage still
             // read memory only, and numbered a turn another instance had numbered).
-            answered(&inner);
+            answered(inner);
         }
-        if resumed || last_check.elapsed() >= RELOAD_INTERVAL {
-            last_check = Instant::now();
-            if backend.changed_elsewhere().unwrap_or(false) || std::mem::take(&mut reload_due) {
-                reload(backend.as_mut(), &inner, &writes);
-                approx_bytes = backend.total_bytes().unwrap_or(approx_bytes);
+        if resumed || self.last_check.elapsed() >= RELOAD_INTERVAL {
+            self.last_check = Instant::now();
+            if backend.changed_elsewhere().unwrap_or(false) || std::mem::take(&mut self.reload_due)
+            {
+                reload(backend, inner, writes);
+                self.recount(backend);
             }
-            if last_prune.elapsed() >= Duration::from_secs(86_400) {
-                last_prune = Instant::now();
-                prune_all(backend.as_mut(), limits.retention_days);
-                reload(backend.as_mut(), &inner, &writes);
+            if self.last_prune.elapsed() >= Duration::from_secs(86_400) {
+                self.last_prune = Instant::now();
+                prune_all(backend, self.limits.retention_days);
+                reload(backend, inner, writes);
             }
         }
     }
