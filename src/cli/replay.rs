@@ -814,6 +814,20 @@ fn replace_images(dialect: Dialect, v: &mut Value, left: &mut usize) {
 }
 
 fn print_report(r: &ReplayReport) {
+    print_model(r);
+    let variants = [
+        ("as sent", &r.as_sent),
+        ("cachekeeper", &r.cachekeeper),
+        ("keep newest 3", &r.keep_newest_3),
+    ];
+    print_table(&variants);
+    for (name, v) in variants {
+        print_events(name, v);
+    }
+}
+
+/// The report's opening lines: the session, the cache model and the prices it was read with.
+fn print_model(r: &ReplayReport) {
     outln!(
         "{}: {} turns on route {} (provider {}, model {}, {} wire)",
         r.file,
@@ -862,11 +876,10 @@ fn print_report(r: &ReplayReport) {
             r.unparsed_turns
         );
     }
-    let variants = [
-        ("as sent", &r.as_sent),
-        ("cachekeeper", &r.cachekeeper),
-        ("keep newest 3", &r.keep_newest_3),
-    ];
+}
+
+/// The variants side by side, one row per figure.
+fn print_table(variants: &[(&str, &VariantReport)]) {
     let mut table = Table::new();
     table.load_preset(presets::UTF8_FULL_CONDENSED);
     table.set_header(
@@ -906,46 +919,48 @@ fn print_report(r: &ReplayReport) {
         }
     }
     outln!("{table}");
-    for (name, v) in variants {
-        for e in &v.expiry_writes {
-            outln!(
-                "{name}: turn {} after {} s idle: cache expired, {} written ({} would have been read)",
-                e.turn,
-                e.idle_ms / 1000,
-                thousands(e.write_tokens),
-                thousands(e.expired_tokens)
-            );
-        }
-        if v.collapses.is_empty() {
-            outln!("{name}: no collapses");
-            continue;
-        }
-        let list: Vec<String> = v
-            .collapses
-            .iter()
-            .take(LISTED_COLLAPSES)
-            .map(|c| {
-                format!(
-                    "turn {} {} {} ({} written)",
-                    c.turn,
-                    c.at,
-                    c.cause,
-                    thousands(c.write_tokens)
-                )
-            })
-            .collect();
-        let more = v.collapses.len().saturating_sub(LISTED_COLLAPSES);
+}
+
+/// One variant's cache expiries and collapses, the first [`LISTED_COLLAPSES`] of them listed.
+fn print_events(name: &str, v: &VariantReport) {
+    for e in &v.expiry_writes {
         outln!(
-            "{name}: {} collapse(s): {}{}",
-            v.collapses.len(),
-            list.join("; "),
-            if more > 0 {
-                format!("; … {more} more (--json lists all)")
-            } else {
-                String::new()
-            }
+            "{name}: turn {} after {} s idle: cache expired, {} written ({} would have been read)",
+            e.turn,
+            e.idle_ms / 1000,
+            thousands(e.write_tokens),
+            thousands(e.expired_tokens)
         );
     }
+    if v.collapses.is_empty() {
+        outln!("{name}: no collapses");
+        return;
+    }
+    let list: Vec<String> = v
+        .collapses
+        .iter()
+        .take(LISTED_COLLAPSES)
+        .map(|c| {
+            format!(
+                "turn {} {} {} ({} written)",
+                c.turn,
+                c.at,
+                c.cause,
+                thousands(c.write_tokens)
+            )
+        })
+        .collect();
+    let more = v.collapses.len().saturating_sub(LISTED_COLLAPSES);
+    outln!(
+        "{name}: {} collapse(s): {}{}",
+        v.collapses.len(),
+        list.join("; "),
+        if more > 0 {
+            format!("; … {more} more (--json lists all)")
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// How a table row renders one variant.

@@ -256,23 +256,45 @@ pub(crate) async fn run(
         snapshot = Arc::new(Snapshot::clone(&snapshot).after(read, round));
         joined = in_lane(schedule.first, plan, pools, &input, &run_for, &snapshot).await;
     }
-    let deferred = match &joined {
-        Ok(Ok((
-            parsed,
-            Ok(Step::Deferred {
-                decode_bytes,
-                reuse,
-            }),
-        ))) => {
-            input = Input::Parsed(Arc::clone(parsed));
-            Some((*decode_bytes, Arc::clone(reuse)))
-        }
-        _ => None,
-    };
-    if let Some((need, reuse)) = deferred {
-        // Some image needs a decode: its memory first, reserved in the budget the bodies use
-        // (`max_buffered_bytes`), waiting for room as a body does; no room in time, or more
-        // than the whole budget, leaves the images that need it as sent.
+    if let Ok(Ok((
+        parsed,
+        Ok(Step::Deferred {
+            decode_bytes,
+            reuse,
+        }),
+    ))) = &joined
+    {
+        let image_lane = ImageLane {
+            need: *decode_bytes,
+            reuse: Arc::clone(reuse),
+            input: Input::Parsed(Arc::clone(parsed)),
+        };
+        joined = image_lane.run(plan, pools, run_for, &snapshot).await;
+    }
+    finish(plan, original, joined)
+}
+
+/// The run on the image lane after a run deferred image work ([`Step::Deferred`]).
+struct ImageLane {
+    /// Decoded bytes the deferred images need.
+    need: u64,
+    reuse: Arc<pipeline::Reuse>,
+    /// The deferred run's parse.
+    input: Input,
+}
+
+impl ImageLane {
+    /// Reserve the decode's memory in the budget the bodies use (`max_buffered_bytes`),
+    /// waiting for room as a body does (no room in time, or more than the whole budget, leaves
+    /// the images that need it as sent), then run the passes on the image lane.
+    async fn run(
+        self,
+        plan: &Arc<Plan>,
+        pools: &Pools,
+        mut run_for: RunFor,
+        snapshot: &Arc<Snapshot>,
+    ) -> Result<Ran, String> {
+        let need = self.need;
         let deadline = tokio::time::Instant::now() + plan.decode_wait;
         let reserved = pools.budget.reserve_working(need, deadline).await;
         if reserved.is_none() {
@@ -280,15 +302,21 @@ pub(crate) async fn run(
         }
         run_for.defer = false;
         run_for.decode_allowance = if reserved.is_some() { need } else { 0 };
-        run_for.reuse = Some(reuse);
+        run_for.reuse = Some(self.reuse);
         // Memory and what was loaded only: this run never stops for a load.
-        let snapshot = Arc::new(Snapshot::clone(&snapshot).after(Snapshot::default(), MAX_LOADS));
+        let snapshot = Arc::new(Snapshot::clone(snapshot).after(Snapshot::default(), MAX_LOADS));
         // The image work on the image lane, over the same parse, from what the deferred run
         // computed (it committed nothing): the image passes run again, the others are reused,
         // so what is sent never depends on the lane.
-        joined = in_lane(Lane::Images, plan, pools, &input, &run_for, &snapshot).await;
+        let joined = in_lane(Lane::Images, plan, pools, &self.input, &run_for, &snapshot).await;
         drop(reserved);
+        joined
     }
+}
+
+/// What goes upstream after the last run: the rewritten body, or `original` when nothing
+/// changed, the route is a dry run, or the passes could not read or failed (logged).
+fn finish(plan: &Plan, original: Bytes, joined: Result<Ran, String>) -> Passed {
     let route = &plan.route.name;
     let (outcome, (turn, forwarded_prefix), memo) = match joined {
         Ok(Ok((_, Ok(Step::Done(done))))) => *done,

@@ -331,67 +331,83 @@ impl Config {
             if !seen.insert(r.prefix.trim_end_matches('/').to_owned()) {
                 return invalid(format!("{at}: prefix {:?} is used twice", r.prefix));
             }
-            let host = match r.upstream.parse::<http::Uri>() {
-                Ok(u)
-                    if matches!(u.scheme_str(), Some("http") | Some("https"))
-                        && u.host().is_some()
-                        && u.query().is_none()
-                        && !u.authority().is_some_and(|a| a.as_str().contains('@')) =>
-                {
-                    u.host().unwrap_or_default().to_owned()
-                }
-                _ => {
-                    return invalid(format!(
-                        "{at}: upstream {:?} must be an http:// or https:// base URL without a \
-                         query or credentials (send credentials as headers)",
-                        r.upstream
-                    ))
-                }
-            };
-            if let Some(carriers) = &r.carriers {
-                if let Some(bad) = carriers
-                    .iter()
-                    .find(|c| crate::provider::Carrier::from_name(c).is_none())
-                {
-                    return invalid(format!(
-                        "{at}: unknown carrier {bad:?}; known: reasoning_content, reasoning, \
-                         reasoning_details, extra_content, reasoning_opaque"
-                    ));
-                }
+            self.check_route(r, &at, warnings)
+                .map_err(FromTomlError::Invalid)?;
+        }
+        Ok(())
+    }
+
+    /// [`Config::validate`]'s checks of one route past its name and prefix: the upstream URL,
+    /// carriers, provider, cache keys, `usage_in_streams`, image overrides (clamped, with
+    /// `warnings`) and a prefix that shadows one of the proxy's own paths (a warning).
+    ///
+    /// Errors: the first problem, prefixed with `at` (`routes[i] (name = "…")`).
+    fn check_route(
+        &self,
+        r: &RouteConfig,
+        at: &str,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), String> {
+        let host = match r.upstream.parse::<http::Uri>() {
+            Ok(u)
+                if matches!(u.scheme_str(), Some("http") | Some("https"))
+                    && u.host().is_some()
+                    && u.query().is_none()
+                    && !u.authority().is_some_and(|a| a.as_str().contains('@')) =>
+            {
+                u.host().unwrap_or_default().to_owned()
             }
-            if let Some(p) = &r.provider {
-                if crate::provider::by_name(p).is_none() {
-                    let known: Vec<&str> = crate::provider::names().collect();
-                    return invalid(format!(
-                        "{at}: unknown provider {p:?}; known: {}",
-                        known.join(", ")
-                    ));
-                }
+            _ => {
+                return Err(format!(
+                    "{at}: upstream {:?} must be an http:// or https:// base URL without a \
+                     query or credentials (send credentials as headers)",
+                    r.upstream
+                ))
             }
-            if let Some(problem) = cache_problem(r, &host) {
-                return invalid(format!("{at}: {problem}"));
-            }
-            if r.usage_in_streams && r.dialect.is_some_and(|d| !d.format().stream_usage_option()) {
-                return invalid(format!(
-                    "{at}: usage_in_streams applies to OpenAI Chat streams only \
-                     (stream_options.include_usage); this route is pinned to {}",
-                    r.dialect.map_or("", Dialect::as_str)
+        };
+        if let Some(carriers) = &r.carriers {
+            if let Some(bad) = carriers
+                .iter()
+                .find(|c| crate::provider::Carrier::from_name(c).is_none())
+            {
+                return Err(format!(
+                    "{at}: unknown carrier {bad:?}; known: reasoning_content, reasoning, \
+                     reasoning_details, extra_content, reasoning_opaque"
                 ));
             }
-            if r.images.transcode_cache_bytes.is_some() {
-                return invalid(format!(
-                    "{at}: images.transcode_cache_bytes cannot be set per route: the transcode \
-                     cache is shared by every route; set it in [images]"
+        }
+        if let Some(p) = &r.provider {
+            if crate::provider::by_name(p).is_none() {
+                let known: Vec<&str> = crate::provider::names().collect();
+                return Err(format!(
+                    "{at}: unknown provider {p:?}; known: {}",
+                    known.join(", ")
                 ));
             }
-            let mut eff = self.images.with_overrides(&r.images);
-            eff.clamp(&format!("{at}.images"), warnings);
-            let token_set = self.server.client_token.is_some();
-            if let Some(reserved) = crate::reserved::shadowing(&r.prefix, token_set) {
-                warnings.push(crate::reserved::shadowing_warning(
-                    &r.name, &r.prefix, reserved,
-                ));
-            }
+        }
+        if let Some(problem) = cache_problem(r, &host) {
+            return Err(format!("{at}: {problem}"));
+        }
+        if r.usage_in_streams && r.dialect.is_some_and(|d| !d.format().stream_usage_option()) {
+            return Err(format!(
+                "{at}: usage_in_streams applies to OpenAI Chat streams only \
+                 (stream_options.include_usage); this route is pinned to {}",
+                r.dialect.map_or("", Dialect::as_str)
+            ));
+        }
+        if r.images.transcode_cache_bytes.is_some() {
+            return Err(format!(
+                "{at}: images.transcode_cache_bytes cannot be set per route: the transcode \
+                 cache is shared by every route; set it in [images]"
+            ));
+        }
+        let mut eff = self.images.with_overrides(&r.images);
+        eff.clamp(&format!("{at}.images"), warnings);
+        let token_set = self.server.client_token.is_some();
+        if let Some(reserved) = crate::reserved::shadowing(&r.prefix, token_set) {
+            warnings.push(crate::reserved::shadowing_warning(
+                &r.name, &r.prefix, reserved,
+            ));
         }
         Ok(())
     }

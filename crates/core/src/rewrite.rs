@@ -409,24 +409,7 @@ fn rewrite_doc(
     outcome.answers = dialect::last_message(doc)
         .and_then(|r| body.get(r))
         .map(|m| message_digest(ctx.dialect, m));
-    // The usage request is a top-level edit that no image edit overlaps; it travels with the
-    // image edits (shaping, which may drop top-level parameters, then sees it like them).
-    // A host learned to reject `stream_options` for the model never gets it added.
-    let rejected = |i: &ReasoningInputs<'_>| {
-        let model = doc.model.as_deref().or(i.path_model)?;
-        Some(
-            i.verdicts
-                .omit(&i.provider.host, model)
-                .has_param("stream_options"),
-        )
-    };
-    let wanted =
-        ctx.usage_in_streams && !ctx.reasoning.as_ref().and_then(rejected).unwrap_or(false);
-    if let Some(e) = wanted.then(|| stream_usage::edit(doc)).flatten() {
-        image_edits.push(e);
-        outcome.report.usage_in_streams = true;
-        outcome.report.reasons.push(stream_usage::REASON.to_owned());
-    }
+    request_stream_usage(ctx, doc, &mut image_edits, &mut outcome);
     let cached = memo
         .cached
         .get_or_insert_with(|| cache_passes(ctx, doc))
@@ -453,25 +436,7 @@ fn rewrite_doc(
         .map(|e| e.range.start)
         .chain(cached.changed_from)
         .min();
-    let shaped = match &memo.shaped {
-        Some((at, shaped, route, omit)) if *at == first_changed_byte => {
-            outcome.reasoning_route = Some(route.clone());
-            outcome.omitted = omit.clone();
-            shaped.clone()
-        }
-        _ => {
-            let shaped = shape_pass(inputs, doc, first_changed_byte, &mut outcome);
-            if let Some(route) = &outcome.reasoning_route {
-                memo.shaped = Some((
-                    first_changed_byte,
-                    shaped.clone(),
-                    route.clone(),
-                    outcome.omitted.clone(),
-                ));
-            }
-            shaped
-        }
-    };
+    let shaped = memo.shape(inputs, doc, first_changed_byte, &mut outcome);
     let groups: [&[Edit]; 3] = [&image_edits, &shaped.edits, &cached.edits];
     if let Ok(new) = json::edit::splice_changed(body, &groups) {
         outcome.body = new.filter(|n| n != body);
@@ -499,6 +464,66 @@ fn rewrite_doc(
     }
     cache_in_turn(ctx, body, &mut outcome);
     Ok(outcome)
+}
+
+/// [`rewrite_doc`]'s stream usage request (`usage_in_streams`): a top-level edit that no image
+/// edit overlaps, pushed to `image_edits` so it travels with them (shaping, which may drop
+/// top-level parameters, then sees it like them). A host learned to reject `stream_options`
+/// for the model never gets it added.
+fn request_stream_usage(
+    ctx: &RewriteContext<'_>,
+    doc: &Doc<'_>,
+    image_edits: &mut Vec<Edit>,
+    outcome: &mut RewriteOutcome,
+) {
+    let rejected = |i: &ReasoningInputs<'_>| {
+        let model = doc.model.as_deref().or(i.path_model)?;
+        Some(
+            i.verdicts
+                .omit(&i.provider.host, model)
+                .has_param("stream_options"),
+        )
+    };
+    let wanted =
+        ctx.usage_in_streams && !ctx.reasoning.as_ref().and_then(rejected).unwrap_or(false);
+    if let Some(e) = wanted.then(|| stream_usage::edit(doc)).flatten() {
+        image_edits.push(e);
+        outcome.report.usage_in_streams = true;
+        outcome.report.reasons.push(stream_usage::REASON.to_owned());
+    }
+}
+
+impl DocMemo {
+    /// Shaping's edits for `first_changed_byte`: the memo's when an earlier run over this parse
+    /// shaped for the same byte (its route and omitted fields set on `outcome`), else
+    /// [`shape_pass`]'s, remembered.
+    fn shape(
+        &mut self,
+        inputs: &ReasoningInputs<'_>,
+        doc: &Doc<'_>,
+        first_changed_byte: Option<usize>,
+        outcome: &mut RewriteOutcome,
+    ) -> Shaped {
+        match &self.shaped {
+            Some((at, shaped, route, omit)) if *at == first_changed_byte => {
+                outcome.reasoning_route = Some(route.clone());
+                outcome.omitted = omit.clone();
+                shaped.clone()
+            }
+            _ => {
+                let shaped = shape_pass(inputs, doc, first_changed_byte, outcome);
+                if let Some(route) = &outcome.reasoning_route {
+                    self.shaped = Some((
+                        first_changed_byte,
+                        shaped.clone(),
+                        route.clone(),
+                        outcome.omitted.clone(),
+                    ));
+                }
+                shaped
+            }
+        }
+    }
 }
 
 /// The prompt-cache passes' edits of one body ([`cache_passes`]).

@@ -202,21 +202,7 @@ pub(crate) fn writer_loop(
                 if batch.is_empty() {
                     continue;
                 }
-                if writes.failing() {
-                    writes.hold_puts(batch);
-                } else {
-                    match backend.put_all(&batch) {
-                        Ok(()) => {
-                            answered(&inner);
-                            let bytes = batch.iter().map(Record::size).sum::<u64>();
-                            upkeep.wrote(backend.as_mut(), &inner, &mut writes, bytes);
-                        }
-                        Err(e) => {
-                            writes.failed(&e, &inner.durable);
-                            writes.hold_puts(batch);
-                        }
-                    }
-                }
+                write_batch(backend.as_mut(), &inner, &mut writes, &mut upkeep, batch);
             }
             Ok(Op::Delete(key)) => {
                 dequeued(&key);
@@ -227,21 +213,8 @@ pub(crate) fn writer_loop(
                     writes.hold_delete(key);
                 }
             }
-            Ok(Op::Get(key, reply)) => {
-                let _ = reply.send(read_one(backend.as_mut(), &writes, &inner, &key));
-            }
-            Ok(Op::Load(keys, reply)) => {
-                let answers = keys
-                    .iter()
-                    .map(|key| read_one(backend.as_mut(), &writes, &inner, key))
-                    .collect();
-                let _ = reply.send(answers);
-            }
-            Ok(Op::Scan(kind, reply)) => {
-                let _ = reply.send(backend.scan(kind).ok().map(|s| writes.overlay(kind, s)));
-            }
-            Ok(Op::TotalBytes(reply)) => {
-                let _ = reply.send(backend.total_bytes().ok());
+            Ok(op @ (Op::Get(..) | Op::Load(..) | Op::Scan(..) | Op::TotalBytes(..))) => {
+                answer(backend.as_mut(), &writes, &inner, op);
             }
             Ok(Op::Sync(done)) => {
                 if writes.retry(backend.as_mut(), &inner.durable, true) {
@@ -275,6 +248,56 @@ pub(crate) fn writer_loop(
             }
         }
         upkeep.after_op(backend.as_mut(), &inner, &mut writes);
+    }
+}
+
+/// Answer a read op (`Get`, `Load`, `Scan`, `TotalBytes`) from the backend, overlaid with the
+/// writes still held ([`outage::Writes::overlay`]); any other op is ignored.
+fn answer(backend: &mut dyn Backend, writes: &outage::Writes, inner: &Inner, op: Op) {
+    match op {
+        Op::Get(key, reply) => {
+            let _ = reply.send(read_one(backend, writes, inner, &key));
+        }
+        Op::Load(keys, reply) => {
+            let answers = keys
+                .iter()
+                .map(|key| read_one(backend, writes, inner, key))
+                .collect();
+            let _ = reply.send(answers);
+        }
+        Op::Scan(kind, reply) => {
+            let _ = reply.send(backend.scan(kind).ok().map(|s| writes.overlay(kind, s)));
+        }
+        Op::TotalBytes(reply) => {
+            let _ = reply.send(backend.total_bytes().ok());
+        }
+        _ => {}
+    }
+}
+
+/// Write one batch of puts, or hold it while writes are failing (or when this write fails:
+/// [`outage::Writes`] retries it); a write counts toward the store's size ([`Upkeep::wrote`]).
+fn write_batch(
+    backend: &mut dyn Backend,
+    inner: &Inner,
+    writes: &mut outage::Writes,
+    upkeep: &mut Upkeep,
+    batch: Vec<Record>,
+) {
+    if writes.failing() {
+        writes.hold_puts(batch);
+        return;
+    }
+    match backend.put_all(&batch) {
+        Ok(()) => {
+            answered(inner);
+            let bytes = batch.iter().map(Record::size).sum::<u64>();
+            upkeep.wrote(backend, inner, writes, bytes);
+        }
+        Err(e) => {
+            writes.failed(&e, &inner.durable);
+            writes.hold_puts(batch);
+        }
     }
 }
 

@@ -112,72 +112,11 @@ impl Prefix {
         key: &DigestKey,
     ) -> Option<Prefix> {
         let text = std::str::from_utf8(forwarded).ok()?;
-        let (old, ix, dialect) = (doc.text, Some(&doc.index), doc.dialect);
-        let (system_key, list_key) = member_names(dialect);
-        let member = |names: &[&str]| doc.top.get_any(names).map(|m| m.value.clone());
-        let tools_at = member(&["tools"]);
-        let system_at = member(system_key);
-        let list_at = member(&list_key);
-        let elements = match &list_at {
-            Some(list) if scan::slice(old, list).starts_with('[') => {
-                scan::array_in(old, ix, list.start).unwrap_or_default()
-            }
-            Some(list) => vec![list.clone()],
-            None => Vec::new(),
-        };
-        if elements.len() != self.messages.len() {
+        let units = Units::of(doc);
+        if units.elements.len() != self.messages.len() {
             return None;
         }
-        let mut out = self.clone();
-        // Where each change lies: inside one unit (recomputed), or outside all of them.
-        let mut tools_touched = false;
-        let mut system_touched = false;
-        let mut touched = vec![false; elements.len()];
-        for (n, c) in changes.iter().enumerate() {
-            match place(&c.range, tools_at.as_ref())? {
-                Place::Inside => {
-                    tools_touched = true;
-                    continue;
-                }
-                Place::Outside => {}
-            }
-            match place(&c.range, system_at.as_ref())? {
-                Place::Inside => {
-                    system_touched = true;
-                    continue;
-                }
-                Place::Outside => {}
-            }
-            // The list: a change inside it must be inside one element.
-            let in_list = match place(&c.range, list_at.as_ref())? {
-                Place::Inside => true,
-                Place::Outside => false,
-            };
-            let at = elements.partition_point(|el| el.end <= c.range.start);
-            match elements.get(at).map(|el| place(&c.range, Some(el))) {
-                Some(Some(Place::Inside)) => {
-                    touched[at] = true;
-                    continue;
-                }
-                Some(None) => return None,
-                _ => {}
-            }
-            if in_list {
-                // Between elements: one may have been added or removed.
-                return None;
-            }
-            // At the top level, outside every unit: a parameter. It must not name one.
-            // Where its bytes start: moved by the changes before it (an insertion at the same
-            // byte sorted before it is written first).
-            let from = moved(&changes[..n], c.range.start);
-            let written = text.get(from..from + c.new_len)?;
-            let names = system_key.iter().chain(&list_key).chain(&["tools"]);
-            for name in names {
-                if written.contains(&format!("\"{name}\"")) {
-                    return None;
-                }
-            }
-        }
+        let touched = units.touched(changes, text)?;
         let new_range = |r: &Range<usize>| {
             let start = moved(changes, r.start);
             let grown: isize = changes
@@ -188,18 +127,21 @@ impl Prefix {
             let len = r.len().checked_add_signed(grown)?;
             Some(start..start + len)
         };
-        if tools_touched {
-            let r = new_range(tools_at.as_ref()?)?;
+        let dialect = doc.dialect;
+        let mut out = self.clone();
+        if touched.tools {
+            let r = new_range(units.tools_at.as_ref()?)?;
             out.tools = Some(key.digest(b"tools", &[&canonical(text, None, &r)]));
             out.tool_parts = parts(text, None, &r, key);
         }
-        if system_touched {
-            let r = new_range(system_at.as_ref()?)?;
+        if touched.system {
+            let r = new_range(units.system_at.as_ref()?)?;
             (out.system, out.system_stable) = system_digests(dialect, text, None, &r, key);
             out.system_parts = parts(text, None, &r, key);
             out.billing_at = billing_index(dialect, text, None, &r);
         }
-        for (i, el) in elements.iter().enumerate().filter(|(i, _)| touched[*i]) {
+        let elements = units.elements.iter().enumerate();
+        for (i, el) in elements.filter(|(i, _)| touched.elements[*i]) {
             let r = new_range(el)?;
             out.messages[i] = key.digest(b"message", &[&canonical(text, None, &r)]);
             let role = role_of(dialect, text, None, &r);
@@ -398,6 +340,99 @@ fn billing_index(
     scan::array_in(text, ix, r.start)?
         .iter()
         .position(|el| *el == billing)
+}
+
+/// The units of a parsed body whose digests [`Prefix::after_changes`] keeps or recomputes:
+/// the tool list, the system prompt, the message list and its elements (value spans in the
+/// parse's text).
+struct Units {
+    tools_at: Option<Range<usize>>,
+    system_at: Option<Range<usize>>,
+    list_at: Option<Range<usize>>,
+    elements: Vec<Range<usize>>,
+    /// The member names of the system prompt and the message list in this dialect.
+    names: (&'static [&'static str], [&'static str; 1]),
+}
+
+/// Which units some changes touch ([`Units::touched`]).
+struct Touched {
+    tools: bool,
+    system: bool,
+    /// One per element of the message list.
+    elements: Vec<bool>,
+}
+
+impl Units {
+    fn of(doc: &crate::dialect::doc::Doc<'_>) -> Units {
+        let (old, ix) = (doc.text, Some(&doc.index));
+        let names = member_names(doc.dialect);
+        let member = |names: &[&str]| doc.top.get_any(names).map(|m| m.value.clone());
+        let list_at = member(&names.1);
+        let elements = match &list_at {
+            Some(list) if scan::slice(old, list).starts_with('[') => {
+                scan::array_in(old, ix, list.start).unwrap_or_default()
+            }
+            Some(list) => vec![list.clone()],
+            None => Vec::new(),
+        };
+        Units {
+            tools_at: member(&["tools"]),
+            system_at: member(names.0),
+            list_at,
+            elements,
+            names,
+        }
+    }
+
+    /// Where each of `changes` lies: inside one unit (to recompute), or at the top level
+    /// outside all of them (`text` is the forwarded body). `None` when one could alter the
+    /// structure: it crosses a unit's edge, lies between two elements, or writes a unit's
+    /// member name at the top level.
+    fn touched(&self, changes: &[crate::json::edit::Change], text: &str) -> Option<Touched> {
+        let mut out = Touched {
+            tools: false,
+            system: false,
+            elements: vec![false; self.elements.len()],
+        };
+        for (n, c) in changes.iter().enumerate() {
+            if let Place::Inside = place(&c.range, self.tools_at.as_ref())? {
+                out.tools = true;
+                continue;
+            }
+            if let Place::Inside = place(&c.range, self.system_at.as_ref())? {
+                out.system = true;
+                continue;
+            }
+            // The list: a change inside it must be inside one element.
+            let in_list = matches!(place(&c.range, self.list_at.as_ref())?, Place::Inside);
+            let at = self.elements.partition_point(|el| el.end <= c.range.start);
+            match self.elements.get(at).map(|el| place(&c.range, Some(el))) {
+                Some(Some(Place::Inside)) => {
+                    out.elements[at] = true;
+                    continue;
+                }
+                Some(None) => return None,
+                _ => {}
+            }
+            if in_list {
+                // Between elements: one may have been added or removed.
+                return None;
+            }
+            // At the top level, outside every unit: a parameter. It must not name one.
+            // Where its bytes start: moved by the changes before it (an insertion at the same
+            // byte sorted before it is written first).
+            let from = moved(&changes[..n], c.range.start);
+            let written = text.get(from..from + c.new_len)?;
+            let (system_key, list_key) = self.names;
+            let names = system_key.iter().chain(&list_key).chain(&["tools"]);
+            for name in names {
+                if written.contains(&format!("\"{name}\"")) {
+                    return None;
+                }
+            }
+        }
+        Some(out)
+    }
 }
 
 /// Where a change lies against a unit's range ([`Prefix::after_changes`]).

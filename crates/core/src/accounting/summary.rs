@@ -207,7 +207,21 @@ fn collapse_of(t: &TurnRecord) -> Option<Collapse> {
 fn summarize(turns: &[&TurnRecord], pricing: &Pricing) -> Option<SessionSummary> {
     let first = turns.iter().min_by_key(|t| (t.ts_ms, t.turn))?;
     let last = turns.iter().max_by_key(|t| (t.ts_ms, t.turn))?;
-    let mut s = SessionSummary {
+    let mut s = opened(first, last);
+    let mut ordered: Vec<&TurnRecord> = turns.to_vec();
+    ordered.sort_by_key(|t| (t.ts_ms, t.turn));
+    let mut sums = Sums::default();
+    for t in ordered {
+        sums.add(&mut s, t, pricing);
+    }
+    sums.close(&mut s);
+    Some(s)
+}
+
+/// A session's summary before its turns are added: names from its last turn, times from its
+/// first and last.
+fn opened(first: &TurnRecord, last: &TurnRecord) -> SessionSummary {
+    SessionSummary {
         session: last.session.clone(),
         route: last.route.clone(),
         provider: last.provider.clone(),
@@ -229,14 +243,26 @@ fn summarize(turns: &[&TurnRecord], pricing: &Pricing) -> Option<SessionSummary>
         no_cache_equiv: None,
         saving_equiv: None,
         money: Vec::new(),
-    };
-    let mut ordered: Vec<&TurnRecord> = turns.to_vec();
-    ordered.sort_by_key(|t| (t.ts_ms, t.turn));
-    // Share: Σ read and Σ (uncached + read + write) over the turns that reported a read.
-    let (mut share_read, mut share_all, mut share_turns) = (0u64, 0u64, 0u32);
-    let mut causes: BTreeMap<Cause, (u32, Option<u64>)> = BTreeMap::new();
-    let mut money: BTreeMap<String, MoneySum> = BTreeMap::new();
-    for t in ordered {
+    }
+}
+
+/// What [`summarize`] sums over a session's turns beside the summary's own fields.
+#[derive(Default)]
+struct Sums {
+    /// Σ read and Σ (uncached + read + write) over the turns that reported a read, and how
+    /// many did: the cache-read share.
+    share_read: u64,
+    share_all: u64,
+    share_turns: u32,
+    /// Collapses and their write tokens by cause.
+    causes: BTreeMap<Cause, (u32, Option<u64>)>,
+    /// Money by currency.
+    money: BTreeMap<String, MoneySum>,
+}
+
+impl Sums {
+    /// Add turn `t` (in time order) to `s` and to the sums.
+    fn add(&mut self, s: &mut SessionSummary, t: &TurnRecord, pricing: &Pricing) {
         s.turns = s.turns.saturating_add(1);
         if !s.models.contains(&t.model) {
             s.models.push(t.model.clone());
@@ -248,9 +274,10 @@ fn summarize(turns: &[&TurnRecord], pricing: &Pricing) -> Option<SessionSummary>
         s.cache_write_tokens = add(s.cache_write_tokens, write);
         s.output_tokens = add(s.output_tokens, u.output_tokens);
         if let Some(read) = u.cache_read_tokens {
-            share_turns += 1;
-            share_read = share_read.saturating_add(read);
-            share_all = share_all
+            self.share_turns += 1;
+            self.share_read = self.share_read.saturating_add(read);
+            self.share_all = self
+                .share_all
                 .saturating_add(u.uncached_input_tokens.unwrap_or(0))
                 .saturating_add(read)
                 .saturating_add(write.unwrap_or(0));
@@ -258,7 +285,7 @@ fn summarize(turns: &[&TurnRecord], pricing: &Pricing) -> Option<SessionSummary>
         if let Some(c) = collapse_of(t) {
             s.collapses += 1;
             s.collapse_write_tokens = add(s.collapse_write_tokens, c.write_tokens);
-            let e = causes.entry(c.cause).or_insert((0, None));
+            let e = self.causes.entry(c.cause).or_insert((0, None));
             e.0 += 1;
             e.1 = add(e.1, c.write_tokens);
         }
@@ -269,7 +296,7 @@ fn summarize(turns: &[&TurnRecord], pricing: &Pricing) -> Option<SessionSummary>
             s.no_cache_equiv = add_f(s.no_cache_equiv, cost.no_cache_equiv.or(Some(0.0)));
         }
         if let Some(m) = cost.money {
-            let e = money.entry(m.currency.clone()).or_insert(MoneySum {
+            let e = self.money.entry(m.currency.clone()).or_insert(MoneySum {
                 currency: m.currency.clone(),
                 amount: 0.0,
                 no_cache: 0.0,
@@ -281,30 +308,36 @@ fn summarize(turns: &[&TurnRecord], pricing: &Pricing) -> Option<SessionSummary>
             e.turns += 1;
         }
     }
-    if share_turns > 0 && share_all > 0 {
-        s.cache_read_share = Some(share_read as f64 / share_all as f64);
-    }
-    if let (Some(b), Some(n)) = (s.billed_equiv, s.no_cache_equiv) {
-        s.saving_equiv = Some(n - b);
-    }
-    s.by_cause = Cause::ALL
-        .iter()
-        .filter_map(|c| {
-            causes.get(c).map(|&(collapses, write_tokens)| CauseSum {
-                cause: *c,
-                collapses,
-                write_tokens,
+
+    /// The summary's fields made from the sums.
+    fn close(self, s: &mut SessionSummary) {
+        if self.share_turns > 0 && self.share_all > 0 {
+            s.cache_read_share = Some(self.share_read as f64 / self.share_all as f64);
+        }
+        if let (Some(b), Some(n)) = (s.billed_equiv, s.no_cache_equiv) {
+            s.saving_equiv = Some(n - b);
+        }
+        s.by_cause = Cause::ALL
+            .iter()
+            .filter_map(|c| {
+                self.causes
+                    .get(c)
+                    .map(|&(collapses, write_tokens)| CauseSum {
+                        cause: *c,
+                        collapses,
+                        write_tokens,
+                    })
             })
-        })
-        .collect();
-    s.money = money
-        .into_values()
-        .map(|mut m| {
-            m.saving = m.no_cache - m.amount;
-            m
-        })
-        .collect();
-    Some(s)
+            .collect();
+        s.money = self
+            .money
+            .into_values()
+            .map(|mut m| {
+                m.saving = m.no_cache - m.amount;
+                m
+            })
+            .collect();
+    }
 }
 
 /// The turns of each session at or after `since_ms` (Unix ms; `None`: all), by session id.

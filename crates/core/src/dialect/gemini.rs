@@ -84,29 +84,7 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
             .iter()
             .map(|p| scan::object_in(text, ix, p.start))
             .collect();
-        let responses: Vec<Option<String>> = parsed
-            .iter()
-            .flatten()
-            .filter_map(|p| p.get_any(&FUNCTION_RESPONSE))
-            .map(|fr| {
-                scan::object_in(text, ix, fr.value.start)
-                    .and_then(|f| f.get("name").and_then(|n| scan::string_at(text, &n.value)))
-            })
-            .collect();
-        let carrier = if responses.is_empty() {
-            None
-        } else {
-            let names: Vec<String> = responses.into_iter().flatten().collect();
-            walk.carriers.push(CarrierInfo {
-                path: format!("contents[{ci}]"),
-                label: Some(if names.is_empty() {
-                    "functionResponse".to_owned()
-                } else {
-                    format!("functionResponse {}", names.join(","))
-                }),
-            });
-            Some(walk.carriers.len() - 1)
-        };
+        let carrier = push_carrier(&mut walk, text, ix, ci, &parsed);
         let mut images = 0usize;
         for (pi, (pspan, part)) in parts.iter().zip(&parsed).enumerate() {
             let Some(part) = part else { continue };
@@ -124,45 +102,94 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
                     needs_sniff,
                 });
             }
-            let Some(inner) = part
-                .get_any(&FUNCTION_RESPONSE)
-                .and_then(|fr| scan::object_in(text, ix, fr.value.start))
-                .and_then(|fr| fr.get("parts").map(|p| p.value.start))
-                .and_then(|at| scan::array_in(text, ix, at))
-            else {
-                continue;
-            };
-            let after = pspan.end;
-            let array = walk.arrays.len();
-            for (ni, nspan) in inner.iter().enumerate() {
-                let Some(np) = scan::object_in(text, ix, nspan.start) else {
-                    continue;
-                };
-                let Some((payload, needs_sniff)) = image_payload(text, ix, &np) else {
-                    continue;
-                };
-                images += 1;
-                walk.sites.push(Site {
-                    path: format!("contents[{ci}].parts[{pi}].functionResponse.parts[{ni}]"),
-                    carrier,
-                    block: nspan.clone(),
-                    payload,
-                    keep: None,
-                    placement: Placement::Nested {
-                        array,
-                        index: ni,
-                        after,
-                    },
-                    needs_sniff,
-                });
-            }
-            walk.arrays.push(inner);
+            let at = (ci, pi, pspan.end);
+            images += nested_images(&mut walk, text, ix, part, at, carrier);
         }
         if images == 0 && carrier.is_some() {
             walk.carriers.pop();
         }
     }
     walk
+}
+
+/// The carrier of a content whose parts (`parsed`) hold `functionResponse`s, pushed to
+/// `walk` and labelled with their names; `None` when it holds none.
+fn push_carrier(
+    walk: &mut Walk<'_>,
+    text: &str,
+    ix: Option<&scan::Index>,
+    ci: usize,
+    parsed: &[Option<Object>],
+) -> Option<usize> {
+    let responses: Vec<Option<String>> = parsed
+        .iter()
+        .flatten()
+        .filter_map(|p| p.get_any(&FUNCTION_RESPONSE))
+        .map(|fr| {
+            scan::object_in(text, ix, fr.value.start)
+                .and_then(|f| f.get("name").and_then(|n| scan::string_at(text, &n.value)))
+        })
+        .collect();
+    if responses.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = responses.into_iter().flatten().collect();
+    walk.carriers.push(CarrierInfo {
+        path: format!("contents[{ci}]"),
+        label: Some(if names.is_empty() {
+            "functionResponse".to_owned()
+        } else {
+            format!("functionResponse {}", names.join(","))
+        }),
+    });
+    Some(walk.carriers.len() - 1)
+}
+
+/// The images inside `part`'s `functionResponse.parts`, pushed to `walk` as nested sites;
+/// `at` is the part's (content index, part index, end byte). Returns how many.
+fn nested_images<'a>(
+    walk: &mut Walk<'a>,
+    text: &'a str,
+    ix: Option<&scan::Index>,
+    part: &Object,
+    at: (usize, usize, usize),
+    carrier: Option<usize>,
+) -> usize {
+    let (ci, pi, after) = at;
+    let Some(inner) = part
+        .get_any(&FUNCTION_RESPONSE)
+        .and_then(|fr| scan::object_in(text, ix, fr.value.start))
+        .and_then(|fr| fr.get("parts").map(|p| p.value.start))
+        .and_then(|at| scan::array_in(text, ix, at))
+    else {
+        return 0;
+    };
+    let mut images = 0;
+    let array = walk.arrays.len();
+    for (ni, nspan) in inner.iter().enumerate() {
+        let Some(np) = scan::object_in(text, ix, nspan.start) else {
+            continue;
+        };
+        let Some((payload, needs_sniff)) = image_payload(text, ix, &np) else {
+            continue;
+        };
+        images += 1;
+        walk.sites.push(Site {
+            path: format!("contents[{ci}].parts[{pi}].functionResponse.parts[{ni}]"),
+            carrier,
+            block: nspan.clone(),
+            payload,
+            keep: None,
+            placement: Placement::Nested {
+                array,
+                index: ni,
+                after,
+            },
+            needs_sniff,
+        });
+    }
+    walk.arrays.push(inner);
+    images
 }
 
 /// Gemini generateContent as a [`WireFormat`](super::format::WireFormat).

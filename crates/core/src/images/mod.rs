@@ -145,12 +145,45 @@ fn load<'v>(inv: &Inventory, blocks: &'v [usize], bytes: &'v [u64]) -> Load<'v> 
 /// [`retired`] for the rules. `cold = None` runs the step function alone. The carriers'
 /// `digests` must be filled when `cold` needs them ([`ColdInputs::needs_digests`]).
 pub(crate) fn evict(inv: Inventory, limits: &Limits, cold: Option<&ColdInputs<'_>>) -> Eviction {
-    let n = inv.carriers.len();
-    let limit = limits.block_limit(inv.many_image_safe);
-    let low = limits.low_water_blocks(inv.many_image_safe);
     let mut out = Eviction::default();
-
     // (a) The session's retired set.
+    let (set_idx, rest) = retire_remembered(&inv, cold, &mut out);
+    // (b) The step function on the carriers left.
+    let retire = retire_step(&inv, limits, &rest, &mut out);
+    let (step_idx, left) = rest.split_at(retire);
+    // (c) A cold cache: down to the low-water mark now, remembered.
+    let cold_n = match cold.filter(|c| c.cold) {
+        Some(c) => retire_cold(&inv, limits, c, step_idx, left, &mut out),
+        None => 0,
+    };
+    let cold_idx = &left[..cold_n];
+
+    let mut chosen: Vec<usize> = set_idx
+        .iter()
+        .chain(step_idx)
+        .chain(cold_idx)
+        .copied()
+        .collect();
+    chosen.sort_unstable();
+    for (i, c) in inv.carriers.into_iter().enumerate() {
+        if chosen.binary_search(&i).is_ok() {
+            out.images_retired += c.blocks;
+            out.carriers_retired += 1;
+            out.edits.extend(c.edits);
+        }
+    }
+    out.carriers = chosen;
+    out
+}
+
+/// [`evict`]'s step (a): the carriers the session's retired set names, and the rest (indices
+/// into `inv.carriers`, oldest first).
+fn retire_remembered(
+    inv: &Inventory,
+    cold: Option<&ColdInputs<'_>>,
+    out: &mut Eviction,
+) -> (Vec<usize>, Vec<usize>) {
+    let n = inv.carriers.len();
     let by_set = match cold {
         Some(c) if !c.retired.is_empty() => {
             let digests: Vec<&[String]> =
@@ -172,10 +205,15 @@ pub(crate) fn evict(inv: Inventory, limits: &Limits, cold: Option<&ColdInputs<'_
             plural(out.set_retired)
         ));
     }
+    (set_idx, rest)
+}
 
-    // (b) The step function on the carriers left.
-    let (blocks, bytes) = sizes(&inv, &rest);
-    let retire = policy::retire_count(&load(&inv, &blocks, &bytes), limits);
+/// [`evict`]'s step (b): how many of the oldest of `rest` [`policy::retire_count`] retires,
+/// each logged with the ceiling it broke.
+fn retire_step(inv: &Inventory, limits: &Limits, rest: &[usize], out: &mut Eviction) -> usize {
+    let limit = limits.block_limit(inv.many_image_safe);
+    let (blocks, bytes) = sizes(inv, rest);
+    let retire = policy::retire_count(&load(inv, &blocks, &bytes), limits);
     let blocks_total = inv.reserved_blocks + blocks.iter().sum::<usize>();
     let bytes_total = inv.reserved_bytes.saturating_add(bytes.iter().sum::<u64>());
     let mut why = Vec::new();
@@ -212,48 +250,42 @@ pub(crate) fn evict(inv: Inventory, limits: &Limits, cold: Option<&ColdInputs<'_
             left.len()
         ));
     }
+    step_idx.len()
+}
 
-    // (c) A cold cache: down to the low-water mark now, remembered.
-    let mut cold_idx: &[usize] = &[];
-    if let Some(c) = cold.filter(|c| c.cold) {
-        let (blocks, bytes) = sizes(&inv, left);
-        let k = policy::cold_retire_count(&load(&inv, &blocks, &bytes), limits);
-        cold_idx = &left[..k.min(left.len())];
-        if !cold_idx.is_empty() {
-            out.cold_retired = cold_idx.iter().map(|&i| inv.carriers[i].blocks).sum();
-            out.reasons.push(format!(
-                "cold cache (session idle past the provider's TTL): retired {} oldest \
-                 carrier{} ({} image block{}) down to the low-water mark {low}; remembered for \
-                 this session",
-                cold_idx.len(),
-                plural(cold_idx.len()),
-                out.cold_retired,
-                plural(out.cold_retired)
-            ));
-            let mut set = c.retired.clone();
-            for &i in step_idx.iter().chain(cold_idx) {
-                set.add(&inv.carriers[i].digests);
-            }
-            out.retired_set = (set != *c.retired).then_some(set);
+/// [`evict`]'s step (c), on a cold cache: how many of the oldest of `left` go, down to the
+/// low-water mark ([`policy::cold_retire_count`]); the new retired set (with step (b)'s
+/// carriers) goes to `out.retired_set` when it changed.
+fn retire_cold(
+    inv: &Inventory,
+    limits: &Limits,
+    c: &ColdInputs<'_>,
+    step_idx: &[usize],
+    left: &[usize],
+    out: &mut Eviction,
+) -> usize {
+    let low = limits.low_water_blocks(inv.many_image_safe);
+    let (blocks, bytes) = sizes(inv, left);
+    let k = policy::cold_retire_count(&load(inv, &blocks, &bytes), limits);
+    let cold_idx = &left[..k.min(left.len())];
+    if !cold_idx.is_empty() {
+        out.cold_retired = cold_idx.iter().map(|&i| inv.carriers[i].blocks).sum();
+        out.reasons.push(format!(
+            "cold cache (session idle past the provider's TTL): retired {} oldest \
+             carrier{} ({} image block{}) down to the low-water mark {low}; remembered for \
+             this session",
+            cold_idx.len(),
+            plural(cold_idx.len()),
+            out.cold_retired,
+            plural(out.cold_retired)
+        ));
+        let mut set = c.retired.clone();
+        for &i in step_idx.iter().chain(cold_idx) {
+            set.add(&inv.carriers[i].digests);
         }
+        out.retired_set = (set != *c.retired).then_some(set);
     }
-
-    let mut chosen: Vec<usize> = set_idx
-        .iter()
-        .chain(step_idx)
-        .chain(cold_idx)
-        .copied()
-        .collect();
-    chosen.sort_unstable();
-    for (i, c) in inv.carriers.into_iter().enumerate() {
-        if chosen.binary_search(&i).is_ok() {
-            out.images_retired += c.blocks;
-            out.carriers_retired += 1;
-            out.edits.extend(c.edits);
-        }
-    }
-    out.carriers = chosen;
-    out
+    cold_idx.len()
 }
 
 fn plural(n: usize) -> &'static str {

@@ -217,46 +217,28 @@ fn number_end_checked(b: &[u8], mut i: usize) -> Result<usize, SyntaxError> {
 ///
 /// Errors: the first [`SyntaxError`].
 pub(crate) fn validate(text: &str) -> Result<Index, SyntaxError> {
-    #[derive(Clone, Copy, PartialEq, Eq)]
-    enum Want {
-        /// A value (top level, after `:` or after `,` in an array).
-        Value,
-        /// A value or `]` (just after `[`).
-        ValueOrClose,
-        /// A key or `}` (just after `{`).
-        KeyOrClose,
-        /// A key (after `,` in an object).
-        Key,
-        /// `,` or the closing bracket of the innermost container.
-        CommaOrClose,
-    }
-    let b = text.as_bytes();
-    let indexed = u32::try_from(b.len()).is_ok();
-    let mut spans: Vec<(u32, u32)> = Vec::new();
-    // Open containers: their bracket and their entry in `spans` (usize::MAX: none).
-    let mut stack: Vec<(u8, usize)> = Vec::new();
+    let mut v = Validator {
+        b: text.as_bytes(),
+        indexed: u32::try_from(text.len()).is_ok(),
+        spans: Vec::new(),
+        stack: Vec::new(),
+    };
     let mut want = Want::Value;
     let mut i = 0usize;
     loop {
-        i = skip_ws(b, i);
-        let Some(&c) = b.get(i) else {
+        i = skip_ws(v.b, i);
+        let Some(&c) = v.b.get(i) else {
             return Err(syntax("EOF while parsing a value", i));
         };
         match want {
             Want::Value | Want::ValueOrClose => {
                 match c {
                     b']' if want == Want::ValueOrClose => {
-                        close(&mut stack, &mut spans, i)?;
+                        close(&mut v.stack, &mut v.spans, i)?;
                         i += 1;
                     }
                     b'{' | b'[' => {
-                        let entry = if indexed {
-                            spans.push((i as u32, 0));
-                            spans.len() - 1
-                        } else {
-                            usize::MAX
-                        };
-                        stack.push((c, entry));
+                        v.open(c, i);
                         i += 1;
                         want = if c == b'{' {
                             Want::KeyOrClose
@@ -265,60 +247,34 @@ pub(crate) fn validate(text: &str) -> Result<Index, SyntaxError> {
                         };
                         continue;
                     }
-                    b'"' => {
-                        let end = string_end_checked(b, i)?;
-                        if indexed && end - i >= INDEXED_STRING {
-                            spans.push((i as u32, end as u32));
-                        }
-                        i = end;
-                    }
-                    b'-' | b'0'..=b'9' => i = number_end_checked(b, i)?,
-                    b't' | b'f' | b'n' => {
-                        let word: &[u8] = match c {
-                            b't' => b"true",
-                            b'f' => b"false",
-                            _ => b"null",
-                        };
-                        if b.get(i..i + word.len()) != Some(word) {
-                            return Err(syntax("expected ident", i));
-                        }
-                        i += word.len();
-                    }
-                    _ => return Err(syntax("expected value", i)),
+                    _ => i = v.scalar(c, i)?,
                 }
-                if stack.is_empty() {
+                if v.stack.is_empty() {
                     break;
                 }
                 want = Want::CommaOrClose;
             }
             Want::KeyOrClose | Want::Key => {
                 if c == b'}' && want == Want::KeyOrClose {
-                    close(&mut stack, &mut spans, i)?;
+                    close(&mut v.stack, &mut v.spans, i)?;
                     i += 1;
-                    if stack.is_empty() {
+                    if v.stack.is_empty() {
                         break;
                     }
                     want = Want::CommaOrClose;
                     continue;
                 }
-                if c != b'"' {
-                    return Err(syntax("key must be a string", i));
-                }
-                i = skip_ws(b, string_end_checked(b, i)?);
-                if b.get(i) != Some(&b':') {
-                    return Err(syntax("expected `:`", i));
-                }
-                i += 1;
+                i = v.key(c, i)?;
                 want = Want::Value;
             }
             Want::CommaOrClose => {
-                let top = stack.last().map_or(0, |&(t, _)| t);
+                let top = v.stack.last().map_or(0, |&(t, _)| t);
                 match (c, top) {
                     (b',', b'{') => want = Want::Key,
                     (b',', _) => want = Want::Value,
                     (b'}', b'{') | (b']', b'[') => {
-                        close(&mut stack, &mut spans, i)?;
-                        if stack.is_empty() {
+                        close(&mut v.stack, &mut v.spans, i)?;
+                        if v.stack.is_empty() {
                             i += 1;
                             break;
                         }
@@ -329,10 +285,91 @@ pub(crate) fn validate(text: &str) -> Result<Index, SyntaxError> {
             }
         }
     }
-    if skip_ws(b, i) != b.len() {
-        return Err(syntax("trailing characters", skip_ws(b, i)));
+    if skip_ws(v.b, i) != v.b.len() {
+        return Err(syntax("trailing characters", skip_ws(v.b, i)));
     }
-    Ok(Index { spans })
+    Ok(Index { spans: v.spans })
+}
+
+/// What [`validate`] reads next.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// A value (top level, after `:` or after `,` in an array).
+    Value,
+    /// A value or `]` (just after `[`).
+    ValueOrClose,
+    /// A key or `}` (just after `{`).
+    KeyOrClose,
+    /// A key (after `,` in an object).
+    Key,
+    /// `,` or the closing bracket of the innermost container.
+    CommaOrClose,
+}
+
+/// [`validate`]'s state: the text, the index it builds and its open containers.
+struct Validator<'a> {
+    b: &'a [u8],
+    /// Whether offsets fit the index's `u32`s (texts over 4 GiB are validated, not indexed).
+    indexed: bool,
+    spans: Vec<(u32, u32)>,
+    /// Open containers: their bracket and their entry in `spans` (usize::MAX: none).
+    stack: Vec<(u8, usize)>,
+}
+
+impl Validator<'_> {
+    /// Open the container whose bracket `c` is at `i`.
+    #[inline]
+    fn open(&mut self, c: u8, i: usize) {
+        let entry = if self.indexed {
+            self.spans.push((i as u32, 0));
+            self.spans.len() - 1
+        } else {
+            usize::MAX
+        };
+        self.stack.push((c, entry));
+    }
+
+    /// The end of the string, number or literal starting with `c` at `i`; a long string is
+    /// indexed.
+    #[inline]
+    fn scalar(&mut self, c: u8, i: usize) -> Result<usize, SyntaxError> {
+        let b = self.b;
+        match c {
+            b'"' => {
+                let end = string_end_checked(b, i)?;
+                if self.indexed && end - i >= INDEXED_STRING {
+                    self.spans.push((i as u32, end as u32));
+                }
+                Ok(end)
+            }
+            b'-' | b'0'..=b'9' => number_end_checked(b, i),
+            b't' | b'f' | b'n' => {
+                let word: &[u8] = match c {
+                    b't' => b"true",
+                    b'f' => b"false",
+                    _ => b"null",
+                };
+                if b.get(i..i + word.len()) != Some(word) {
+                    return Err(syntax("expected ident", i));
+                }
+                Ok(i + word.len())
+            }
+            _ => Err(syntax("expected value", i)),
+        }
+    }
+
+    /// Past the key starting with `c` at `i` and its `:`.
+    #[inline]
+    fn key(&self, c: u8, i: usize) -> Result<usize, SyntaxError> {
+        if c != b'"' {
+            return Err(syntax("key must be a string", i));
+        }
+        let i = skip_ws(self.b, string_end_checked(self.b, i)?);
+        if self.b.get(i) != Some(&b':') {
+            return Err(syntax("expected `:`", i));
+        }
+        Ok(i + 1)
+    }
 }
 
 /// Pop the innermost container, closed by the bracket at `i`, and record its end.
