@@ -234,7 +234,7 @@ pub(crate) async fn run(
 ) -> Passed {
     let schedule = Schedule::of(plan.encoding.as_deref(), &original);
     let before = Arc::new(Snapshot::before_load());
-    let mut run_for = RunFor {
+    let run_for = RunFor {
         recovery,
         begin_turn,
         memo,
