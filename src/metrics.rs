@@ -752,6 +752,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines, reason = "one scenario, read in order")]
     fn a_request_is_counted_with_its_tokens_bytes_and_passes() {
         let m = Metrics::new();
         let mut report = RewriteReport::default();

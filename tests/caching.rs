@@ -54,6 +54,7 @@ fn markers(v: &Value) -> Vec<Value> {
 }
 
 #[tokio::test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read in order")]
 async fn breakpoints_and_the_billing_line_stabiliser_through_the_proxy() {
     let buf = Buf::default();
     tracing_subscriber::fmt()

@@ -1003,6 +1003,7 @@ fn state_messages(start: &str) -> Vec<serde_json::Value> {
 /// others read memory only, without waiting. Once the store answers again, one line says so
 /// and requests read it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines, reason = "one scenario, read in order")]
 async fn a_state_store_that_stops_answering_stalls_no_request() {
     const IN_FLIGHT: usize = 50;
     const STALL_MS: u64 = 3000;

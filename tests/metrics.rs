@@ -106,6 +106,7 @@ async fn reserved_paths_win_over_a_slash_route() {
 const TOKEN: &str = "tok-Q7zK9";
 
 #[tokio::test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read in order")]
 async fn the_client_token_in_its_three_forms() {
     logs();
     let mock = start_mock(echo_ok()).await;

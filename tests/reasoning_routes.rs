@@ -101,6 +101,7 @@ fn names(cs: &[&str]) -> Vec<String> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read in order")]
 fn chat_turn_with_all_carriers_per_profile() {
     // (provider key or None, host, model, carriers kept on the RC+R+RD turn, pad on the bare
     // tool turn, reasoning-only turn keeps/moves its text into)

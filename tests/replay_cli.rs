@@ -310,6 +310,7 @@ fn clear_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[allow(clippy::too_many_lines, reason = "one scenario, read in order")]
 async fn serve_record_writes_a_private_file_that_replays() {
     let mock = start_mock(Arc::new(|_r: &Recorded| {
         json_response(

@@ -197,6 +197,7 @@ async fn binding_beyond_loopback_without_a_client_token_warns() {
 }
 
 #[tokio::test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read in order")]
 async fn api_keys_and_the_client_token_are_neither_logged_nor_stored() {
     logs();
     const ANTHROPIC_KEY: &str = "sk-ant-api03-SECRETanthropicKEY0001";

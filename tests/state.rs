@@ -68,6 +68,7 @@ fn rows(line: &str) -> Vec<&str> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines, reason = "one scenario, read in order")]
 async fn proxy_stores_sealed_carriers_that_state_lists_and_purges() {
     let mock = start_mock(deepseek()).await;
     let dir = tempfile::tempdir().unwrap();

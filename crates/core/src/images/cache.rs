@@ -468,6 +468,7 @@ mod tests {
     /// text in Redis) and expires with retention; another credential finds nothing it can
     /// open; with sharing off, or without a credential, nothing is written.
     #[test]
+    #[allow(clippy::too_many_lines, reason = "one scenario, read in order")]
     fn a_shared_transcode_serves_another_instance_for_the_same_credential_only() {
         use crate::state::redis::test_server::RedisServer;
         use crate::state::redis::{codec, RedisBackend, RedisOptions};
