@@ -16,6 +16,7 @@ pub(crate) mod credential;
 pub(crate) mod dashboard;
 pub(crate) mod metrics;
 pub mod proxy;
+pub mod replay;
 pub use cachekeeper_state as state;
 pub mod telemetry;
 pub use cachekeeper_wire as wire;

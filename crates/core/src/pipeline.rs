@@ -6,8 +6,8 @@
 //! reads through a [`Snapshot`] ([`Reads`]), and asks for what is missing ([`Step::Load`]).
 //!
 //! The proxy picks where a run goes (inline, the text lane or the image lane,
-//! [`crate::proxy::passes`]) and runs the load phase between runs; `cachekeeper replay`
-//! ([`crate::cli::replay`]) calls the same [`prepare`] and [`run`] over a memory-only store. A
+//! [`crate::proxy::passes`]) and runs the load phase between runs; `cachekeeper replay` (the
+//! binary's `src/replay/`) calls the same [`prepare`] and [`run`] over a memory-only store. A
 //! body is parsed once per request however many times its passes run (after a load round, or
 //! again on the image lane): the [`ParsedBody`] travels between runs. A run that deferred image
 //! work leaves what it computed ([`Reuse`]) to the run that does it, which runs only the image
