@@ -45,6 +45,7 @@ use crate::proxy::retry::{self, Replay};
 use crate::proxy::send::{classify_client_error, send, upstream_label};
 use crate::proxy::{AppState, OVERHEAD_HEADER, REWRITES_HEADER};
 use crate::route::{model_from_path, Route};
+use crate::provider::UpstreamAuth;
 use crate::telemetry::Outcome;
 use crate::wire::body::{self, BudgetPermit, ReadBody};
 use crate::wire::stream::ObservedBody;
@@ -215,10 +216,19 @@ fn route(
         });
     }
     ctx.endpoint = class.map(|(_, e)| e);
-    ctx.model = model_from_path(&matched.rest).map(str::to_owned);
+    ctx.model = matched.route.model_of(model_from_path(&matched.rest), None);
     ctx.upstream_uri = Some(matched.upstream_uri.clone());
     ctx.rest = matched.rest;
     ctx.route = Some(Arc::clone(&matched.route));
+    let row = matched.route.provider.row;
+    if row.auth == UpstreamAuth::Required
+        && !crate::credential::present(req.headers(), req.uri().query())
+    {
+        return Err(ProxyError::NoCredential {
+            route: matched.route.name.clone(),
+            provider: row.name,
+        });
+    }
     Ok((matched.route, matched.upstream_uri))
 }
 
@@ -322,7 +332,7 @@ fn plan(
     Plan {
         dialect: ctx.dialect.unwrap_or(Dialect::Openai),
         upstream_path: format!("{}{}", route.base_path, ctx.rest),
-        path_model: model_from_path(&ctx.rest).map(str::to_owned),
+        path_model: route.model_of(model_from_path(&ctx.rest), None),
         credential_scope: credential.scope,
         sealing: credential.sealing,
         digest_key: credential.digest_key,
