@@ -78,6 +78,10 @@ Knobs (request headers, as ``mock_upstream``'s, which say more):
   ``reasoningContent`` text / signature / redactedContent deltas); Anthropic ``thinking`` +
   ``redacted_thinking`` blocks on InvokeModel and Vertex rawPredict; Gemini's signed parallel
   function calls on Vertex; ``reasoning_content`` / a reasoning item on Azure.
+- ``x-mock-stream-error: NAME`` -- (Bedrock event streams) half the frames, then an ``exception``
+  frame for that member of the stream union (``modelStreamErrorException``,
+  ``throttlingException``, ``internalServerException``...), as Bedrock reports a failure once
+  the 200 is sent.
 - ``x-mock-reject-fields: a,b`` -- as the mock-wide ``CloudMock.reject_fields``: refuse a body
   that has any of these fields with the cloud's real unknown-field error: Bedrock InvokeModel
   (top-level keys of the Anthropic body) and Converse (keys of ``additionalModelRequestFields``)
@@ -355,7 +359,7 @@ def verify_sigv4(
         )
     scope = m["cred"].split("/")
     if len(scope) != 5 or scope[4] != "aws4_request":
-        return SigV4Result(False, "IncompleteSignatureException", f"Credential should be scoped to a valid region. ")
+        return SigV4Result(False, "IncompleteSignatureException", "Credential should be scoped to a valid region. ")
     access_key, scope_date, scope_region, scope_service, _ = scope
     if access_key not in credentials:
         return SigV4Result(False, "UnrecognizedClientException", AWS_UNRECOGNIZED_CLIENT)
@@ -568,7 +572,9 @@ class _CloudHandler(_Handler):
     def _send_events(self, events: list[bytes]) -> None:
         if self._stream_mode == "bedrock-chunks":
             self._stream_mode = "binary"
-            return super()._send_events(self._anthropic_chunks(events))
+            events = self._anthropic_chunks(events)
+        if self._stream_mode == "binary":
+            return super()._send_events(self._stream_error(events))
         if self._stream_mode == "json-array":
             objs = [_sse_json(ev) for ev in events]
             pieces = [
@@ -613,6 +619,16 @@ class _CloudHandler(_Handler):
         super()._send_json(status, obj, hdrs)
 
     # -- Bedrock -----------------------------------------------------------------------------
+    def _stream_error(self, frames: list[bytes]) -> list[bytes]:
+        """``x-mock-stream-error: NAME``: the first half of the frames, then an ``exception``
+        frame of that member of the stream union (``modelStreamErrorException``,
+        ``throttlingException``, ``internalServerException``, ...), and the stream ends."""
+        name = self.knob("stream-error")
+        if not name:
+            return frames
+        # `:exception-type` is the union member's name: botocore looks the shape up by it
+        return frames[: len(frames) // 2] + [exception_frame(name, f"mock upstream: {name} mid-stream")]
+
     def _aws_error(self, status: int, error_type: str | None, message: str, member: str = "message") -> None:
         hdrs = {"x-amzn-RequestId": self._request_id()}
         if error_type:

@@ -317,6 +317,35 @@ def test_boto3_converse_stream_reasoning(cloud: CloudMock) -> None:
     assert "".join(d["text"] for i, d in deltas if i == 2) == DEFAULT_REPLY
 
 
+def test_boto3_stream_knobs_split_and_mid_stream_exception(cloud: CloudMock) -> None:
+    from botocore.exceptions import EventStreamError
+
+    msgs = [{"role": "user", "content": [{"text": "Hi"}]}]
+    # frames cut into 5-byte HTTP chunks regardless of frame boundaries: botocore reassembles them
+    resp = bedrock(cloud, {"x-mock-split": "5"}).converse_stream(modelId=CLAUDE_BEDROCK, messages=msgs)
+    events = list(resp["stream"])
+    assert "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e) == DEFAULT_REPLY
+    rec = cloud.last("POST", "/converse-stream")
+    assert cloud.wait_completed(rec)
+    assert rec.events_sent == -(-len(rec.response_body) // 5)
+
+    # an exception frame after half the events (7 frames: 3 sent, then the exception)
+    resp = bedrock(cloud, {"x-mock-stream-error": "modelStreamErrorException"}).converse_stream(
+        modelId=CLAUDE_BEDROCK, messages=msgs
+    )
+    got: list[str] = []
+    with pytest.raises(EventStreamError) as e:
+        for ev in resp["stream"]:
+            got.append(next(iter(ev)))
+    assert got == ["messageStart", "contentBlockDelta", "contentBlockDelta"]
+    assert e.value.response["Error"] == {
+        "Code": "modelStreamErrorException",
+        "Message": "mock upstream: modelStreamErrorException mid-stream",
+    }
+    frames = decode_frames(bytes(cloud.last("POST", "/converse-stream").response_body))
+    assert frames[-1].headers[":message-type"] == "exception"
+
+
 def test_boto3_invoke_model_anthropic(cloud: CloudMock) -> None:
     body = {"anthropic_version": ANTHROPIC_BEDROCK_VERSION, "max_tokens": 64, "messages": USER_TURN}
     resp = bedrock(cloud).invoke_model(modelId=CLAUDE_BEDROCK, body=json.dumps(body), contentType="application/json")
