@@ -64,7 +64,6 @@ CLAUDE_VERTEX = "claude-sonnet-4-5@20250929"
 GEMINI_MODEL = "gemini-2.5-flash"
 AZURE_DEPLOYMENT = "gpt-4o-e2e"
 ANTHROPIC_BEDROCK_VERSION = "bedrock-2023-05-31"  # https://docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages.html
-ANTHROPIC_VERTEX_VERSION = "vertex-2023-10-16"  # https://cloud.google.com/vertex-ai/generative-ai/docs/partner-models/claude/use-claude
 USER_TURN = [{"role": "user", "content": "Say hello."}]
 REPLY_PIECES = 3  # mock_upstream streams the reply in 3 deltas
 
@@ -686,6 +685,12 @@ def test_anthropic_vertex_messages(cloud: CloudMock) -> None:
     assert "model" not in sent
     assert rec.model_id == CLAUDE_VERTEX and rec.operation == "rawPredict"
 
+    thought = client.messages.create(
+        model=CLAUDE_VERTEX, max_tokens=64, messages=USER_TURN, extra_headers={"x-mock-reasoning": "1"}
+    )
+    assert [b.type for b in thought.content] == ["thinking", "redacted_thinking", "text"]
+    assert (thought.content[0].thinking, thought.content[0].signature) == (REASONING_TEXT, ANTHROPIC_SIGNATURE)
+
     with client.messages.stream(model=CLAUDE_VERTEX, max_tokens=64, messages=USER_TURN) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
@@ -840,6 +845,10 @@ def test_azure_refusals(cloud: CloudMock) -> None:
     assert e.value.status_code == 401
     assert e.value.body == {"code": "401", "message": AZURE_ACCESS_DENIED}  # the SDK unwraps `error`
     assert json.loads(cloud.last().response_body) == {"error": {"code": "401", "message": AZURE_ACCESS_DENIED}}
+
+    status, _, body = raw_post(cloud, f"/openai/v1/chat/completions?api-version={AZURE_API_VERSION}", b"{}", {})
+    assert (status, json.loads(body)) == (401, {"error": {"code": "401", "message": AZURE_ACCESS_DENIED}})
+    assert cloud.last().auth_scheme is None
 
     status, _, body = raw_post(cloud, f"/openai/deployments/{AZURE_DEPLOYMENT}/chat/completions", b"{}", {"api-key": AZURE_API_KEY})
     assert (status, json.loads(body)) == (404, {"error": {"code": "404", "message": "Resource not found"}})
