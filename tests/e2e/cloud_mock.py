@@ -152,9 +152,12 @@ AZURE_API_VERSION = "2024-10-21"
 # ---------------------------------------------------------------------------------------------
 
 # Converse usage (TokenUsage in the service model; https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_TokenUsage.html),
-# the same figures as mock_upstream.ANTHROPIC_USAGE: `inputTokens` excludes the cache reads and
-# writes, `totalTokens` adds all four (how Claude on Bedrock reports it: input + output + read +
-# write), `cacheDetails` the writes by TTL, 1h before 5m as the model's documentation says.
+# the same figures as mock_upstream.ANTHROPIC_USAGE: `inputTokens` is only the uncached input
+# ("total input tokens = inputTokens + cacheReadInputTokens + cacheWriteInputTokens",
+# https://docs.aws.amazon.com/bedrock/latest/userguide/prompt-caching.html, quoted in
+# crmne/ruby_llm#832), `totalTokens` adds all four (tensorzero/tensorzero#5688, Claude Haiku 4.5:
+# inputTokens 18 + outputTokens 386 + cacheWriteInputTokens 7502 = totalTokens 7906),
+# `cacheDetails` the writes by TTL, 1h before 5m as the service model documents.
 BEDROCK_CONVERSE_USAGE = {
     "inputTokens": 12,
     "outputTokens": 7,
