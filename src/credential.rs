@@ -2,7 +2,7 @@
 //! stored user content is encrypted under, without keeping the credential.
 //!
 //! `docs/dev/architecture.md#credentials`: a credential is the first present of `x-api-key`,
-//! `authorization`, `x-goog-api-key`, or the `key` query parameter (`server.client_token`,
+//! `authorization`, `x-goog-api-key`, `api-key` (Azure OpenAI), or the `key` query parameter (`server.client_token`,
 //! header `x-cachekeeper-token`, is the proxy's own and takes no part). Rotating OAuth tokens
 //! therefore start fresh scopes and keys. The scope (a hash) keeps per-tenant state apart
 //! (the transcode cache, captured carriers) and is never logged with the credential; the
@@ -17,6 +17,12 @@ use sha2::{Digest, Sha256};
 
 use crate::digest::DigestKey;
 use crate::state::seal::{SealKey, KEY_BYTES};
+
+/// The headers a credential is read from, first present wins: Anthropic's `x-api-key`,
+/// `authorization` (OpenAI-style bearer keys, OAuth tokens: Vertex AI, Microsoft Entra ID),
+/// Gemini's `x-goog-api-key`, Azure OpenAI's `api-key`
+/// (https://learn.microsoft.com/azure/ai-foundry/openai/reference#authentication).
+const CREDENTIAL_HEADERS: [&str; 4] = ["x-api-key", "authorization", "x-goog-api-key", "api-key"];
 
 /// The scope of a request without any credential.
 pub(crate) const NO_CREDENTIAL: &str = "";
@@ -105,7 +111,12 @@ fn derived_keys() -> &'static DerivedKeys {
     KEYS.get_or_init(|| DerivedKeys::new(MAX_DERIVED_CREDENTIALS))
 }
 
-/// The first of `x-api-key`, `authorization`, `x-goog-api-key` that holds a credential
+/// Whether the request carries a credential in any form [`identify`] reads.
+pub(crate) fn present(headers: &http::HeaderMap, query: Option<&str>) -> bool {
+    find(headers, query).is_some()
+}
+
+/// The first of [`CREDENTIAL_HEADERS`] that holds a credential
 /// (header name, raw value as given), else the non-empty `key` query parameter (`query` is
 /// the URI's query string, without `?`).
 ///
@@ -117,7 +128,7 @@ fn find<'a>(
     headers: &'a http::HeaderMap,
     query: Option<&'a str>,
 ) -> Option<(&'static str, &'a [u8])> {
-    for name in ["x-api-key", "authorization", "x-goog-api-key"] {
+    for name in CREDENTIAL_HEADERS {
         if let Some(v) = headers
             .get_all(name)
             .iter()
@@ -273,6 +284,25 @@ mod tests {
         assert_ne!(g, scope(&headers(&[("x-goog-api-key", "AIza1")]), None));
         assert_eq!(scope(&headers(&[]), Some("alt=sse")), NO_CREDENTIAL);
         assert_eq!(scope(&headers(&[]), None), NO_CREDENTIAL);
+    }
+
+    /// Azure OpenAI's `api-key` header is a credential of its own: two keys, two scopes; an
+    /// Entra ID bearer token on the same request wins (it comes first).
+    #[test]
+    fn azure_api_key_scopes() {
+        let a = scope(&headers(&[("api-key", "azk-1")]), None);
+        let b = scope(&headers(&[("api-key", "azk-2")]), None);
+        assert_ne!(a, NO_CREDENTIAL);
+        assert_ne!(a, b);
+        assert_ne!(a, scope(&headers(&[("x-api-key", "azk-1")]), None));
+        let entra = scope(&headers(&[("authorization", "Bearer eyJ0")]), None);
+        assert_eq!(
+            scope(
+                &headers(&[("api-key", "azk-1"), ("authorization", "Bearer eyJ0")]),
+                None
+            ),
+            entra
+        );
     }
 
     #[test]

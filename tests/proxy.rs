@@ -530,32 +530,6 @@ async fn websocket_upgrade_is_tunnelled() {
     proxy.stop().await;
 }
 
-/// A fake PNG (signature + IHDR) of the given size, base64: enough for the header probe.
-fn fake_png_b64(w: u32, h: u32, pad: usize) -> String {
-    use base64::Engine as _;
-    let mut b = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13];
-    b.extend_from_slice(b"IHDR");
-    b.extend_from_slice(&w.to_be_bytes());
-    b.extend_from_slice(&h.to_be_bytes());
-    b.extend_from_slice(&[8, 2, 0, 0, 0, 0, 0, 0, 0]);
-    b.resize(b.len() + pad, 7);
-    base64::engine::general_purpose::STANDARD.encode(b)
-}
-
-/// An Anthropic body with `n` tool-result screenshots of `w`×`h`.
-fn anthropic_screenshots(n: usize, w: u32, h: u32) -> String {
-    let mut messages = vec![serde_json::json!({"role":"user","content":"go"})];
-    for i in 0..n {
-        messages.push(serde_json::json!({"role":"assistant","content":[
-            {"type":"tool_use","id":format!("toolu_{i}"),"name":"screenshot","input":{}}]}));
-        messages.push(serde_json::json!({"role":"user","content":[
-            {"type":"tool_result","tool_use_id":format!("toolu_{i}"),"content":[
-                {"type":"text","text":format!("frame {i}")},
-                {"type":"image","source":{"type":"base64","media_type":"image/png","data":fake_png_b64(w, h, 64 + i)}}]}]}));
-    }
-    serde_json::json!({"model":"claude-sonnet-4-5","max_tokens":10,"messages":messages}).to_string()
-}
-
 #[tokio::test]
 async fn eviction_happens_through_the_proxy_plain_and_gzip() {
     let mock = start_mock(echo_ok()).await;

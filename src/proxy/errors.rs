@@ -85,6 +85,13 @@ pub(crate) enum ProxyError {
     /// connection closes instead of seeing it drop.
     #[error("cachekeeper: the proxy is shutting down; no response from upstream {upstream} before the shutdown grace ended; retry")]
     ShuttingDown { upstream: String },
+    /// The route's provider needs a credential ([`crate::provider::UpstreamAuth::Required`])
+    /// and the request carries none. 401.
+    #[error("cachekeeper: route {route} forwards to {provider}, which needs a credential, and this request carries none (no Authorization: Bearer token, x-goog-api-key or key parameter); an agent told to skip its own auth (Claude Code with CLAUDE_CODE_SKIP_VERTEX_AUTH=1) sends none. Send the token from the client (for Vertex AI: gcloud auth print-access-token); the proxy has no token source of its own for this route (not built yet)")]
+    NoCredential {
+        route: String,
+        provider: &'static str,
+    },
 }
 
 impl ProxyError {
@@ -92,7 +99,9 @@ impl ProxyError {
     pub(crate) fn status(&self) -> StatusCode {
         match self {
             ProxyError::NoRoute { .. } => StatusCode::NOT_FOUND,
-            ProxyError::BadClientToken => StatusCode::UNAUTHORIZED,
+            ProxyError::BadClientToken | ProxyError::NoCredential { .. } => {
+                StatusCode::UNAUTHORIZED
+            }
             ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamBroken { .. } => {
                 StatusCode::BAD_GATEWAY
             }
@@ -111,6 +120,7 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute { .. }
             | ProxyError::BadClientToken
+            | ProxyError::NoCredential { .. }
             | ProxyError::ClientBody(_)
             | ProxyError::DotSegment
             | ProxyError::HeadersTooLarge { .. }
@@ -146,6 +156,7 @@ impl ProxyError {
             ProxyError::MethodNotAllowed(_) => "method_not_allowed",
             ProxyError::HeadersTooLarge { .. } => "headers_too_large",
             ProxyError::ShuttingDown { .. } => "shutdown",
+            ProxyError::NoCredential { .. } => "no_credential",
         }
     }
 

@@ -36,6 +36,7 @@ use hyper::body::Incoming;
 use crate::accounting::session::SESSION_HEADER;
 use crate::dialect::format::Endpoint;
 use crate::dialect::Dialect;
+use crate::provider::UpstreamAuth;
 use crate::proxy::ctx::{ms_since, BodyFate, RequestCtx};
 use crate::proxy::errors::ProxyError;
 use crate::proxy::observe::{Observing, ResponseObserver};
@@ -215,10 +216,19 @@ fn route(
         });
     }
     ctx.endpoint = class.map(|(_, e)| e);
-    ctx.model = model_from_path(&matched.rest).map(str::to_owned);
+    ctx.model = matched.route.model_of(model_from_path(&matched.rest), None);
     ctx.upstream_uri = Some(matched.upstream_uri.clone());
     ctx.rest = matched.rest;
     ctx.route = Some(Arc::clone(&matched.route));
+    let row = matched.route.provider.row;
+    if row.auth == UpstreamAuth::Required
+        && !crate::credential::present(req.headers(), req.uri().query())
+    {
+        return Err(ProxyError::NoCredential {
+            route: matched.route.name.clone(),
+            provider: row.name,
+        });
+    }
     Ok((matched.route, matched.upstream_uri))
 }
 
@@ -322,7 +332,7 @@ fn plan(
     Plan {
         dialect: ctx.dialect.unwrap_or(Dialect::Openai),
         upstream_path: format!("{}{}", route.base_path, ctx.rest),
-        path_model: model_from_path(&ctx.rest).map(str::to_owned),
+        path_model: route.model_of(model_from_path(&ctx.rest), None),
         credential_scope: credential.scope,
         sealing: credential.sealing,
         digest_key: credential.digest_key,

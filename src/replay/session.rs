@@ -130,7 +130,9 @@ impl Session {
             route: Arc::clone(&self.route),
             upstream_uri: http::Uri::default(),
             upstream_path: format!("{}{}", self.route.base_path, rest),
-            path_model: crate::route::model_from_path(rest).map(str::to_owned),
+            path_model: self
+                .route
+                .model_of(crate::route::model_from_path(rest), None),
             credential_scope: String::new(),
             sealing: None,
             digest_key: self.key.clone(),

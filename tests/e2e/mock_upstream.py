@@ -194,6 +194,14 @@ class RecordedRequest:
     # x-mock-strict: the carriers this request delivered, and the 400's message if refused
     carriers: list[strict_mock.Received] = field(default_factory=list)
     strict_error: str | None = None
+    # cloud routes (cloud_mock.CloudMock): the operation and model the path named, how the
+    # request authenticated ('sigv4', 'bearer', 'api-key', or None: no credential), whether
+    # its SigV4 signature verified (None: not a SigV4 request), and why auth was refused
+    operation: str | None = None
+    model_id: str | None = None
+    auth_scheme: str | None = None
+    signature_verified: bool | None = None
+    auth_error: str | None = None
 
     def header(self, name: str) -> str | None:
         """Value of the first header called ``name`` (case-insensitive), or None."""
@@ -282,11 +290,17 @@ class MockUpstream:
         self._counter = 0
         mock = self
 
-        class Handler(_Handler):
+        class Handler(self.handler_base()):  # type: ignore[misc]
             upstream = mock
 
         self._server = _Server((host, port), Handler)
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def handler_base(cls) -> type["_Handler"]:
+        """The request handler class; a subclass of the mock (cloud_mock.CloudMock) answers
+        more routes with a subclass of it."""
+        return _Handler
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property

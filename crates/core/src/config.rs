@@ -227,6 +227,12 @@ pub struct RouteConfig {
     /// Per-route `[images]` overrides.
     #[serde(default)]
     pub images: ImagesOverride,
+    /// The model a name the client uses stands for: an Azure OpenAI deployment
+    /// (`"prod-gpt" = "gpt-4.1"`), a Vertex AI or Bedrock model id with a version. The mapped
+    /// name is what the provider table's per-model rules, pricing and the report read
+    /// (`docs/reference/config.md#routes`). Default empty: names are read as sent.
+    #[serde(default)]
+    pub models: std::collections::BTreeMap<String, String>,
 }
 
 /// A loaded, validated config plus the warnings produced by clamping.

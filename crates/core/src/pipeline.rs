@@ -62,9 +62,11 @@ pub fn prepare(plan: &Plan, input: &Bytes) -> Result<Arc<ParsedBody>, Unread> {
                 .map_err(Unread::Decode)?,
         )
     };
-    ParsedBody::parse(decoded, plan.dialect)
-        .map(Arc::new)
-        .map_err(Unread::Shape)
+    ParsedBody::parse_named(decoded, plan.dialect, |body| {
+        plan.route.model_of(plan.path_model.as_deref(), body)
+    })
+    .map(Arc::new)
+    .map_err(Unread::Shape)
 }
 
 /// `content-encoding` absent, empty or `identity` (what [`crate::wire::body::decode`] returns
@@ -85,7 +87,9 @@ pub struct Plan {
     pub upstream_uri: http::Uri,
     /// Upstream path: the route's base path + the rest of the request path.
     pub upstream_path: String,
-    /// The model named in the path (Gemini), used when the body has none.
+    /// The model named in the path (Gemini, Vertex AI, an Azure OpenAI deployment), mapped
+    /// by the route's `models` table ([`crate::route::Route::model_of`]); it wins over the
+    /// body's.
     pub path_model: Option<String>,
     /// [`crate::credential::identify`]'s scope of the request: transcodes and captured
     /// carriers are never shared across it.

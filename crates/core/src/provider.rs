@@ -346,6 +346,21 @@ pub struct Provider {
     /// removed up front (a rejection is still learned, [`crate::reasoning::unknown_field`]).
     /// Only hosts that reject unknown body properties have a list.
     pub reasoning_controls: Option<&'static [&'static str]>,
+    /// What the upstream needs of a request's credential ([`UpstreamAuth`]).
+    pub auth: UpstreamAuth,
+}
+
+/// What a provider needs of a request's credential, beyond forwarding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamAuth {
+    /// Whatever the client sends goes upstream as sent; the upstream answers a missing one.
+    AsSent,
+    /// A request without any credential cannot succeed, and the upstream's own 401 does not
+    /// say why (an agent told to skip its auth, as Claude Code is with
+    /// `CLAUDE_CODE_SKIP_VERTEX_AUTH=1`, expects a proxy to add it): the proxy answers it
+    /// with an error naming what to send. Vertex AI (an OAuth access token, or an express-mode
+    /// API key).
+    Required,
 }
 
 /// The top-level request parameters clients send to turn reasoning on, off or up, across
@@ -412,6 +427,7 @@ const fn row(
         ttl_beta: true,
         image_ceilings: &[],
         reasoning_controls: None,
+        auth: UpstreamAuth::AsSent,
     }
 }
 
@@ -420,6 +436,48 @@ const OPENAI_CACHE: &str = "https://developers.openai.com/api/docs/guides/prompt
 const OPENAI_PRICING: &str = "https://developers.openai.com/api/docs/pricing";
 const GEMINI_PRICING: &str = "https://ai.google.dev/gemini-api/docs/pricing";
 const DEEPSEEK_CACHE: &str = "https://api-docs.deepseek.com/guides/kv_cache";
+
+/// Claude's rule, as Anthropic publishes it and as the clouds serving Claude restate it:
+/// explicit (`cache_control`), 5-minute TTL refreshed on use, writes 1.25×, reads 0.1×; a
+/// 1-hour TTL per breakpoint, its writes 2×.
+const fn claude_cache(models: &'static str, source: &'static str) -> CacheRule {
+    CacheRule {
+        models,
+        activation: Explicit,
+        ttl_s: Some(300),
+        write_milli: Some(1250),
+        long_ttl: Some((3600, 2000)),
+        read_milli: Some(100),
+        source,
+    }
+}
+
+/// Vertex AI's Claude prompt caching: "behaves as described in the Anthropic documentation",
+/// 5-minute TTL, `"ttl": "1h"` per breakpoint.
+const VERTEX_CLAUDE_CACHE: &str =
+    "https://docs.cloud.google.com/vertex-ai/generative-ai/docs/partner-models/claude/prompt-caching";
+/// Vertex AI's Gemini context cache: implicit caching, cached tokens at a 90% discount.
+const VERTEX_GEMINI_CACHE: &str = "https://docs.cloud.google.com/vertex-ai/generative-ai/docs/context-cache/context-cache-overview";
+/// Azure OpenAI prompt caching: automatic from 1,024 tokens on GPT-4o and newer, caches
+/// "typically cleared within 5-10 minutes of inactivity", `prompt_cache_retention` for longer.
+const AZURE_CACHE: &str = "https://learn.microsoft.com/azure/foundry/openai/how-to/prompt-caching";
+/// Claude in Microsoft Foundry: Claude runs on Anthropic's infrastructure at Anthropic's
+/// standard API prices.
+const FOUNDRY_CLAUDE: &str =
+    "https://platform.claude.com/docs/en/build-with-claude/claude-in-microsoft-foundry";
+
+/// Azure OpenAI's rule: automatic, no write surcharge, a 5-minute idle life (longer with
+/// `prompt_cache_retention`); the cached-input discount varies by deployment type and model
+/// and is not recorded (`read_milli: None`: not priced).
+const AZURE_OPENAI_CACHE: CacheRule = CacheRule {
+    models: "",
+    activation: Automatic,
+    ttl_s: Some(300),
+    write_milli: Some(1000),
+    long_ttl: Some((86_400, 1000)),
+    read_milli: None,
+    source: AZURE_CACHE,
+};
 
 /// An OpenAI rule: automatic, no write surcharge, cached prefixes kept in memory for
 /// (typically) 5–10 idle minutes, or up to 24 h with `prompt_cache_retention: "24h"`.
@@ -444,15 +502,7 @@ pub(crate) const PROVIDERS: &[Provider] = &[
         binding_controls: true,
         third_party_anthropic_wire: false,
         ttl_beta: false,
-        cache: &[CacheRule {
-            models: "",
-            activation: Explicit,
-            ttl_s: Some(300),
-            write_milli: Some(1250),
-            long_ttl: Some((3600, 2000)),
-            read_milli: Some(100),
-            source: ANTHROPIC_CACHE,
-        }],
+        cache: &[claude_cache("", ANTHROPIC_CACHE)],
         image_ceilings: ANTHROPIC_CEILINGS,
         ..row("anthropic", &["anthropic.com"], &[RC], Native)
     },
@@ -514,13 +564,65 @@ pub(crate) const PROVIDERS: &[Provider] = &[
         third_party_anthropic_wire: false,
         ..row(
             "gemini",
-            &[
-                "generativelanguage.googleapis.com",
-                "aiplatform.googleapis.com",
-            ],
+            &["generativelanguage.googleapis.com"],
             &[RC],
             Strip,
         )
+    },
+    // Google Vertex AI: Claude (the Anthropic wire, `:rawPredict`) and Gemini
+    // (`:generateContent`) on one host; the model family picks the cache rule and the image
+    // limits, the wire picks the rest (`docs/providers.md#vertex`).
+    Provider {
+        dialects: &[Dialect::Anthropic, Dialect::Gemini, Dialect::Openai],
+        cache: &[
+            claude_cache("claude", VERTEX_CLAUDE_CACHE),
+            CacheRule {
+                models: "",
+                activation: Automatic,
+                ttl_s: None,
+                write_milli: Some(1000),
+                long_ttl: None,
+                read_milli: Some(100),
+                source: VERTEX_GEMINI_CACHE,
+            },
+        ],
+        validates_thought_signatures: true,
+        auth: UpstreamAuth::Required,
+        // Claude itself, served by Google: signatures verify, the billing line is Anthropic's.
+        third_party_anthropic_wire: false,
+        ttl_beta: false,
+        ..row(
+            "vertex",
+            &["aiplatform.googleapis.com", "*-aiplatform.googleapis.com"],
+            &[RC],
+            Native,
+        )
+    },
+    // Azure OpenAI: OpenAI's models on Azure deployments (`docs/providers.md#azure-openai`).
+    Provider {
+        dialects: &[Dialect::Openai, Dialect::OpenaiResponses],
+        native_dialect: Some(Dialect::Openai),
+        images: Some(&OPENAI_IMAGES),
+        cache: &[AZURE_OPENAI_CACHE],
+        ..row(
+            "azure-openai",
+            &["openai.azure.com", "cognitiveservices.azure.com"],
+            &[RC],
+            Strip,
+        )
+    },
+    // Microsoft Foundry resources: Claude on `/anthropic/v1/messages` (run by Anthropic), and
+    // OpenAI's models on `/openai/v1/...` (`docs/providers.md#foundry`).
+    Provider {
+        dialects: &[
+            Dialect::Anthropic,
+            Dialect::Openai,
+            Dialect::OpenaiResponses,
+        ],
+        cache: &[claude_cache("claude", FOUNDRY_CLAUDE), AZURE_OPENAI_CACHE],
+        third_party_anthropic_wire: false,
+        ttl_beta: false,
+        ..row("foundry", &["services.ai.azure.com"], &[RC], Native)
     },
     Provider {
         echo: Some(EchoFamily::DeepSeek),
@@ -797,8 +899,19 @@ pub fn host_matches(host: &str, domain: &str) -> bool {
 }
 
 /// [`host_matches`] for a host already normalized.
+///
+/// A domain written `*-rest` (`*-aiplatform.googleapis.com`) matches a host whose first
+/// label ends in `-` plus the rest's first label and whose other labels are the rest's
+/// (`us-east5-aiplatform.googleapis.com`): the regional hosts Vertex AI names that way.
 fn domain_matches(host: &str, domain: &str) -> bool {
     let domain = domain.trim_end_matches('.');
+    if let Some(rest) = domain.strip_prefix('*') {
+        let n = rest.len();
+        return rest.starts_with('-')
+            && host.len() > n
+            && host.as_bytes()[host.len() - n..].eq_ignore_ascii_case(rest.as_bytes())
+            && !host.as_bytes()[..host.len() - n].contains(&b'.');
+    }
     if domain.is_empty() {
         return false;
     }
@@ -1035,6 +1148,55 @@ mod tests {
                 .row
                 .name
         );
+    }
+
+    #[test]
+    fn cloud_hosts_resolve_to_their_rows() {
+        for (host, row) in [
+            ("us-east5-aiplatform.googleapis.com", "vertex"),
+            ("europe-west1-aiplatform.googleapis.com", "vertex"),
+            ("aiplatform.googleapis.com", "vertex"),
+            ("generativelanguage.googleapis.com", "gemini"),
+            ("my-res.openai.azure.com", "azure-openai"),
+            ("my-res.cognitiveservices.azure.com", "azure-openai"),
+            ("my-res.services.ai.azure.com", "foundry"),
+        ] {
+            assert_eq!(
+                ResolvedProvider::resolve(None, host, None).row.name,
+                row,
+                "{host}"
+            );
+        }
+        // The regional pattern is one label: no dot before `-aiplatform`, nothing else after.
+        for host in [
+            "evil.us-east5-aiplatform.googleapis.com",
+            "us-east5-aiplatform.googleapis.com.evil.com",
+            "-aiplatform.googleapis.com",
+            "us-east5aiplatform.googleapis.com",
+        ] {
+            assert_ne!(
+                ResolvedProvider::resolve(None, host, None).row.name,
+                "vertex",
+                "{host}"
+            );
+        }
+        // Vertex: Claude's rule for Claude models, Gemini's implicit caching otherwise.
+        let vertex = by_name("vertex").unwrap();
+        let claude = vertex.cache_rule("claude-sonnet-4-5@20250929").unwrap();
+        assert_eq!(
+            (claude.activation, claude.write_milli),
+            (Explicit, Some(1250))
+        );
+        let gemini = vertex.cache_rule("gemini-2.5-pro").unwrap();
+        assert_eq!(
+            (gemini.activation, gemini.read_milli),
+            (Automatic, Some(100))
+        );
+        assert!(!vertex.caches_automatically());
+        assert_eq!(vertex.thinking, Native);
+        assert!(!vertex.third_party_anthropic_wire);
+        assert!(by_name("azure-openai").unwrap().caches_automatically());
+        assert_eq!(by_name("foundry").unwrap().thinking, Native);
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct Route {
     /// The route's provider row, resolved once from its `provider` key, else the upstream
     /// host, with the route's `carriers = [...]` applied ([`ResolvedProvider::resolve`]).
     pub provider: ResolvedProvider,
+    /// The route's `models` table: a name the client uses → the model it stands for.
+    pub models: std::collections::BTreeMap<String, String>,
 }
 
 use crate::dialect::format::Endpoint;
@@ -114,6 +116,7 @@ impl RouteTable {
                 cache,
                 provider,
                 authority,
+                models: r.models.clone(),
             }));
         }
         routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
@@ -230,6 +233,15 @@ pub(crate) fn classify_path(path: &str) -> Option<(Dialect, Endpoint)> {
 }
 
 impl Route {
+    /// The model of a request whose path names `path_model` and whose body names
+    /// `body_model`: the path's first (the deployment or model the upstream serves: Azure
+    /// OpenAI ignores the body's), then the body's; either mapped by the route's `models`
+    /// table.
+    pub fn model_of(&self, path_model: Option<&str>, body_model: Option<String>) -> Option<String> {
+        let named = path_model.map(str::to_owned).or(body_model)?;
+        Some(self.models.get(&named).cloned().unwrap_or(named))
+    }
+
     /// The dialect and endpoint class of a request path (the part after the prefix) on this
     /// route, or `None` when the path is tunnelled untouched: [`classify_path`], then the
     /// path's dialect must be one the route's provider row serves
@@ -244,12 +256,18 @@ impl Route {
     }
 }
 
-/// The model named in a Gemini path (`/v1beta/models/gemini-2.5-pro:generateContent` →
-/// `gemini-2.5-pro`), if any.
+/// The model a request path names, if any: Gemini's and Vertex AI's `/models/{model}:…`
+/// (`/v1beta/models/gemini-2.5-pro:generateContent` → `gemini-2.5-pro`;
+/// `…/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict` →
+/// `claude-sonnet-4-5@20250929`; Vertex's `count-tokens` endpoint names none) and an Azure
+/// OpenAI deployment (`/openai/deployments/{deployment}/chat/completions` → the deployment,
+/// which a route's `models` table may map to the model it serves).
 pub fn model_from_path(path: &str) -> Option<&str> {
-    let (_, after) = path.split_once("/models/")?;
+    let (_, after) = path
+        .split_once("/models/")
+        .or_else(|| path.split_once("/deployments/"))?;
     let model = after.split([':', '/']).next()?;
-    (!model.is_empty()).then_some(model)
+    (!model.is_empty() && model != crate::dialect::anthropic::VERTEX_COUNT_TOKENS).then_some(model)
 }
 
 /// The dialect the proxy's own errors take (`None`: OpenAI's shape): the one place that
@@ -595,5 +613,67 @@ dialect = "openai-responses"
             Some("gemini-2.5-pro")
         );
         assert_eq!(model_from_path("/v1/chat/completions"), None);
+    }
+
+    /// The clouds' paths: Vertex AI (Claude and Gemini, regional and global), Azure OpenAI
+    /// deployments and its v1 API, Claude in Microsoft Foundry.
+    #[test]
+    fn cloud_paths_are_classified_with_their_models() {
+        use Dialect::*;
+        let vertex = "/v1/projects/my-proj/locations/us-east5/publishers";
+        for (path, dialect, endpoint, model) in [
+            (
+                format!("{vertex}/anthropic/models/claude-sonnet-4-5@20250929:rawPredict"),
+                Anthropic,
+                Endpoint::Generate,
+                Some("claude-sonnet-4-5@20250929"),
+            ),
+            (
+                format!("{vertex}/anthropic/models/claude-opus-4-1:streamRawPredict"),
+                Anthropic,
+                Endpoint::Generate,
+                Some("claude-opus-4-1"),
+            ),
+            (
+                format!("{vertex}/anthropic/models/count-tokens:rawPredict"),
+                Anthropic,
+                Endpoint::CountTokens,
+                None,
+            ),
+            (
+                format!("{vertex}/google/models/gemini-2.5-pro:streamGenerateContent"),
+                Gemini,
+                Endpoint::Generate,
+                Some("gemini-2.5-pro"),
+            ),
+            (
+                "/v1/projects/p/locations/global/publishers/google/models/gemini-3-pro:generateContent"
+                    .to_owned(),
+                Gemini,
+                Endpoint::Generate,
+                Some("gemini-3-pro"),
+            ),
+            (
+                "/openai/deployments/prod-gpt/chat/completions".to_owned(),
+                Openai,
+                Endpoint::Generate,
+                Some("prod-gpt"),
+            ),
+            ("/openai/v1/chat/completions".to_owned(), Openai, Endpoint::Generate, None),
+            ("/openai/v1/responses".to_owned(), OpenaiResponses, Endpoint::Generate, None),
+            ("/anthropic/v1/messages".to_owned(), Anthropic, Endpoint::Generate, None),
+        ] {
+            assert_eq!(classify_path(&path), Some((dialect, endpoint)), "{path}");
+            assert_eq!(model_from_path(&path), model, "{path}");
+        }
+        // Other publishers' rawPredict (Mistral, Llama on Vertex) and other methods are not
+        // Anthropic Messages.
+        for path in [
+            format!("{vertex}/mistralai/models/mistral-large:rawPredict"),
+            format!("{vertex}/anthropic/models/claude-x:predict"),
+            format!("{vertex}/anthropic/models/claude-x"),
+        ] {
+            assert_eq!(classify_path(&path), None, "{path}");
+        }
     }
 }

@@ -123,6 +123,13 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
     walk
 }
 
+/// Where Claude's models sit in a Vertex AI path
+/// (https://docs.cloud.google.com/vertex-ai/generative-ai/docs/partner-models/claude/use-claude).
+pub(crate) const VERTEX_MODELS: &str = "/publishers/anthropic/models/";
+/// The model segment of Vertex AI's Claude token-counting path
+/// (`…/publishers/anthropic/models/count-tokens:rawPredict`): an endpoint, not a model.
+pub(crate) const VERTEX_COUNT_TOKENS: &str = "count-tokens";
+
 /// Anthropic Messages as a [`WireFormat`](super::format::WireFormat).
 pub(crate) struct Anthropic;
 
@@ -180,7 +187,23 @@ impl super::format::WireFormat for Anthropic {
     /// A path ending in `/messages` (gateways mount it under other bases too), except
     /// OpenAI's Assistants API `…/threads/{thread_id}/messages`, which is never Anthropic;
     /// `…/messages/count_tokens` counts tokens.
+    /// `…/messages` and `…/messages/count_tokens` (also Claude in Microsoft Foundry's
+    /// `/anthropic/v1/messages`), and Claude on Vertex AI:
+    /// `…/publishers/anthropic/models/{model}:rawPredict` / `:streamRawPredict`, token counting
+    /// at `…/models/count-tokens:rawPredict`.
     fn classify_path(&self, path: &str) -> Option<Endpoint> {
+        if let Some(at) = path.find(VERTEX_MODELS) {
+            let (model, method) = path[at + VERTEX_MODELS.len()..].rsplit_once(':')?;
+            return match method {
+                "rawPredict" | "streamRawPredict" if model == VERTEX_COUNT_TOKENS => {
+                    Some(Endpoint::CountTokens)
+                }
+                "rawPredict" | "streamRawPredict" if !model.contains('/') => {
+                    Some(Endpoint::Generate)
+                }
+                _ => None,
+            };
+        }
         if path.ends_with("/messages/count_tokens") {
             return Some(Endpoint::CountTokens);
         }

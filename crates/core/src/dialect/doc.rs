@@ -57,6 +57,21 @@ impl ParsedBody {
         Self::try_new(bytes, |b| super::parse(b, dialect))
     }
 
+    /// [`Self::parse`], with the parse's `model` (the body's) replaced by what `name` makes of
+    /// it: the request's model as its route reads it ([`crate::route::Route::model_of`]).
+    pub(crate) fn parse_named(
+        bytes: bytes::Bytes,
+        dialect: Dialect,
+        name: impl FnOnce(Option<String>) -> Option<String>,
+    ) -> Result<Self, super::ParseError> {
+        Self::try_new(bytes, |b| {
+            super::parse(b, dialect).map(|mut doc| {
+                doc.model = name(doc.model.take());
+                doc
+            })
+        })
+    }
+
     /// The decoded body's bytes (what the passes edit).
     pub(crate) fn bytes(&self) -> &[u8] {
         self.borrow_owner()

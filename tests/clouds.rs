@@ -1,0 +1,269 @@
+//! The clouds' routes through the proxy (issue 29): Claude and Gemini on Google Vertex AI,
+//! Azure OpenAI deployments with the route's `models` table, Claude in Microsoft Foundry.
+//! Each request goes to a mock upstream on the cloud's own paths; the assertions read what
+//! the mock received. (Amazon Bedrock is not built yet.)
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_macros
+)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// Vertex AI's path prefix for a project and region.
+const VERTEX: &str = "/vertex/v1/projects/my-proj/locations/us-east5/publishers";
+/// An OAuth access token as `gcloud auth print-access-token` prints one.
+const GOOGLE_TOKEN: (&str, &str) = ("authorization", "Bearer ya29.a0-test-token");
+
+fn config(upstream: &str, routes: &str) -> String {
+    let dir = tempfile::tempdir().unwrap().keep();
+    format!(
+        "[state]\npath = {:?}\n\n{}",
+        dir.join("state.db").display().to_string(),
+        routes.replace("{upstream}", upstream)
+    )
+}
+
+fn ok() -> Handler {
+    Arc::new(|_r: &Recorded| json_response(200, r#"{"ok":true}"#))
+}
+
+/// Every `cache_control` value of `v`'s system blocks and message blocks, in order.
+fn markers(v: &Value) -> Vec<Value> {
+    let system = v["system"].as_array().into_iter().flatten();
+    let blocks = v["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten());
+    system
+        .chain(blocks)
+        .filter_map(|b| b.get("cache_control").cloned())
+        .collect()
+}
+
+/// Claude on Vertex AI (`:rawPredict`, no `model` in the body): the Anthropic passes run —
+/// image eviction, automatic breakpoints with a 1-hour TTL (no beta header: Vertex takes
+/// `"ttl": "1h"` as is) — and the model is the path's.
+#[tokio::test]
+async fn claude_on_vertex_gets_the_anthropic_passes() {
+    let mock = start_mock(ok()).await;
+    let proxy = start_proxy(&config(
+        &mock.url(),
+        "[[routes]]\nname = \"vertex\"\nprefix = \"/vertex\"\nupstream = \"{upstream}\"\n\
+         provider = \"vertex\"\ncache_breakpoints = \"auto\"\ncache_ttl = \"1h\"\n",
+    ))
+    .await;
+    let mut body: Value = serde_json::from_str(&anthropic_screenshots(21, 2400, 1350)).unwrap();
+    let obj = body.as_object_mut().unwrap();
+    obj.remove("model");
+    obj.insert("anthropic_version".into(), json!("vertex-2023-10-16"));
+    obj.insert(
+        "system".into(),
+        json!([{"type": "text", "text": "You drive a browser."}]),
+    );
+    let path = format!("{VERTEX}/anthropic/models/claude-sonnet-4-5@20250929:rawPredict");
+    let (status, headers, _) = send(
+        &client(),
+        &proxy.url(&path),
+        &[GOOGLE_TOKEN],
+        body.to_string(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(rewrites.contains("images_retired=11;"), "{rewrites}");
+    assert!(rewrites.contains("breakpoints_added=3;"), "{rewrites}");
+    let up = mock.last();
+    assert_eq!(
+        up.path_and_query,
+        "/v1/projects/my-proj/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict"
+    );
+    assert_eq!(up.headers["authorization"], "Bearer ya29.a0-test-token");
+    assert!(up.headers.get("anthropic-beta").is_none());
+    let sent: Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(sent["anthropic_version"], "vertex-2023-10-16");
+    assert!(sent.get("model").is_none());
+    let hour = json!({"type": "ephemeral", "ttl": "1h"});
+    assert_eq!(markers(&sent), vec![hour; 3]);
+    let retired = cachekeeper::texts::RETIRED_IMAGE;
+    assert_eq!(
+        sent["messages"][2]["content"][0]["content"][1]["text"],
+        retired
+    );
+    assert_eq!(
+        sent["messages"][42]["content"][0]["content"][1]["type"],
+        "image"
+    );
+    proxy.stop().await;
+}
+
+/// A request with no credential on a Vertex AI route (Claude Code with
+/// `CLAUDE_CODE_SKIP_VERTEX_AUTH=1` and no token source): the proxy's own 401, in the
+/// Anthropic shape for a Claude path and Gemini's for a Gemini path, saying what to send;
+/// nothing goes upstream. An express-mode API key is a credential.
+#[tokio::test]
+async fn vertex_without_a_credential_is_told_what_to_send() {
+    let mock = start_mock(ok()).await;
+    let proxy = start_proxy(&config(
+        &mock.url(),
+        "[[routes]]\nname = \"vertex\"\nprefix = \"/vertex\"\nupstream = \"{upstream}\"\n\
+         provider = \"vertex\"\n",
+    ))
+    .await;
+    let c = client();
+    let claude = format!("{VERTEX}/anthropic/models/claude-opus-4-1:streamRawPredict");
+    let (status, _, body) = send(&c, &proxy.url(&claude), &[], "{}").await;
+    assert_eq!(status, 401);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["type"], "error");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message
+            .starts_with("cachekeeper: route vertex forwards to vertex, which needs a credential"),
+        "{message}"
+    );
+    assert!(
+        message.contains("CLAUDE_CODE_SKIP_VERTEX_AUTH=1"),
+        "{message}"
+    );
+    assert!(
+        message.contains("gcloud auth print-access-token"),
+        "{message}"
+    );
+    let gemini = format!("{VERTEX}/google/models/gemini-2.5-pro:generateContent");
+    let (status, _, body) = send(&c, &proxy.url(&gemini), &[], "{}").await;
+    assert_eq!(status, 401);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"]["code"], 401);
+    assert_eq!(v["error"]["status"], "UNAUTHENTICATED");
+    assert!(mock.requests.lock().unwrap().is_empty());
+    // A bearer token or an API key goes through.
+    for auth in [GOOGLE_TOKEN, ("x-goog-api-key", "AIza-express")] {
+        let (status, _, _) = send(&c, &proxy.url(&gemini), &[auth], r#"{"contents":[]}"#).await;
+        assert_eq!(status, 200);
+    }
+    assert_eq!(mock.requests.lock().unwrap().len(), 2);
+    proxy.stop().await;
+}
+
+/// Gemini 3 on Vertex AI: the model is read from the path (the body names none), and a
+/// function call replayed without its thought signature gets the documented placeholder, as
+/// on Google's own API (Vertex validates signatures too).
+#[tokio::test]
+async fn gemini_on_vertex_reads_the_model_from_the_path() {
+    let mock = start_mock(ok()).await;
+    let proxy = start_proxy(&config(
+        &mock.url(),
+        "[[routes]]\nname = \"vertex\"\nprefix = \"/vertex\"\nupstream = \"{upstream}\"\n\
+         provider = \"vertex\"\n",
+    ))
+    .await;
+    let body = json!({"contents": [
+        {"role": "user", "parts": [{"text": "weather in Paris?"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "weather", "args": {"city": "Paris"}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "weather", "response": {"temp": 18}}}]}
+    ]});
+    let path = format!("{VERTEX}/google/models/gemini-3-pro-preview:streamGenerateContent?alt=sse");
+    let (status, headers, _) = send(
+        &client(),
+        &proxy.url(&path),
+        &[GOOGLE_TOKEN],
+        body.to_string(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(
+        rewrites.contains("restored_placeholder_signature=1;"),
+        "{rewrites}"
+    );
+    let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
+    assert_eq!(
+        sent["contents"][1]["parts"][0]["thoughtSignature"],
+        "skip_thought_signature_validator"
+    );
+    proxy.stop().await;
+}
+
+/// Azure OpenAI: the deployment in the path is the request's model, mapped by the route's
+/// `models` table. A deployment serving DeepSeek-R1 (a must-echo model) gets the
+/// `reasoning_content` pad on its tool-call turn; the same request to an unmapped deployment
+/// name does not (the name says nothing), and the `api-key` header goes upstream untouched.
+#[tokio::test]
+async fn azure_deployments_map_to_their_models() {
+    let mock = start_mock(ok()).await;
+    let proxy = start_proxy(&config(
+        &mock.url(),
+        "[[routes]]\nname = \"azure\"\nprefix = \"/azure\"\nupstream = \"{upstream}\"\n\
+         provider = \"azure-openai\"\nmodels = { \"prod-r1\" = \"deepseek-r1\" }\n",
+    ))
+    .await;
+    let body = json!({"messages": [
+        {"role": "user", "content": "list files"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"}
+    ]})
+    .to_string();
+    let c = client();
+    let key = ("api-key", "azure-key-1");
+    let mapped = "/azure/openai/deployments/prod-r1/chat/completions?api-version=2024-10-21";
+    let (status, _, _) = send(&c, &proxy.url(mapped), &[key], body.clone()).await;
+    assert_eq!(status, 200);
+    let up = mock.last();
+    assert_eq!(
+        up.path_and_query,
+        "/openai/deployments/prod-r1/chat/completions?api-version=2024-10-21"
+    );
+    assert_eq!(up.headers["api-key"], "azure-key-1");
+    let sent: Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(sent["messages"][1]["reasoning_content"], " ");
+    let other = "/azure/openai/deployments/prod-x/chat/completions?api-version=2024-10-21";
+    let (status, _, _) = send(&c, &proxy.url(other), &[key], body.clone()).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.last().body, body.as_bytes());
+    proxy.stop().await;
+}
+
+/// Amazon Bedrock is not built yet: a request on its paths (InvokeModel with an Anthropic
+/// body that the Anthropic passes would otherwise rewrite) goes upstream byte-identical, so
+/// its SigV4 signature, computed over the body, still holds.
+#[tokio::test]
+async fn bedrock_paths_go_upstream_untouched() {
+    let mock = start_mock(ok()).await;
+    let proxy = start_proxy(&config(
+        &mock.url(),
+        "[[routes]]\nname = \"bedrock\"\nprefix = \"/bedrock\"\nupstream = \"{upstream}\"\n\
+         dialect = \"anthropic\"\ncache_breakpoints = \"auto\"\n",
+    ))
+    .await;
+    let mut body: Value = serde_json::from_str(&anthropic_screenshots(21, 2400, 1350)).unwrap();
+    let obj = body.as_object_mut().unwrap();
+    obj.remove("model");
+    obj.insert("anthropic_version".into(), json!("bedrock-2023-05-31"));
+    let body = body.to_string();
+    let sigv4 = (
+        "authorization",
+        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261207/us-east-1/bedrock/aws4_request, \
+         SignedHeaders=content-type;host;x-amz-date, Signature=0123abcd",
+    );
+    let c = client();
+    for path in [
+        "/bedrock/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke",
+        "/bedrock/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream",
+        "/bedrock/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse",
+    ] {
+        let (status, headers, _) = send(&c, &proxy.url(path), &[sigv4], body.clone()).await;
+        assert_eq!(status, 200, "{path}");
+        assert_eq!(headers["x-cachekeeper-rewrites"], "passthrough", "{path}");
+        assert_eq!(mock.last().body, body.as_bytes(), "{path}");
+    }
+    proxy.stop().await;
+}

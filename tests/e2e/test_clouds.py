@@ -1,0 +1,223 @@
+"""The clouds through the proxy (issue 29), with the official clients pointed at cachekeeper and
+the cloud mock (cloud_mock.py) behind it: anthropic's ``AnthropicVertex`` and google-genai with
+``vertexai=True`` on a Vertex AI route, openai's ``AzureOpenAI`` on an Azure OpenAI route with a
+``models`` table. Each: the passes ran on the cloud's own paths (images retired, reasoning carriers
+the client dropped restored), the usage the mock reported reached the request log under the model
+the path names, and what the client parsed is what the mock sent.
+
+Amazon Bedrock is not built yet (a Bedrock route forwards requests untouched:
+``tests/clouds.rs``)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from cloud_mock import (
+    AZURE_API_KEY,
+    AZURE_API_VERSION,
+    VERTEX_ACCESS_TOKEN,
+    VERTEX_LOCATION,
+    VERTEX_PROJECT,
+    CloudMock,
+)
+from conftest import Proxy, RequestLog, launch_proxy
+from helpers import LARGE, anthropic_carrier_index, anthropic_session, assert_retired_text
+from mock_upstream import ANTHROPIC_SIGNATURE, DEFAULT_REPLY, GEMINI_USAGE, OPENAI_USAGE
+
+CLAUDE_VERTEX = "claude-sonnet-4-5@20250929"
+GEMINI_VERTEX = "gemini-2.5-flash"
+AZURE_DEPLOYMENT = "prod-4o"
+AZURE_MODEL = "gpt-4o"
+
+
+@pytest.fixture(scope="module")
+def cloud() -> Iterator[CloudMock]:
+    mock = CloudMock().start()
+    yield mock
+    mock.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(cloud: CloudMock, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    routes = f"""
+[[routes]]
+name = "vertex"
+prefix = "/vertex"
+upstream = "{cloud.url}"
+provider = "vertex"
+
+[[routes]]
+name = "azure"
+prefix = "/azure"
+upstream = "{cloud.url}"
+provider = "azure-openai"
+models = {{ "{AZURE_DEPLOYMENT}" = "{AZURE_MODEL}" }}
+"""
+    with launch_proxy(tmp_path_factory.mktemp("clouds"), routes) as p:
+        yield p
+
+
+@pytest.fixture
+def log(proxy: Proxy, cloud: CloudMock) -> RequestLog:
+    cloud.requests.clear()
+    return proxy.request_log()
+
+
+def anthropic_vertex(proxy: Proxy) -> Any:
+    from anthropic import AnthropicVertex
+
+    return AnthropicVertex(
+        region=VERTEX_LOCATION,
+        project_id=VERTEX_PROJECT,
+        access_token=VERTEX_ACCESS_TOKEN,
+        base_url=f"{proxy.base_url}/vertex/v1",
+        max_retries=0,
+        timeout=30.0,
+    )
+
+
+def genai_vertex(proxy: Proxy) -> Any:
+    from google import genai
+    from google.genai import types
+    from google.oauth2.credentials import Credentials
+
+    return genai.Client(
+        vertexai=True,
+        project=VERTEX_PROJECT,
+        location=VERTEX_LOCATION,
+        credentials=Credentials(token=VERTEX_ACCESS_TOKEN),
+        http_options=types.HttpOptions(base_url=f"{proxy.base_url}/vertex/"),
+    )
+
+
+def azure(proxy: Proxy) -> Any:
+    from openai import AzureOpenAI
+
+    return AzureOpenAI(
+        azure_endpoint=f"{proxy.base_url}/azure",
+        api_key=AZURE_API_KEY,
+        api_version=AZURE_API_VERSION,
+        azure_deployment=AZURE_DEPLOYMENT,
+        max_retries=0,
+        timeout=30.0,
+    )
+
+
+def test_anthropic_vertex_images_retired_and_usage_read(proxy: Proxy, cloud: CloudMock, log: RequestLog) -> None:
+    """21 screenshots of 2400x1350 (over Anthropic's 20-image ceiling for images over 2000 px):
+    the 11 oldest are retired down to the low-water mark, on the rawPredict path, streamed."""
+    client = anthropic_vertex(proxy)
+    messages = anthropic_session(21, LARGE)
+    with client.messages.stream(model=CLAUDE_VERTEX, max_tokens=64, messages=messages) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == DEFAULT_REPLY
+    assert final.usage.cache_read_input_tokens == 5120
+    rec = cloud.last("POST", ":streamRawPredict")
+    assert rec.model_id == CLAUDE_VERTEX
+    sent = rec.json()
+    assert "model" not in sent
+    for i in range(21):
+        block = sent["messages"][anthropic_carrier_index(i)]["content"][0]["content"][1]
+        if i < 11:
+            assert_retired_text(block["text"])
+        else:
+            assert block["type"] == "image", i
+    line = log.one(":streamRawPredict")
+    assert (line["route"], line["dialect"], line["model"]) == ("vertex", "anthropic", CLAUDE_VERTEX)
+    assert (line["cache_read_tokens"], line["output_tokens"]) == (5120, 7)
+
+
+def test_anthropic_vertex_thinking_the_client_dropped_is_restored(proxy: Proxy, cloud: CloudMock, log: RequestLog) -> None:
+    """A tool round whose thinking the client does not send back: the proxy captured the signed
+    blocks from the response and puts them back, byte-exact (Vertex serves Claude itself)."""
+    client = anthropic_vertex(proxy)
+    tools = [{"name": "ls", "description": "List files.", "input_schema": {"type": "object", "properties": {}}}]
+    first = client.messages.create(
+        model=CLAUDE_VERTEX,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "List the files."}],
+        tools=tools,
+        extra_headers={"x-mock-reasoning": "1"},
+    )
+    kinds = [b.type for b in first.content]
+    assert kinds[:2] == ["thinking", "redacted_thinking"], kinds
+    # The agent keeps only the text (and any tool call), as some agents do.
+    kept = [b.model_dump(exclude_none=True) for b in first.content if b.type not in ("thinking", "redacted_thinking")]
+    client.messages.create(
+        model=CLAUDE_VERTEX,
+        max_tokens=64,
+        messages=[
+            {"role": "user", "content": "List the files."},
+            {"role": "assistant", "content": kept},
+            {"role": "user", "content": "Thanks."},
+        ],
+        tools=tools,
+    )
+    sent = cloud.last("POST", ":rawPredict").json()
+    restored = sent["messages"][1]["content"]
+    assert [b["type"] for b in restored][:2] == ["thinking", "redacted_thinking"], restored
+    assert restored[0]["signature"] == ANTHROPIC_SIGNATURE
+    lines = log.wait(":rawPredict", 2)
+    assert lines[-1]["model"] == CLAUDE_VERTEX
+
+
+def test_genai_vertex_model_from_the_path_and_usage(proxy: Proxy, cloud: CloudMock, log: RequestLog) -> None:
+    client = genai_vertex(proxy)
+    resp = client.models.generate_content(model=GEMINI_VERTEX, contents="Say hello.")
+    assert resp.text == DEFAULT_REPLY
+    chunks = list(client.models.generate_content_stream(model=GEMINI_VERTEX, contents="Say hello."))
+    assert "".join(c.text for c in chunks) == DEFAULT_REPLY
+    for suffix in (":generateContent", ":streamGenerateContent"):
+        line = log.one(suffix)
+        assert (line["route"], line["dialect"], line["model"]) == ("vertex", "gemini", GEMINI_VERTEX), line
+        assert line["cache_read_tokens"] == GEMINI_USAGE["cachedContentTokenCount"]
+        assert cloud.last("POST", suffix).header("authorization") == f"Bearer {VERTEX_ACCESS_TOKEN}"
+
+
+def test_vertex_request_without_a_credential_gets_the_proxy_s_401(proxy: Proxy, cloud: CloudMock, log: RequestLog) -> None:
+    """What Claude Code sends with ``CLAUDE_CODE_SKIP_VERTEX_AUTH=1`` and no token source: no
+    Authorization header. The proxy answers in the Anthropic shape, saying what to send; nothing
+    reaches Vertex."""
+    path = f"/vertex/v1/projects/{VERTEX_PROJECT}/locations/{VERTEX_LOCATION}/publishers/anthropic/models/{CLAUDE_VERTEX}:rawPredict"
+    body = json.dumps({"anthropic_version": "vertex-2023-10-16", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]})
+    conn = http.client.HTTPConnection(proxy.base_url.removeprefix("http://"), timeout=30)
+    try:
+        conn.request("POST", path, body=body, headers={"content-type": "application/json"})
+        resp = conn.getresponse()
+        status, answer = resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+    assert status == 401
+    assert answer["type"] == "error" and answer["error"]["type"] == "authentication_error", answer
+    message = answer["error"]["message"]
+    assert message.startswith("cachekeeper: route vertex forwards to vertex, which needs a credential"), message
+    assert "CLAUDE_CODE_SKIP_VERTEX_AUTH=1" in message
+    assert not [r for r in cloud.requests if r.method == "POST"]
+    assert log.one(":rawPredict")["status"] == 401
+
+
+def test_azure_openai_deployment_maps_to_its_model(proxy: Proxy, cloud: CloudMock, log: RequestLog) -> None:
+    client = azure(proxy)
+    resp = client.chat.completions.create(model=AZURE_DEPLOYMENT, messages=[{"role": "user", "content": "Say hello."}])
+    assert resp.choices[0].message.content == DEFAULT_REPLY
+    stream = client.chat.completions.create(
+        model=AZURE_DEPLOYMENT,
+        messages=[{"role": "user", "content": "Say hello."}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == DEFAULT_REPLY
+    rec = cloud.last("POST", "/chat/completions")
+    assert rec.path == f"/openai/deployments/{AZURE_DEPLOYMENT}/chat/completions"
+    assert rec.header("api-key") == AZURE_API_KEY
+    lines = log.wait("/chat/completions", 2)
+    assert [(l["route"], l["model"]) for l in lines] == [("azure", AZURE_MODEL)] * 2
+    cached = OPENAI_USAGE["prompt_tokens_details"]["cached_tokens"]
+    assert [l["cache_read_tokens"] for l in lines] == [cached, cached]
