@@ -571,7 +571,8 @@ pub(crate) const PROVIDERS: &[Provider] = &[
     },
     // Google Vertex AI: Claude (the Anthropic wire, `:rawPredict`) and Gemini
     // (`:generateContent`) on one host; the model family picks the cache rule and the image
-    // limits, the wire picks the rest (`docs/providers.md#vertex`).
+    // limits, the wire picks the rest
+    // (`docs/providers.md#vertex--aiplatformgoogleapiscom--aiplatformgoogleapiscom`).
     Provider {
         dialects: &[Dialect::Anthropic, Dialect::Gemini, Dialect::Openai],
         cache: &[
@@ -598,7 +599,8 @@ pub(crate) const PROVIDERS: &[Provider] = &[
             Native,
         )
     },
-    // Azure OpenAI: OpenAI's models on Azure deployments (`docs/providers.md#azure-openai`).
+    // Azure OpenAI: OpenAI's models on Azure deployments
+    // (`docs/providers.md#azure-openai--openaiazurecom-cognitiveservicesazurecom`).
     Provider {
         dialects: &[Dialect::Openai, Dialect::OpenaiResponses],
         native_dialect: Some(Dialect::Openai),
@@ -612,7 +614,7 @@ pub(crate) const PROVIDERS: &[Provider] = &[
         )
     },
     // Microsoft Foundry resources: Claude on `/anthropic/v1/messages` (run by Anthropic), and
-    // OpenAI's models on `/openai/v1/...` (`docs/providers.md#foundry`).
+    // OpenAI's models on `/openai/v1/...` (`docs/providers.md#foundry--servicesaiazurecom`).
     Provider {
         dialects: &[
             Dialect::Anthropic,
