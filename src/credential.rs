@@ -111,6 +111,35 @@ fn derived_keys() -> &'static DerivedKeys {
     KEYS.get_or_init(|| DerivedKeys::new(MAX_DERIVED_CREDENTIALS))
 }
 
+/// The credential name of an AWS SigV4 request: its access key id, which every request of
+/// that key carries while the signature changes with each one. The secret never travels, and
+/// the key id is not secret: such a scope's user content stays in memory, never sealed to the
+/// store ([`identify`]).
+const SIGV4: &str = "aws-sigv4";
+
+/// The algorithm an AWS SigV4 `Authorization` value starts with
+/// (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_sigv.html).
+const SIGV4_ALGORITHM: &[u8] = b"AWS4-HMAC-SHA256 ";
+
+/// The access key id of a SigV4 `Authorization` value (`AWS4-HMAC-SHA256
+/// Credential=AKID/DATE/REGION/SERVICE/aws4_request, SignedHeaders=…, Signature=…`); `None`
+/// for any other value.
+fn sigv4_key_id(value: &[u8]) -> Option<&[u8]> {
+    let rest = value.strip_prefix(SIGV4_ALGORITHM)?;
+    let at = rest.windows(11).position(|w| w == b"Credential=")? + 11;
+    let id = &rest[at..];
+    let end = id.iter().position(|&b| b == b'/')?;
+    (end > 0).then(|| &id[..end])
+}
+
+/// Whether the request is signed with AWS SigV4: its body and `host` are under a signature
+/// the proxy cannot renew without AWS credentials of its own.
+pub(crate) fn sigv4_signed(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::AUTHORIZATION)
+        .is_some_and(|v| v.as_bytes().starts_with(SIGV4_ALGORITHM))
+}
+
 /// Whether the request carries a credential in any form [`identify`] reads.
 pub(crate) fn present(headers: &http::HeaderMap, query: Option<&str>) -> bool {
     find(headers, query).is_some()
@@ -134,6 +163,9 @@ fn find<'a>(
             .iter()
             .find(|v| !is_blank(v.as_bytes()))
         {
+            if let Some(key_id) = sigv4_key_id(v.as_bytes()) {
+                return Some((SIGV4, key_id));
+            }
             return Some((name, v.as_bytes()));
         }
     }
@@ -172,6 +204,13 @@ fn identify_with(keys: &DerivedKeys, headers: &http::HeaderMap, query: Option<&s
         return no_credential();
     };
     let id = credential_digest(name, value);
+    if name == SIGV4 {
+        return Credential {
+            scope: hex16(&id),
+            sealing: None,
+            digest_key: DigestKey::for_credential(None),
+        };
+    }
     match keys.get(&id, name, value) {
         Some(d) => Credential {
             scope: hex16(&id),
@@ -284,6 +323,41 @@ mod tests {
         assert_ne!(g, scope(&headers(&[("x-goog-api-key", "AIza1")]), None));
         assert_eq!(scope(&headers(&[]), Some("alt=sse")), NO_CREDENTIAL);
         assert_eq!(scope(&headers(&[]), None), NO_CREDENTIAL);
+    }
+
+    /// A SigV4 request's credential is its access key id: two requests of one key (each with
+    /// its own date and signature) share a scope, another key has its own; nothing is sealed
+    /// (the key id is not a secret). A Bedrock API key (`Bearer`) is a credential as sent.
+    #[test]
+    fn sigv4_scopes_by_access_key_id() {
+        let signed = |akid: &str, date: &str, sig: &str| {
+            format!(
+                "AWS4-HMAC-SHA256 Credential={akid}/{date}/us-east-1/bedrock/aws4_request, \
+                 SignedHeaders=content-type;host;x-amz-date, Signature={sig}"
+            )
+        };
+        let a1 = signed("AKIDEXAMPLE", "20261207", "aaaa");
+        let a2 = signed("AKIDEXAMPLE", "20261208", "bbbb");
+        let b = signed("AKIDOTHER", "20261207", "aaaa");
+        let h = |v: &str| {
+            let mut m = http::HeaderMap::new();
+            m.insert("authorization", http::HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert_eq!(scope(&h(&a1), None), scope(&h(&a2), None));
+        assert_ne!(scope(&h(&a1), None), scope(&h(&b), None));
+        assert_ne!(scope(&h(&a1), None), NO_CREDENTIAL);
+        let c = identify(&h(&a1), None);
+        assert_eq!(c.scope, scope(&h(&a1), None));
+        assert!(c.sealing.is_none());
+        assert!(sigv4_signed(&h(&a1)));
+        assert!(!sigv4_signed(&h("Bearer ABSKbedrock-api-key")));
+        let bearer = identify(&h("Bearer ABSKbedrock-api-key"), None);
+        assert!(bearer.sealing.is_some());
+        // A malformed SigV4 value is a credential as sent.
+        assert_eq!(sigv4_key_id(b"AWS4-HMAC-SHA256 Credential=/x"), None);
+        assert_eq!(sigv4_key_id(b"AWS4-HMAC-SHA256 garbage"), None);
+        assert_eq!(sigv4_key_id(a1.as_bytes()), Some(&b"AKIDEXAMPLE"[..]));
     }
 
     /// Azure OpenAI's `api-key` header is a credential of its own: two keys, two scopes; an

@@ -232,16 +232,18 @@ async fn azure_deployments_map_to_their_models() {
     proxy.stop().await;
 }
 
-/// Amazon Bedrock is not built yet: a request on its paths (InvokeModel with an Anthropic
-/// body that the Anthropic passes would otherwise rewrite) goes upstream byte-identical, so
-/// its SigV4 signature, computed over the body, still holds.
+/// Amazon Bedrock, Claude's InvokeModel (the model in the path, an Anthropic body): a request
+/// signed with SigV4 goes upstream exactly as the client signed it — its bytes and its `host`
+/// — since the proxy cannot sign a rewritten one yet (`body=signed`, no retry); the same
+/// request with a Bedrock API key (`Bearer`) gets the Anthropic passes (images retired).
+/// Converse, a wire of its own, is not read yet: tunnelled untouched.
 #[tokio::test]
-async fn bedrock_paths_go_upstream_untouched() {
+async fn bedrock_invoke_model_signed_untouched_api_key_rewritten() {
     let mock = start_mock(ok()).await;
     let proxy = start_proxy(&config(
         &mock.url(),
         "[[routes]]\nname = \"bedrock\"\nprefix = \"/bedrock\"\nupstream = \"{upstream}\"\n\
-         dialect = \"anthropic\"\ncache_breakpoints = \"auto\"\n",
+         provider = \"bedrock\"\n",
     ))
     .await;
     let mut body: Value = serde_json::from_str(&anthropic_screenshots(21, 2400, 1350)).unwrap();
@@ -255,15 +257,38 @@ async fn bedrock_paths_go_upstream_untouched() {
          SignedHeaders=content-type;host;x-amz-date, Signature=0123abcd",
     );
     let c = client();
-    for path in [
-        "/bedrock/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke",
-        "/bedrock/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream",
-        "/bedrock/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse",
-    ] {
-        let (status, headers, _) = send(&c, &proxy.url(path), &[sigv4], body.clone()).await;
-        assert_eq!(status, 200, "{path}");
-        assert_eq!(headers["x-cachekeeper-rewrites"], "passthrough", "{path}");
-        assert_eq!(mock.last().body, body.as_bytes(), "{path}");
-    }
+    let invoke = "/bedrock/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke";
+    let (status, headers, _) = send(&c, &proxy.url(invoke), &[sigv4], body.clone()).await;
+    assert_eq!(status, 200);
+    let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(rewrites.contains("images_retired=11;"), "{rewrites}");
+    assert!(rewrites.ends_with("body=signed"), "{rewrites}");
+    let up = mock.last();
+    assert_eq!(up.body, body.as_bytes());
+    // The host the client signed: the proxy's own address, not the upstream's.
+    assert_eq!(up.headers["host"], proxy.addr.to_string());
+    assert_eq!(
+        up.path_and_query,
+        "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke"
+    );
+
+    let api_key = ("authorization", "Bearer ABSKQmVkcm9ja0FQSUtleQ==");
+    let (status, headers, _) = send(&c, &proxy.url(invoke), &[api_key], body.clone()).await;
+    assert_eq!(status, 200);
+    let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(rewrites.ends_with("body=rewritten"), "{rewrites}");
+    let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
+    assert_eq!(
+        sent["messages"][2]["content"][0]["content"][1]["text"],
+        cachekeeper::texts::RETIRED_IMAGE
+    );
+    assert_ne!(mock.last().headers["host"], proxy.addr.to_string());
+
+    let converse = "/bedrock/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse";
+    let (status, headers, _) = send(&c, &proxy.url(converse), &[sigv4], body.clone()).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-cachekeeper-rewrites"], "passthrough");
+    assert_eq!(mock.last().body, body.as_bytes());
+    assert_eq!(mock.last().headers["host"], proxy.addr.to_string());
     proxy.stop().await;
 }

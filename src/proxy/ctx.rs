@@ -46,6 +46,10 @@ pub(crate) enum BodyFate {
     OverBudget,
     /// A pass failed (panicked): the original bytes went upstream.
     PassFailed,
+    /// AWS SigV4-signed (Amazon Bedrock): the passes would have changed the body or a
+    /// header, but the signature covers them and the proxy cannot sign: the original went
+    /// upstream.
+    Signed,
 }
 
 impl BodyFate {
@@ -60,6 +64,7 @@ impl BodyFate {
             BodyFate::TooLarge => "too_large",
             BodyFate::OverBudget => "over_budget",
             BodyFate::PassFailed => "pass_failed",
+            BodyFate::Signed => "signed",
         }
     }
 }

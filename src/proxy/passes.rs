@@ -339,11 +339,16 @@ fn finish(plan: &Plan, original: Bytes, joined: Result<Ran, String>) -> Passed {
             return Passed::unchanged(original, BodyFate::PassFailed);
         }
     };
-    let dry_run = plan.route.dry_run;
+    let dry_run = plan.keeps_original();
     for reason in &outcome.report.reasons {
         tracing::info!(target: "cachekeeper::rewrite", route = %route, dry_run, reason = %reason, "rewrite");
     }
+    let changes = outcome.body.is_some() || !outcome.set_headers.is_empty();
+    if plan.signed && changes {
+        tracing::warn!(target: "cachekeeper::rewrite", route = %route, "a SigV4-signed request (Authorization: AWS4-HMAC-SHA256) is forwarded as the client signed it, its bytes and host unchanged: the proxy cannot sign a rewritten request yet (re-signing with AWS credentials on the proxy's side is not built). Send a Bedrock API key (Authorization: Bearer) to let cachekeeper rewrite");
+    }
     let (sent, fate) = match outcome.body {
+        _ if plan.signed && changes => (original, BodyFate::Signed),
         None => (original, BodyFate::Unchanged),
         Some(_) if dry_run => (original, BodyFate::DryRun),
         Some(new) => (Bytes::from(new), BodyFate::Rewritten),
@@ -525,6 +530,7 @@ mod tests {
             sessions: None,
             client_session: None,
             arrived_ms: 0,
+            signed: false,
         })
     }
 

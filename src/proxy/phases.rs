@@ -105,6 +105,12 @@ async fn proxy(
     let client_session = headers
         .get(SESSION_HEADER)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    // A SigV4-signed request goes upstream with the `host` it was signed for (and its own
+    // bytes): the proxy cannot renew the signature
+    // (`docs/providers.md#bedrock--bedrock-runtimeamazonawscom-bedrock-runtime-fipsamazonawscom`).
+    let signed_host = crate::credential::sigv4_signed(&headers)
+        .then(|| headers.get(header::HOST).cloned())
+        .flatten();
     upstream::upstream_request_headers(&mut headers, false);
     let parse = parts.method == Method::POST && ctx.endpoint.is_some();
     let read = read_body(state, ctx, &headers, incoming, parse).await?;
@@ -155,12 +161,18 @@ async fn proxy(
             (body, None, Some(replay))
         }
     };
+    if let Some(host) = signed_host.clone() {
+        headers.insert(header::HOST, host);
+    }
     let now = Instant::now();
     ctx.upstream_started = Some(now);
     ctx.request_overhead = Some(now.duration_since(ctx.started));
     let resp = send(state, &uri, parts.method, headers, outgoing, upload_done).await?;
     let resp = match replay {
-        Some(replay) if resp.status().is_client_error() && !ctx.dry_run() => {
+        // A signed request is never sent again changed: its retry could not be signed.
+        Some(replay)
+            if resp.status().is_client_error() && !ctx.dry_run() && signed_host.is_none() =>
+        {
             retry::on_error_status(state, ctx, replay, resp).await?
         }
         _ => resp,
@@ -216,7 +228,9 @@ fn route(
         });
     }
     ctx.endpoint = class.map(|(_, e)| e);
-    ctx.model = matched.route.model_of(model_from_path(&matched.rest), None);
+    ctx.model = matched
+        .route
+        .model_of(model_from_path(&matched.rest).as_deref(), None);
     ctx.upstream_uri = Some(matched.upstream_uri.clone());
     ctx.rest = matched.rest;
     ctx.route = Some(Arc::clone(&matched.route));
@@ -332,7 +346,7 @@ fn plan(
     Plan {
         dialect: ctx.dialect.unwrap_or(Dialect::Openai),
         upstream_path: format!("{}{}", route.base_path, ctx.rest),
-        path_model: route.model_of(model_from_path(&ctx.rest), None),
+        path_model: route.model_of(model_from_path(&ctx.rest).as_deref(), None),
         credential_scope: credential.scope,
         sealing: credential.sealing,
         digest_key: credential.digest_key,
@@ -349,8 +363,13 @@ fn plan(
         sessions: (ctx.endpoint == Some(Endpoint::Generate)).then(|| Arc::clone(&state.sessions)),
         client_session: None,
         arrived_ms: ctx.arrived_ms,
+        signed: crate::credential::sigv4_signed(headers),
     }
 }
+
+/// The content type of an AWS event stream (binary frames), as Amazon Bedrock's streaming
+/// operations answer (https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModelWithResponseStream.html).
+const AWS_EVENT_STREAM: &[u8] = b"application/vnd.amazon.eventstream";
 
 /// Phase 7: stream the upstream's response back through the observer, which writes the log
 /// line when the body ends.
@@ -385,9 +404,17 @@ fn respond(
     }
     parts.headers.insert(OVERHEAD_HEADER, ctx.overhead_header());
     let idle = Duration::from_millis(state.server.idle_timeout_ms);
+    // An AWS event stream (Bedrock's InvokeModelWithResponseStream) is binary: passed through,
+    // not read (its frames are not decoded yet).
+    let aws_event_stream = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(AWS_EVENT_STREAM));
     // A generation's successful response is observed (usage, carriers); anything else only
     // counted.
-    let observing = (ctx.endpoint == Some(Endpoint::Generate) && parts.status.is_success())
+    let observing = (ctx.endpoint == Some(Endpoint::Generate)
+        && parts.status.is_success()
+        && !aws_event_stream)
         .then_some(ctx.dialect)
         .flatten()
         .map(|dialect| {

@@ -132,7 +132,7 @@ impl Session {
             upstream_path: format!("{}{}", self.route.base_path, rest),
             path_model: self
                 .route
-                .model_of(crate::route::model_from_path(rest), None),
+                .model_of(crate::route::model_from_path(rest).as_deref(), None),
             credential_scope: String::new(),
             sealing: None,
             digest_key: self.key.clone(),
@@ -147,6 +147,7 @@ impl Session {
             sessions: Some(Arc::clone(&self.tracker)),
             client_session: Some(variant.to_owned()),
             arrived_ms: ts,
+            signed: false,
         }
     }
 

@@ -5,8 +5,9 @@ the cloud mock (cloud_mock.py) behind it: anthropic's ``AnthropicVertex`` and go
 the client dropped restored), the usage the mock reported reached the request log under the model
 the path names, and what the client parsed is what the mock sent.
 
-Amazon Bedrock is not built yet (a Bedrock route forwards requests untouched:
-``tests/clouds.rs``)."""
+Amazon Bedrock in part: Claude's InvokeModel with a Bedrock API key gets the passes; a request
+boto3 signs with SigV4 goes upstream exactly as signed (bytes and host), so the mock's SigV4
+check, done as AWS does it, still passes; Converse is forwarded untouched."""
 
 from __future__ import annotations
 
@@ -18,7 +19,11 @@ from typing import Any, Iterator
 import pytest
 
 from cloud_mock import (
+    AWS_ACCESS_KEY_ID,
+    AWS_REGION,
+    AWS_SECRET_ACCESS_KEY,
     AZURE_API_KEY,
+    BEDROCK_API_KEY,
     AZURE_API_VERSION,
     VERTEX_ACCESS_TOKEN,
     VERTEX_LOCATION,
@@ -31,6 +36,7 @@ from mock_upstream import ANTHROPIC_SIGNATURE, DEFAULT_REPLY, GEMINI_USAGE, OPEN
 
 CLAUDE_VERTEX = "claude-sonnet-4-5@20250929"
 GEMINI_VERTEX = "gemini-2.5-flash"
+CLAUDE_BEDROCK = "anthropic.claude-sonnet-4-5-20250929-v1:0"
 AZURE_DEPLOYMENT = "prod-4o"
 AZURE_MODEL = "gpt-4o"
 
@@ -50,6 +56,12 @@ name = "vertex"
 prefix = "/vertex"
 upstream = "{cloud.url}"
 provider = "vertex"
+
+[[routes]]
+name = "bedrock"
+prefix = "/bedrock"
+upstream = "{cloud.url}"
+provider = "bedrock"
 
 [[routes]]
 name = "azure"
@@ -221,3 +233,93 @@ def test_azure_openai_deployment_maps_to_its_model(proxy: Proxy, cloud: CloudMoc
     assert [(l["route"], l["model"]) for l in lines] == [("azure", AZURE_MODEL)] * 2
     cached = OPENAI_USAGE["prompt_tokens_details"]["cached_tokens"]
     assert [l["cache_read_tokens"] for l in lines] == [cached, cached]
+
+
+@pytest.fixture(scope="module")
+def root_proxy(cloud: CloudMock, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    """A proxy whose one route, to Bedrock, is on `/`: a SigV4 signature covers the path the
+    client sent, so a request forwarded as signed verifies only when no prefix is cut."""
+    routes = f"""
+[[routes]]
+name = "bedrock"
+prefix = "/"
+upstream = "{cloud.url}"
+provider = "bedrock"
+"""
+    with launch_proxy(tmp_path_factory.mktemp("bedrock-root"), routes) as p:
+        yield p
+
+
+def boto3_bedrock(proxy: Proxy, prefix: str = "") -> Any:
+    """boto3's bedrock-runtime client pointed at the proxy: it signs for the proxy's host and
+    the path under ``prefix``."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "bedrock-runtime",
+        region_name=AWS_REGION,
+        endpoint_url=f"{proxy.base_url}{prefix}",
+        aws_access_key_id=AWS_ACCESS_KEY_ID,
+        aws_secret_access_key=AWS_SECRET_ACCESS_KEY,
+        config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=30),
+    )
+
+
+def test_boto3_signed_requests_go_upstream_as_signed(root_proxy: Proxy, cloud: CloudMock) -> None:
+    """A SigV4-signed InvokeModel whose images the passes would retire, a ConverseStream
+    and a Converse, on a route on `/`: each reaches the mock byte for byte with the host it was
+    signed for, and the mock's signature check (botocore's signer, as AWS checks) passes."""
+    cloud.requests.clear()
+    log = root_proxy.request_log()
+    client = boto3_bedrock(root_proxy)
+    body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": anthropic_session(21, LARGE)})
+    resp = client.invoke_model(modelId=CLAUDE_BEDROCK, body=body, contentType="application/json")
+    assert json.loads(resp["body"].read())["content"] == [{"type": "text", "text": DEFAULT_REPLY}]
+    rec = cloud.last("POST", "/invoke")
+    assert rec.signature_verified is True, rec.auth_error
+    assert rec.body == body.encode()
+    line = log.one("/invoke")
+    assert (line["route"], line["dialect"], line["model"], line["body"]) == ("bedrock", "anthropic", CLAUDE_BEDROCK, "signed")
+    assert line["images_retired"] == 11  # what the passes would have done
+
+    converse = client.converse(modelId=CLAUDE_BEDROCK, messages=[{"role": "user", "content": [{"text": "Say hello."}]}])
+    assert converse["output"]["message"]["content"] == [{"text": DEFAULT_REPLY}]
+    assert cloud.last("POST", "/converse").signature_verified is True
+    stream = client.converse_stream(modelId=CLAUDE_BEDROCK, messages=[{"role": "user", "content": [{"text": "Say hello."}]}])
+    text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in stream["stream"] if "contentBlockDelta" in e)
+    assert text == DEFAULT_REPLY
+    assert cloud.last("POST", "/converse-stream").signature_verified is True
+
+
+def test_a_signed_request_under_a_prefix_cannot_verify(proxy: Proxy, cloud: CloudMock, log: RequestLog) -> None:
+    """The same request through the `/bedrock` route: the client signed `/bedrock/model/…`, the
+    upstream gets `/model/…`, and AWS's check refuses it (403 InvalidSignatureException) — why
+    a route that forwards signed requests must be on `/` until the proxy can re-sign."""
+    import botocore.exceptions
+
+    client = boto3_bedrock(proxy, "/bedrock")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        client.converse(modelId=CLAUDE_BEDROCK, messages=[{"role": "user", "content": [{"text": "hi"}]}])
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert cloud.last("POST", "/converse").signature_verified is False
+
+
+def test_anthropic_bedrock_api_key_gets_the_passes(proxy: Proxy, cloud: CloudMock, log: RequestLog) -> None:
+    """Claude's InvokeModel with a Bedrock API key (Bearer): the Anthropic passes run on the
+    body (the 11 oldest of 21 screenshots retired), the model is the path's."""
+    from anthropic import AnthropicBedrock
+
+    client = AnthropicBedrock(
+        aws_region=AWS_REGION, base_url=f"{proxy.base_url}/bedrock", api_key=BEDROCK_API_KEY, max_retries=0, timeout=30.0
+    )
+    msg = client.messages.create(model=CLAUDE_BEDROCK, max_tokens=64, messages=anthropic_session(21, LARGE))
+    assert "".join(b.text for b in msg.content if b.type == "text") == DEFAULT_REPLY
+    rec = cloud.last("POST", "/invoke")
+    assert rec.auth_scheme == "bearer"
+    sent = rec.json()
+    assert "model" not in sent
+    assert_retired_text(sent["messages"][anthropic_carrier_index(0)]["content"][0]["content"][1]["text"])
+    line = log.one("/invoke")
+    assert (line["route"], line["model"], line["body"], line["images_retired"]) == ("bedrock", CLAUDE_BEDROCK, "rewritten", 11)
+    assert line["cache_read_tokens"] == 5120

@@ -122,6 +122,19 @@ pub struct Plan {
     pub client_session: Option<String>,
     /// When the request arrived, Unix ms.
     pub arrived_ms: i64,
+    /// The request carries a body signature the proxy cannot renew (AWS SigV4: Amazon
+    /// Bedrock): whatever the passes make of it, the client's bytes go upstream, as in a dry
+    /// run
+    /// (`docs/providers.md#bedrock--bedrock-runtimeamazonawscom-bedrock-runtime-fipsamazonawscom`).
+    pub signed: bool,
+}
+
+impl Plan {
+    /// The client's bytes go upstream whatever the passes make of them: the route is a dry
+    /// run, or the request is [`Plan::signed`].
+    pub fn keeps_original(&self) -> bool {
+        self.route.dry_run || self.signed
+    }
 }
 
 /// A completed run of the passes: its outcome, the turn's accounting and the cold-cache inputs
@@ -369,7 +382,7 @@ fn account(
         }
     };
     let (forwarded, prefix) = match &outcome.body {
-        Some(b) if !plan.route.dry_run => {
+        Some(b) if !plan.keeps_original() => {
             let derived = outcome
                 .changes
                 .as_deref()
@@ -383,8 +396,9 @@ fn account(
     let Some(opened) = opened else {
         return (None, prefix);
     };
-    // In dry run the original bytes go upstream: nothing was retired, so nothing is stored.
-    let retired = outcome.retired.as_ref().filter(|_| !plan.route.dry_run);
+    // In dry run (or signed) the original bytes go upstream: nothing was retired, so nothing
+    // is stored.
+    let retired = outcome.retired.as_ref().filter(|_| !plan.keeps_original());
     let input = turn_input(plan, key, decoded, forwarded, &outcome.report, retired);
     // The turn in memory only: its collapse and its record wait for the response
     // ([`crate::accounting::session::SessionTracker::settle`], from the request context).

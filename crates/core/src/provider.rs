@@ -461,6 +461,10 @@ const VERTEX_GEMINI_CACHE: &str = "https://docs.cloud.google.com/vertex-ai/gener
 /// Azure OpenAI prompt caching: automatic from 1,024 tokens on GPT-4o and newer, caches
 /// "typically cleared within 5-10 minutes of inactivity", `prompt_cache_retention` for longer.
 const AZURE_CACHE: &str = "https://learn.microsoft.com/azure/foundry/openai/how-to/prompt-caching";
+/// Amazon Bedrock's prompt caching for Claude: 5-minute TTL (1 hour on some models), writes
+/// 1.25×, reads 0.1× of the input price.
+const BEDROCK_CACHE: &str =
+    "https://docs.aws.amazon.com/bedrock/latest/userguide/prompt-caching.html";
 /// Claude in Microsoft Foundry: Claude runs on Anthropic's infrastructure at Anthropic's
 /// standard API prices.
 const FOUNDRY_CLAUDE: &str =
@@ -611,6 +615,23 @@ pub(crate) const PROVIDERS: &[Provider] = &[
             &["openai.azure.com", "cognitiveservices.azure.com"],
             &[RC],
             Strip,
+        )
+    },
+    // Amazon Bedrock (bedrock-runtime): Claude's InvokeModel on the Anthropic wire
+    // (`docs/providers.md#bedrock--bedrock-runtimeamazonawscom-bedrock-runtime-fipsamazonawscom`).
+    Provider {
+        dialects: &[Dialect::Anthropic],
+        cache: &[claude_cache("", BEDROCK_CACHE)],
+        third_party_anthropic_wire: false,
+        ttl_beta: false,
+        ..row(
+            "bedrock",
+            &[
+                "bedrock-runtime.*.amazonaws.com",
+                "bedrock-runtime-fips.*.amazonaws.com",
+            ],
+            &[RC],
+            Native,
         )
     },
     // Microsoft Foundry resources: Claude on `/anthropic/v1/messages` (run by Anthropic), and
@@ -902,17 +923,21 @@ pub fn host_matches(host: &str, domain: &str) -> bool {
 
 /// [`host_matches`] for a host already normalized.
 ///
-/// A domain written `*-rest` (`*-aiplatform.googleapis.com`) matches a host whose first
-/// label ends in `-` plus the rest's first label and whose other labels are the rest's
-/// (`us-east5-aiplatform.googleapis.com`): the regional hosts Vertex AI names that way.
+/// A domain with a `*` is a pattern matched label by label, exactly as many labels: `*` is
+/// any one label (`bedrock-runtime.*.amazonaws.com`: the regional hosts of Amazon Bedrock),
+/// `*-rest` a label ending in `-rest` after at least one byte
+/// (`*-aiplatform.googleapis.com`: `us-east5-aiplatform.googleapis.com`, Vertex AI's).
 fn domain_matches(host: &str, domain: &str) -> bool {
     let domain = domain.trim_end_matches('.');
-    if let Some(rest) = domain.strip_prefix('*') {
-        let n = rest.len();
-        return rest.starts_with('-')
-            && host.len() > n
-            && host.as_bytes()[host.len() - n..].eq_ignore_ascii_case(rest.as_bytes())
-            && !host.as_bytes()[..host.len() - n].contains(&b'.');
+    if domain.contains('*') {
+        let (mut h, mut d) = (host.split('.'), domain.split('.'));
+        loop {
+            match (h.next(), d.next()) {
+                (None, None) => return true,
+                (Some(hl), Some(dl)) if label_matches(hl, dl) => {}
+                _ => return false,
+            }
+        }
     }
     if domain.is_empty() {
         return false;
@@ -922,6 +947,19 @@ fn domain_matches(host: &str, domain: &str) -> bool {
         || (host.len() > n
             && host.as_bytes()[host.len() - n - 1] == b'.'
             && host.as_bytes()[host.len() - n..].eq_ignore_ascii_case(domain.as_bytes()))
+}
+
+/// One label of a host against one label of a pattern ([`domain_matches`]).
+fn label_matches(host: &str, pattern: &str) -> bool {
+    match pattern.strip_prefix('*') {
+        Some("") => !host.is_empty(),
+        Some(rest) => {
+            rest.starts_with('-')
+                && host.len() > rest.len()
+                && host.as_bytes()[host.len() - rest.len()..].eq_ignore_ascii_case(rest.as_bytes())
+        }
+        None => host.eq_ignore_ascii_case(pattern),
+    }
 }
 
 /// True for `localhost` (and `*.localhost`), `host.docker.internal`, loopback, private
@@ -1162,6 +1200,12 @@ mod tests {
             ("my-res.openai.azure.com", "azure-openai"),
             ("my-res.cognitiveservices.azure.com", "azure-openai"),
             ("my-res.services.ai.azure.com", "foundry"),
+            ("bedrock-runtime.us-east-1.amazonaws.com", "bedrock"),
+            (
+                "bedrock-runtime-fips.us-gov-west-1.amazonaws.com",
+                "bedrock",
+            ),
+            ("BEDROCK-RUNTIME.eu-west-3.amazonaws.com", "bedrock"),
         ] {
             assert_eq!(
                 ResolvedProvider::resolve(None, host, None).row.name,
@@ -1179,6 +1223,18 @@ mod tests {
             assert_ne!(
                 ResolvedProvider::resolve(None, host, None).row.name,
                 "vertex",
+                "{host}"
+            );
+        }
+        for host in [
+            "bedrock-runtime.amazonaws.com",
+            "bedrock-runtime.a.b.amazonaws.com",
+            "bedrock.us-east-1.amazonaws.com",
+            "x.bedrock-runtime.us-east-1.amazonaws.com",
+        ] {
+            assert_ne!(
+                ResolvedProvider::resolve(None, host, None).row.name,
+                "bedrock",
                 "{host}"
             );
         }

@@ -261,13 +261,20 @@ impl Route {
 /// `…/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict` →
 /// `claude-sonnet-4-5@20250929`; Vertex's `count-tokens` endpoint names none) and an Azure
 /// OpenAI deployment (`/openai/deployments/{deployment}/chat/completions` → the deployment,
-/// which a route's `models` table may map to the model it serves).
-pub fn model_from_path(path: &str) -> Option<&str> {
+/// which a route's `models` table may map to the model it serves), and an Amazon Bedrock
+/// model id (`/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke`; an ARN decoded).
+pub fn model_from_path(path: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if let Some((id, _)) = crate::dialect::anthropic::bedrock_model_path(path) {
+        // Model ids hold `:` (`anthropic.claude-sonnet-4-5-20250929-v1:0`); an ARN is sent
+        // percent-encoded.
+        return percent_encoding::percent_decode_str(id).decode_utf8().ok();
+    }
     let (_, after) = path
         .split_once("/models/")
         .or_else(|| path.split_once("/deployments/"))?;
     let model = after.split([':', '/']).next()?;
-    (!model.is_empty() && model != crate::dialect::anthropic::VERTEX_COUNT_TOKENS).then_some(model)
+    (!model.is_empty() && model != crate::dialect::anthropic::VERTEX_COUNT_TOKENS)
+        .then_some(std::borrow::Cow::Borrowed(model))
 }
 
 /// The dialect the proxy's own errors take (`None`: OpenAI's shape): the one place that
@@ -609,7 +616,7 @@ dialect = "openai-responses"
     #[test]
     fn gemini_model_from_path() {
         assert_eq!(
-            model_from_path("/v1beta/models/gemini-2.5-pro:streamGenerateContent"),
+            model_from_path("/v1beta/models/gemini-2.5-pro:streamGenerateContent").as_deref(),
             Some("gemini-2.5-pro")
         );
         assert_eq!(model_from_path("/v1/chat/completions"), None);
@@ -662,9 +669,28 @@ dialect = "openai-responses"
             ("/openai/v1/chat/completions".to_owned(), Openai, Endpoint::Generate, None),
             ("/openai/v1/responses".to_owned(), OpenaiResponses, Endpoint::Generate, None),
             ("/anthropic/v1/messages".to_owned(), Anthropic, Endpoint::Generate, None),
+            (
+                "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke".to_owned(),
+                Anthropic,
+                Endpoint::Generate,
+                Some("anthropic.claude-sonnet-4-5-20250929-v1:0"),
+            ),
+            (
+                "/model/us.anthropic.claude-opus-4-1-20250805-v1:0/invoke-with-response-stream"
+                    .to_owned(),
+                Anthropic,
+                Endpoint::Generate,
+                Some("us.anthropic.claude-opus-4-1-20250805-v1:0"),
+            ),
+            (
+                "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Ainference-profile%2Fus.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke".to_owned(),
+                Anthropic,
+                Endpoint::Generate,
+                Some("arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+            ),
         ] {
             assert_eq!(classify_path(&path), Some((dialect, endpoint)), "{path}");
-            assert_eq!(model_from_path(&path), model, "{path}");
+            assert_eq!(model_from_path(&path).as_deref(), model, "{path}");
         }
         // Other publishers' rawPredict (Mistral, Llama on Vertex) and other methods are not
         // Anthropic Messages.
@@ -672,6 +698,10 @@ dialect = "openai-responses"
             format!("{vertex}/mistralai/models/mistral-large:rawPredict"),
             format!("{vertex}/anthropic/models/claude-x:predict"),
             format!("{vertex}/anthropic/models/claude-x"),
+            // Bedrock: other models' InvokeModel, and Converse (a wire of its own, not built).
+            "/model/meta.llama3-70b-instruct-v1:0/invoke".to_owned(),
+            "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse".to_owned(),
+            "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse-stream".to_owned(),
         ] {
             assert_eq!(classify_path(&path), None, "{path}");
         }

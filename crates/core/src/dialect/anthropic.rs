@@ -126,6 +126,20 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
 /// Where Claude's models sit in a Vertex AI path
 /// (https://docs.cloud.google.com/vertex-ai/generative-ai/docs/partner-models/claude/use-claude).
 pub(crate) const VERTEX_MODELS: &str = "/publishers/anthropic/models/";
+/// An Amazon Bedrock runtime path, `/model/{modelId}/{operation}`: the model id as sent
+/// (percent-encoded when it is an ARN) and the operation (`invoke`,
+/// `invoke-with-response-stream`, `converse`, `converse-stream`, …). Source:
+/// https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModel.html.
+pub(crate) fn bedrock_model_path(path: &str) -> Option<(&str, &str)> {
+    let at = path.find("/model/")?;
+    let (id, operation) = path[at + "/model/".len()..].split_once('/')?;
+    (!id.is_empty() && !operation.contains('/')).then_some((id, operation))
+}
+
+/// Bedrock's InvokeModel operations, whose body is the model's own format: Anthropic
+/// Messages for Claude (`anthropic_version: "bedrock-2023-05-31"`).
+const BEDROCK_INVOKE: [&str; 2] = ["invoke", "invoke-with-response-stream"];
+
 /// The model segment of Vertex AI's Claude token-counting path
 /// (`…/publishers/anthropic/models/count-tokens:rawPredict`): an endpoint, not a model.
 pub(crate) const VERTEX_COUNT_TOKENS: &str = "count-tokens";
@@ -188,7 +202,8 @@ impl super::format::WireFormat for Anthropic {
     /// OpenAI's Assistants API `…/threads/{thread_id}/messages`, which is never Anthropic;
     /// `…/messages/count_tokens` counts tokens.
     /// `…/messages` and `…/messages/count_tokens` (also Claude in Microsoft Foundry's
-    /// `/anthropic/v1/messages`), and Claude on Vertex AI:
+    /// `/anthropic/v1/messages`), Claude's InvokeModel on Amazon Bedrock
+    /// (`/model/{modelId}/invoke`, `/invoke-with-response-stream`), and Claude on Vertex AI:
     /// `…/publishers/anthropic/models/{model}:rawPredict` / `:streamRawPredict`, token counting
     /// at `…/models/count-tokens:rawPredict`.
     fn classify_path(&self, path: &str) -> Option<Endpoint> {
@@ -203,6 +218,13 @@ impl super::format::WireFormat for Anthropic {
                 }
                 _ => None,
             };
+        }
+        if let Some((id, operation)) = bedrock_model_path(path) {
+            // Claude's InvokeModel (a model id, inference profile or ARN naming Anthropic's
+            // models); other models' InvokeModel bodies are theirs, not Anthropic's.
+            let id = id.to_ascii_lowercase();
+            let claude = id.contains("anthropic") || id.contains("claude");
+            return (claude && BEDROCK_INVOKE.contains(&operation)).then_some(Endpoint::Generate);
         }
         if path.ends_with("/messages/count_tokens") {
             return Some(Endpoint::CountTokens);
