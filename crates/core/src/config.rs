@@ -354,6 +354,16 @@ impl Config {
         at: &str,
         warnings: &mut Vec<String>,
     ) -> Result<(), String> {
+        if let Some((name, model)) = r
+            .models
+            .iter()
+            .find(|(n, m)| n.trim().is_empty() || m.trim().is_empty())
+        {
+            return Err(format!(
+                "{at}: models: {name:?} = {model:?}: a name the client uses and the model it \
+                 stands for must both be non-empty"
+            ));
+        }
         let host = match r.upstream.parse::<http::Uri>() {
             Ok(u)
                 if matches!(u.scheme_str(), Some("http") | Some("https"))
@@ -558,6 +568,22 @@ upstream = "https://api.anthropic.com"
         let err = Config::from_toml(&text).unwrap_err().to_string();
         assert!(err.contains("max_blokcs"), "{err}");
         assert!(err.contains("line 8"), "{err}");
+    }
+
+    /// A route's `models` table: names mapped to models; an empty side is refused, naming it.
+    #[test]
+    fn route_models_map_names_and_refuse_empty_sides() {
+        let route = "[[routes]]\nname = \"az\"\nprefix = \"/az\"\nupstream = \"https://r.openai.azure.com\"\n";
+        let (c, _) =
+            Config::from_toml(&format!("{route}models = {{ \"prod-4o\" = \"gpt-4o\" }}\n"))
+                .unwrap();
+        assert_eq!(c.routes[0].models["prod-4o"], "gpt-4o");
+        for bad in ["{ \"\" = \"gpt-4o\" }", "{ \"prod\" = \" \" }"] {
+            let err = Config::from_toml(&format!("{route}models = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("routes[0] (name = \"az\"): models:"), "{err}");
+        }
     }
 
     #[test]
