@@ -18,7 +18,9 @@ What it does:
 
 Agents: claude (Claude Code, npm @anthropic-ai/claude-code), codex (Codex CLI, npm @openai/codex,
 Responses API), gemini (Gemini CLI, npm @google/gemini-cli), hermes (PyPI hermes-agent, OpenAI
-Chat route), hermes-anthropic (the same, Anthropic route), aider (PyPI aider-chat).
+Chat route), hermes-anthropic (the same, Anthropic route), aider (PyPI aider-chat), and through
+the clouds: claude-bedrock (Claude Code on Amazon Bedrock with a Bedrock API key), codex-azure
+(Codex CLI with an Azure OpenAI provider).
 With --install, npm agents go global (`npm i -g`) and PyPI agents into their own venvs under
 ~/.cache/cachekeeper-agents/ (they pin many packages; keep them out of the test venv).
 
@@ -53,6 +55,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
+from cloud_mock import AZURE_API_KEY, BEDROCK_API_KEY, CloudMock  # noqa: E402
 from mock_upstream import MockUpstream, RecordedRequest  # noqa: E402
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cachekeeper-agents"
@@ -130,6 +133,44 @@ def setup_codex(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
     return ["codex", "exec", "--skip-git-repo-check", PROMPT], env
 
 
+def setup_claude_bedrock(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+    """Claude Code on Amazon Bedrock with a Bedrock API key (its `AWS_BEARER_TOKEN_BEDROCK`)."""
+    env = {
+        "CLAUDE_CODE_USE_BEDROCK": "1",
+        "ANTHROPIC_BEDROCK_BASE_URL": f"{ctx.proxy}/bedrock",
+        "AWS_BEARER_TOKEN_BEDROCK": BEDROCK_API_KEY,
+        "AWS_REGION": "us-east-1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    return ["claude", "-p", PROMPT], env
+
+
+def setup_codex_azure(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+    """Codex CLI with an Azure OpenAI model provider (Responses API, `api-version` query)."""
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            model = "gpt-5.1-codex"
+            model_provider = "azure"
+
+            [model_providers.azure]
+            name = "Azure"
+            base_url = "{ctx.proxy}/azure/openai"
+            env_key = "AZURE_OPENAI_API_KEY"
+            query_params = {{ api-version = "2025-04-01-preview" }}
+            wire_api = "responses"
+            """
+        )
+    )
+    env = {"CODEX_HOME": str(codex_home), "AZURE_OPENAI_API_KEY": AZURE_API_KEY}
+    return ["codex", "exec", "--skip-git-repo-check", PROMPT], env
+
+
 def setup_gemini(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
     gdir = home / ".gemini"
     gdir.mkdir(parents=True, exist_ok=True)
@@ -198,6 +239,14 @@ AGENTS = {
             pypi="hermes",
         ),
         Agent("aider", "aider", setup_aider, ("/v1/chat/completions",), pypi="aider"),
+        Agent(
+            "claude-bedrock",
+            "claude",
+            setup_claude_bedrock,
+            ("/invoke-with-response-stream", "/invoke"),
+            npm=NPM_PACKAGES["claude"],
+        ),
+        Agent("codex-azure", "codex", setup_codex_azure, ("/responses",), npm=NPM_PACKAGES["codex"]),
     ]
 }
 
@@ -254,6 +303,18 @@ def start_proxy(binary: Path, mock: MockUpstream, work: Path) -> tuple[subproces
             name = "gemini"
             prefix = "/gemini"
             upstream = "{mock.url}"
+
+            [[routes]]
+            name = "bedrock"
+            prefix = "/bedrock"
+            upstream = "{mock.url}"
+            provider = "bedrock"
+
+            [[routes]]
+            name = "azure"
+            prefix = "/azure"
+            upstream = "{mock.url}"
+            provider = "azure-openai"
             """
         )
     )
@@ -395,7 +456,9 @@ def main() -> int:
                 install(AGENTS[n])
 
     work = Path(tempfile.mkdtemp(prefix="cachekeeper-agents-"))
-    mock = MockUpstream(strict="auto" if args.strict else None).start()
+    # The cloud mock speaks every wire the plain one does, plus Bedrock's, Vertex AI's and
+    # Azure OpenAI's (tests/e2e/cloud_mock.py).
+    mock = CloudMock(strict="auto" if args.strict else None).start()
     proc, base, log = start_proxy(binary, mock, work)
     print(f"mock upstream {mock.url}; cachekeeper {base}; scratch {work}")
     results: list[Result] = []
