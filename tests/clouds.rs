@@ -292,3 +292,55 @@ async fn bedrock_invoke_model_signed_untouched_api_key_rewritten() {
     assert_eq!(mock.last().headers["host"], proxy.addr.to_string());
     proxy.stop().await;
 }
+
+/// Bedrock's 400 for a key Claude on Bedrock does not take (`extraneous key [service_tier]`):
+/// with a Bedrock API key the proxy learns it and retries once without it; a SigV4-signed
+/// request is never retried changed, so the client gets the 400 as Bedrock sent it.
+#[tokio::test]
+async fn bedrock_unknown_key_retried_with_an_api_key_not_when_signed() {
+    let mock = start_mock(Arc::new(|r: &Recorded| {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        if v.get("service_tier").is_some() {
+            json_response(
+                400,
+                r#"{"message":"Malformed input request: #: extraneous key [service_tier] is not permitted, please reformat your input and try again."}"#,
+            )
+        } else {
+            json_response(200, r#"{"ok":true}"#)
+        }
+    }))
+    .await;
+    let proxy = start_proxy(&config(
+        &mock.url(),
+        "[[routes]]\nname = \"bedrock\"\nprefix = \"/bedrock\"\nupstream = \"{upstream}\"\n\
+         provider = \"bedrock\"\n",
+    ))
+    .await;
+    let body = json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 9,
+        "service_tier": "auto", "messages": [{"role": "user", "content": "hi"}]})
+    .to_string();
+    let c = client();
+    let invoke = "/bedrock/model/anthropic.claude-haiku-4-5-20251001-v1:0/invoke";
+    let sigv4 = (
+        "authorization",
+        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261207/us-east-1/bedrock/aws4_request, \
+         SignedHeaders=content-type;host;x-amz-date, Signature=0123abcd",
+    );
+    let (status, _, answer) = send(&c, &proxy.url(invoke), &[sigv4], body.clone()).await;
+    assert_eq!(status, 400);
+    assert!(String::from_utf8_lossy(&answer).contains("extraneous key [service_tier]"));
+    assert_eq!(mock.requests.lock().unwrap().len(), 1);
+
+    let api_key = ("authorization", "Bearer ABSKQmVkcm9ja0FQSUtleQ==");
+    let (status, headers, _) = send(&c, &proxy.url(invoke), &[api_key], body.clone()).await;
+    assert_eq!(status, 200);
+    let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(
+        rewrites.ends_with("retried_without=param:service_tier"),
+        "{rewrites}"
+    );
+    let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
+    assert!(sent.get("service_tier").is_none());
+    assert_eq!(mock.requests.lock().unwrap().len(), 3);
+    proxy.stop().await;
+}

@@ -108,8 +108,15 @@ async fn proxy(
     // A SigV4-signed request goes upstream with the `host` it was signed for (and its own
     // bytes): the proxy cannot renew the signature
     // (`docs/providers.md#bedrock--bedrock-runtimeamazonawscom-bedrock-runtime-fipsamazonawscom`).
-    let signed_host = crate::credential::sigv4_signed(&headers)
-        .then(|| headers.get(header::HOST).cloned())
+    // (HTTP/2 clients send no `host` header: the `:authority` they signed is the URI's.)
+    let signed = crate::credential::sigv4_signed(&headers);
+    let signed_host = signed
+        .then(|| {
+            headers.get(header::HOST).cloned().or_else(|| {
+                let authority = parts.uri.authority()?;
+                HeaderValue::from_str(authority.as_str()).ok()
+            })
+        })
         .flatten();
     upstream::upstream_request_headers(&mut headers, false);
     let parse = parts.method == Method::POST && ctx.endpoint.is_some();
@@ -161,7 +168,7 @@ async fn proxy(
             (body, None, Some(replay))
         }
     };
-    if let Some(host) = signed_host.clone() {
+    if let Some(host) = signed_host {
         headers.insert(header::HOST, host);
     }
     let now = Instant::now();
@@ -170,9 +177,7 @@ async fn proxy(
     let resp = send(state, &uri, parts.method, headers, outgoing, upload_done).await?;
     let resp = match replay {
         // A signed request is never sent again changed: its retry could not be signed.
-        Some(replay)
-            if resp.status().is_client_error() && !ctx.dry_run() && signed_host.is_none() =>
-        {
+        Some(replay) if resp.status().is_client_error() && !ctx.dry_run() && !signed => {
             retry::on_error_status(state, ctx, replay, resp).await?
         }
         _ => resp,

@@ -58,6 +58,7 @@ pub const WORDINGS: &[&str] = &[
     "unknown key",
     "extra_forbidden",
     "unrecognizedproperty",
+    "extraneous key",
 ];
 
 /// Phrases (lowercase) of a complaint about a field's *value*; an entry holding one teaches
@@ -729,6 +730,32 @@ mod tests {
 
     /// Mistral's 422 lists one `extra_forbidden` entry per field; the first names a field the
     /// request did not send, so the stored wording must be the learned entry's.
+    /// Amazon Bedrock's InvokeModel, an Anthropic body with a key Claude on Bedrock does not
+    /// take: a 400 `ValidationException`, `{"message": "Malformed input request: #: extraneous
+    /// key [k] is not permitted, …"}` (BerriAI/litellm#9106, langgenius/dify#3326).
+    #[test]
+    fn bedrock_extraneous_key() {
+        let body = r#"{"message":"Malformed input request: #: extraneous key [service_tier] is not permitted, please reformat your input and try again."}"#;
+        let sent = br#"{"anthropic_version":"bedrock-2023-05-31","service_tier":"auto","max_tokens":9,"messages":[]}"#;
+        let route = resolve(
+            Some("bedrock"),
+            "bedrock-runtime.us-east-1.amazonaws.com",
+            "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke",
+            Some("anthropic.claude-sonnet-4-5-20250929-v1:0"),
+            None,
+        );
+        let d = detect(400, body.as_bytes(), sent, &route, &droppable()).unwrap();
+        assert_eq!(
+            d.fields,
+            [Field::param("service_tier")].into_iter().collect()
+        );
+        assert!(
+            d.wording.contains("extraneous key [service_tier]"),
+            "{}",
+            d.wording
+        );
+    }
+
     const MISTRAL_MULTI: &str = r#"{"object":"error","message":{"detail":[{"type":"extra_forbidden","loc":["body","stream_options"],"msg":"Extra inputs are not permitted","input":{}},{"type":"extra_forbidden","loc":["body","messages",1,"assistant","reasoning_content"],"msg":"Extra inputs are not permitted","input":"..."}]},"type":"invalid_request_error","param":null,"code":null}"#;
 
     #[test]
