@@ -21,6 +21,35 @@ const VERTEX: &str = "/vertex/v1/projects/my-proj/locations/us-east5/publishers"
 /// An OAuth access token as `gcloud auth print-access-token` prints one.
 const GOOGLE_TOKEN: (&str, &str) = ("authorization", "Bearer ya29.a0-test-token");
 
+/// A SigV4 `Authorization` as boto3 sends one (the signature is not checked here).
+const SIGV4: (&str, &str) = (
+    "authorization",
+    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261207/us-east-1/bedrock/aws4_request, \
+     SignedHeaders=content-type;host;x-amz-date, Signature=0123abcd",
+);
+/// A Bedrock API key, as Claude Code sends `AWS_BEARER_TOKEN_BEDROCK`.
+const BEDROCK_KEY: (&str, &str) = ("authorization", "Bearer ABSKQmVkcm9ja0FQSUtleQ==");
+
+/// A proxy with one route `name` on `/{name}` to `upstream`, on provider row `provider`, with
+/// `extra` route keys (TOML lines).
+async fn one_route(upstream: &str, name: &str, provider: &str, extra: &str) -> Proxy {
+    let route = format!(
+        "[[routes]]\nname = \"{name}\"\nprefix = \"/{name}\"\nupstream = \"{{upstream}}\"\n\
+         provider = \"{provider}\"\n{extra}"
+    );
+    start_proxy(&config(upstream, &route)).await
+}
+
+/// [`anthropic_screenshots`] as a cloud sends it: no `model` (the path names it), the cloud's
+/// `anthropic_version`.
+fn cloud_screenshots(anthropic_version: &str) -> Value {
+    let mut body: Value = serde_json::from_str(&anthropic_screenshots(21, 2400, 1350)).unwrap();
+    let obj = body.as_object_mut().unwrap();
+    obj.remove("model");
+    obj.insert("anthropic_version".into(), json!(anthropic_version));
+    body
+}
+
 fn config(upstream: &str, routes: &str) -> String {
     let dir = tempfile::tempdir().unwrap().keep();
     format!(
@@ -54,17 +83,15 @@ fn markers(v: &Value) -> Vec<Value> {
 #[tokio::test]
 async fn claude_on_vertex_gets_the_anthropic_passes() {
     let mock = start_mock(ok()).await;
-    let proxy = start_proxy(&config(
+    let proxy = one_route(
         &mock.url(),
-        "[[routes]]\nname = \"vertex\"\nprefix = \"/vertex\"\nupstream = \"{upstream}\"\n\
-         provider = \"vertex\"\ncache_breakpoints = \"auto\"\ncache_ttl = \"1h\"\n",
-    ))
+        "vertex",
+        "vertex",
+        "cache_breakpoints = \"auto\"\ncache_ttl = \"1h\"\n",
+    )
     .await;
-    let mut body: Value = serde_json::from_str(&anthropic_screenshots(21, 2400, 1350)).unwrap();
-    let obj = body.as_object_mut().unwrap();
-    obj.remove("model");
-    obj.insert("anthropic_version".into(), json!("vertex-2023-10-16"));
-    obj.insert(
+    let mut body = cloud_screenshots("vertex-2023-10-16");
+    body.as_object_mut().unwrap().insert(
         "system".into(),
         json!([{"type": "text", "text": "You drive a browser."}]),
     );
@@ -111,12 +138,7 @@ async fn claude_on_vertex_gets_the_anthropic_passes() {
 #[tokio::test]
 async fn vertex_without_a_credential_is_told_what_to_send() {
     let mock = start_mock(ok()).await;
-    let proxy = start_proxy(&config(
-        &mock.url(),
-        "[[routes]]\nname = \"vertex\"\nprefix = \"/vertex\"\nupstream = \"{upstream}\"\n\
-         provider = \"vertex\"\n",
-    ))
-    .await;
+    let proxy = one_route(&mock.url(), "vertex", "vertex", "").await;
     let c = client();
     let claude = format!("{VERTEX}/anthropic/models/claude-opus-4-1:streamRawPredict");
     let (status, _, body) = send(&c, &proxy.url(&claude), &[], "{}").await;
@@ -159,12 +181,7 @@ async fn vertex_without_a_credential_is_told_what_to_send() {
 #[tokio::test]
 async fn gemini_on_vertex_reads_the_model_from_the_path() {
     let mock = start_mock(ok()).await;
-    let proxy = start_proxy(&config(
-        &mock.url(),
-        "[[routes]]\nname = \"vertex\"\nprefix = \"/vertex\"\nupstream = \"{upstream}\"\n\
-         provider = \"vertex\"\n",
-    ))
-    .await;
+    let proxy = one_route(&mock.url(), "vertex", "vertex", "").await;
     let body = json!({"contents": [
         {"role": "user", "parts": [{"text": "weather in Paris?"}]},
         {"role": "model", "parts": [{"functionCall": {"name": "weather", "args": {"city": "Paris"}}}]},
@@ -199,11 +216,12 @@ async fn gemini_on_vertex_reads_the_model_from_the_path() {
 #[tokio::test]
 async fn azure_deployments_map_to_their_models() {
     let mock = start_mock(ok()).await;
-    let proxy = start_proxy(&config(
+    let proxy = one_route(
         &mock.url(),
-        "[[routes]]\nname = \"azure\"\nprefix = \"/azure\"\nupstream = \"{upstream}\"\n\
-         provider = \"azure-openai\"\nmodels = { \"prod-r1\" = \"deepseek-r1\" }\n",
-    ))
+        "azure",
+        "azure-openai",
+        "models = { \"prod-r1\" = \"deepseek-r1\" }\n",
+    )
     .await;
     let body = json!({"messages": [
         {"role": "user", "content": "list files"},
@@ -240,25 +258,11 @@ async fn azure_deployments_map_to_their_models() {
 #[tokio::test]
 async fn bedrock_invoke_model_signed_untouched_api_key_rewritten() {
     let mock = start_mock(ok()).await;
-    let proxy = start_proxy(&config(
-        &mock.url(),
-        "[[routes]]\nname = \"bedrock\"\nprefix = \"/bedrock\"\nupstream = \"{upstream}\"\n\
-         provider = \"bedrock\"\n",
-    ))
-    .await;
-    let mut body: Value = serde_json::from_str(&anthropic_screenshots(21, 2400, 1350)).unwrap();
-    let obj = body.as_object_mut().unwrap();
-    obj.remove("model");
-    obj.insert("anthropic_version".into(), json!("bedrock-2023-05-31"));
-    let body = body.to_string();
-    let sigv4 = (
-        "authorization",
-        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261207/us-east-1/bedrock/aws4_request, \
-         SignedHeaders=content-type;host;x-amz-date, Signature=0123abcd",
-    );
+    let proxy = one_route(&mock.url(), "bedrock", "bedrock", "").await;
+    let body = cloud_screenshots("bedrock-2023-05-31").to_string();
     let c = client();
     let invoke = "/bedrock/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke";
-    let (status, headers, _) = send(&c, &proxy.url(invoke), &[sigv4], body.clone()).await;
+    let (status, headers, _) = send(&c, &proxy.url(invoke), &[SIGV4], body.clone()).await;
     assert_eq!(status, 200);
     let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
     assert!(rewrites.contains("images_retired=11;"), "{rewrites}");
@@ -272,8 +276,7 @@ async fn bedrock_invoke_model_signed_untouched_api_key_rewritten() {
         "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke"
     );
 
-    let api_key = ("authorization", "Bearer ABSKQmVkcm9ja0FQSUtleQ==");
-    let (status, headers, _) = send(&c, &proxy.url(invoke), &[api_key], body.clone()).await;
+    let (status, headers, _) = send(&c, &proxy.url(invoke), &[BEDROCK_KEY], body.clone()).await;
     assert_eq!(status, 200);
     let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
     assert!(rewrites.ends_with("body=rewritten"), "{rewrites}");
@@ -285,7 +288,7 @@ async fn bedrock_invoke_model_signed_untouched_api_key_rewritten() {
     assert_ne!(mock.last().headers["host"], proxy.addr.to_string());
 
     let converse = "/bedrock/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse";
-    let (status, headers, _) = send(&c, &proxy.url(converse), &[sigv4], body.clone()).await;
+    let (status, headers, _) = send(&c, &proxy.url(converse), &[SIGV4], body.clone()).await;
     assert_eq!(status, 200);
     assert_eq!(headers["x-cachekeeper-rewrites"], "passthrough");
     assert_eq!(mock.last().body, body.as_bytes());
@@ -310,29 +313,18 @@ async fn bedrock_unknown_key_retried_with_an_api_key_not_when_signed() {
         }
     }))
     .await;
-    let proxy = start_proxy(&config(
-        &mock.url(),
-        "[[routes]]\nname = \"bedrock\"\nprefix = \"/bedrock\"\nupstream = \"{upstream}\"\n\
-         provider = \"bedrock\"\n",
-    ))
-    .await;
+    let proxy = one_route(&mock.url(), "bedrock", "bedrock", "").await;
     let body = json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 9,
         "service_tier": "auto", "messages": [{"role": "user", "content": "hi"}]})
     .to_string();
     let c = client();
     let invoke = "/bedrock/model/anthropic.claude-haiku-4-5-20251001-v1:0/invoke";
-    let sigv4 = (
-        "authorization",
-        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261207/us-east-1/bedrock/aws4_request, \
-         SignedHeaders=content-type;host;x-amz-date, Signature=0123abcd",
-    );
-    let (status, _, answer) = send(&c, &proxy.url(invoke), &[sigv4], body.clone()).await;
+    let (status, _, answer) = send(&c, &proxy.url(invoke), &[SIGV4], body.clone()).await;
     assert_eq!(status, 400);
     assert!(String::from_utf8_lossy(&answer).contains("extraneous key [service_tier]"));
     assert_eq!(mock.requests.lock().unwrap().len(), 1);
 
-    let api_key = ("authorization", "Bearer ABSKQmVkcm9ja0FQSUtleQ==");
-    let (status, headers, _) = send(&c, &proxy.url(invoke), &[api_key], body.clone()).await;
+    let (status, headers, _) = send(&c, &proxy.url(invoke), &[BEDROCK_KEY], body.clone()).await;
     assert_eq!(status, 200);
     let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
     assert!(
