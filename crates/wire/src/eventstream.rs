@@ -34,10 +34,12 @@
 //! both CRCs). Its streaming `MessageFrameDecoder` is not used: it takes the 12-byte prelude and
 //! then waits for the stated total length without checking the prelude CRC or any size, so a
 //! corrupt length would have the caller buffer up to 4 GiB. This wrapper therefore reads the
-//! prelude itself as soon as its 12 bytes arrive (as the AWS CRT's decoder does): it checks the
-//! prelude CRC and the size limit before buffering the rest of the frame, and checks the message
-//! CRC before the crate sees the frame, so both mismatches are typed [`Error`]s (the crate's
-//! own error kinds are private).
+//! prelude itself as soon as its 12 bytes arrive, which is what the prelude's own CRC is for
+//! (a corrupt length is detected at once, before any buffer is sized by it:
+//! <https://docs.aws.amazon.com/lexv2/latest/dg/event-stream-encoding.html>). It checks the
+//! prelude CRC and the size limit before buffering the rest of the frame, and checks the
+//! message CRC before the crate sees the frame, so both mismatches are typed [`Error`]s (the
+//! crate's own error kinds are private).
 
 use aws_smithy_eventstream::frame::read_message_from;
 use aws_smithy_types::event_stream::{Header, HeaderValue};
@@ -240,7 +242,7 @@ impl Decoder {
     }
 
     /// A decoder holding frames of at most `max` bytes (a frame's total length, prelude and
-    /// CRC included).
+    /// CRC included). A `max` below [`MIN_FRAME_BYTES`] refuses every frame.
     pub fn with_max_frame_bytes(max: usize) -> Self {
         Self {
             max_frame_bytes: max,
