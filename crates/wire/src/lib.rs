@@ -10,6 +10,8 @@
 //! - [`tunnel`]: WebSocket / HTTP upgrades.
 //! - [`tee`]: a copy of the response body for an observer, decoded by [`decode`] and framed
 //!   into events by [`sse`].
+//! - [`eventstream`]: AWS event-stream frames (`application/vnd.amazon.eventstream`, Amazon
+//!   Bedrock's streaming responses) decoded into messages, in any split.
 //!
 //! Feature `testing`: test-only APIs for the tests of the crates above (never in a release
 //! build's code paths).
@@ -17,6 +19,7 @@
 
 pub mod body;
 pub mod decode;
+pub mod eventstream;
 pub mod limits;
 pub mod listener;
 pub mod sse;
