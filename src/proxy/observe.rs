@@ -33,20 +33,14 @@ pub(crate) struct Observing {
 }
 
 impl Observing {
-    /// Observe a response of `dialect` (`event_stream`: its content type is
-    /// `text/event-stream`; else its body is read as JSON) with the given
-    /// `content-encoding`.
+    /// Observe a response of `dialect` framed as `framing` (from its content type:
+    /// `text/event-stream`, an AWS event stream, else JSON) with the given `content-encoding`.
     pub(crate) fn new(
         dialect: Dialect,
-        event_stream: bool,
+        framing: Framing,
         content_encoding: Option<&str>,
         store: Store,
     ) -> Self {
-        let framing = if event_stream {
-            Framing::EventStream
-        } else {
-            Framing::Json
-        };
         Self {
             tee: Tee::new(framing, content_encoding, response::observer(dialect)),
             store,
@@ -482,7 +476,7 @@ mod tests {
         ));
         let sse = fixture("anthropic_thinking_tool.sse");
         let lines = capture(|| {
-            let observing = Observing::new(Dialect::Anthropic, true, None, store.clone());
+            let observing = Observing::new(Dialect::Anthropic, Framing::EventStream, None, store.clone());
             let mut o = ResponseObserver::new(c, true, Some(observing));
             for piece in sse.chunks(37) {
                 o.on_data(&Bytes::copy_from_slice(piece));
@@ -544,7 +538,7 @@ mod tests {
     #[test]
     fn garbage_is_not_usage() {
         let lines = capture(|| {
-            let observing = Observing::new(Dialect::Openai, false, None, memory_store());
+            let observing = Observing::new(Dialect::Openai, Framing::Json, None, memory_store());
             let mut c = ctx(Dialect::Openai);
             c.endpoint = Some(crate::dialect::format::Endpoint::Generate);
             let mut o = ResponseObserver::new(c, false, Some(observing));
@@ -575,7 +569,7 @@ mod tests {
         let mut c = ctx(Dialect::Openai);
         c.endpoint = Some(crate::dialect::format::Endpoint::Generate);
         let lines = capture(|| {
-            let observing = Observing::new(Dialect::Openai, true, None, memory_store());
+            let observing = Observing::new(Dialect::Openai, Framing::EventStream, None, memory_store());
             let mut o = ResponseObserver::new(c, true, Some(observing));
             o.on_data(&Bytes::from(sse));
             o.on_end(End::ClientGone);
@@ -590,7 +584,7 @@ mod tests {
         let mut c = ctx(Dialect::Openai);
         c.endpoint = Some(crate::dialect::format::Endpoint::Generate);
         let lines = capture(|| {
-            let observing = Observing::new(Dialect::Openai, true, None, memory_store());
+            let observing = Observing::new(Dialect::Openai, Framing::EventStream, None, memory_store());
             let mut o = ResponseObserver::new(c, true, Some(observing));
             o.on_data(&Bytes::from_static(b"data: {\"choices\":[]}\n\n"));
             o.on_end(End::ClientGone);

@@ -38,6 +38,7 @@ use crate::dialect::format::Endpoint;
 use crate::dialect::Dialect;
 use crate::provider::UpstreamAuth;
 use crate::proxy::ctx::{ms_since, BodyFate, RequestCtx};
+use crate::wire::tee::Framing;
 use crate::proxy::errors::ProxyError;
 use crate::proxy::observe::{Observing, ResponseObserver};
 use crate::proxy::passes::{self, Plan};
@@ -409,17 +410,22 @@ fn respond(
     }
     parts.headers.insert(OVERHEAD_HEADER, ctx.overhead_header());
     let idle = Duration::from_millis(state.server.idle_timeout_ms);
-    // An AWS event stream (Bedrock's InvokeModelWithResponseStream) is binary: passed through,
-    // not read (its frames are not decoded yet).
-    let aws_event_stream = parts
+    // An AWS event stream (Bedrock's InvokeModelWithResponseStream) is binary frames: read
+    // from a decoded copy, never appended to.
+    let framing = if event_stream {
+        Framing::EventStream
+    } else if parts
         .headers
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(AWS_EVENT_STREAM));
+        .is_some_and(|v| v.as_bytes().starts_with(AWS_EVENT_STREAM))
+    {
+        Framing::AwsEventStream
+    } else {
+        Framing::Json
+    };
     // A generation's successful response is observed (usage, carriers); anything else only
     // counted.
-    let observing = (ctx.endpoint == Some(Endpoint::Generate)
-        && parts.status.is_success()
-        && !aws_event_stream)
+    let observing = (ctx.endpoint == Some(Endpoint::Generate) && parts.status.is_success())
         .then_some(ctx.dialect)
         .flatten()
         .map(|dialect| {
@@ -427,7 +433,7 @@ fn respond(
                 .headers
                 .get(header::CONTENT_ENCODING)
                 .and_then(|v| v.to_str().ok());
-            Observing::new(dialect, event_stream, encoding, state.store.clone())
+            Observing::new(dialect, framing, encoding, state.store.clone())
         });
     ctx.response_overhead = ctx.upstream_head.map(|t| t.elapsed());
     let observed = ObservedBody::new(

@@ -323,3 +323,34 @@ def test_anthropic_bedrock_api_key_gets_the_passes(proxy: Proxy, cloud: CloudMoc
     line = log.one("/invoke")
     assert (line["route"], line["model"], line["body"], line["images_retired"]) == ("bedrock", CLAUDE_BEDROCK, "rewritten", 11)
     assert line["cache_read_tokens"] == 5120
+
+
+def test_anthropic_bedrock_stream_is_read(proxy: Proxy, cloud: CloudMock, log: RequestLog) -> None:
+    """InvokeModelWithResponseStream answers AWS event-stream frames whose `chunk` events carry
+    Claude's events as base64: the client gets the frames byte for byte, and the proxy reads a
+    decoded copy (usage, the turn's signed thinking, restored when the agent drops it)."""
+    from anthropic import AnthropicBedrock
+
+    client = AnthropicBedrock(
+        aws_region=AWS_REGION, base_url=f"{proxy.base_url}/bedrock", api_key=BEDROCK_API_KEY, max_retries=0, timeout=30.0
+    )
+    with client.messages.stream(
+        model=CLAUDE_BEDROCK, max_tokens=64, messages=[{"role": "user", "content": "Hi."}], extra_headers={"x-mock-reasoning": "1"}
+    ) as stream:
+        final = stream.get_final_message()
+    kinds = [b.type for b in final.content]
+    assert kinds[:2] == ["thinking", "redacted_thinking"], kinds
+    rec = cloud.last("POST", "/invoke-with-response-stream")
+    assert rec.response_header("content-type") == "application/vnd.amazon.eventstream"
+    line = log.one("/invoke-with-response-stream")
+    assert (line["cache_read_tokens"], line["output_tokens"]) == (5120, 7), line
+    assert line["turn_captured"] is True and line["reasoning_seen"] == 2, line
+    # The agent sends the turn back without its thinking: the proxy restores it.
+    kept = [b.model_dump(exclude_none=True) for b in final.content if b.type not in ("thinking", "redacted_thinking")]
+    client.messages.create(
+        model=CLAUDE_BEDROCK,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Hi."}, {"role": "assistant", "content": kept}, {"role": "user", "content": "Again."}],
+    )
+    sent = cloud.last("POST", "/invoke").json()
+    assert [b["type"] for b in sent["messages"][1]["content"]][:2] == ["thinking", "redacted_thinking"]

@@ -11,6 +11,7 @@
 use bytes::Bytes;
 
 use crate::decode::{Coding, DecodeError, Decoder, PushError, MAX_DECODED_BYTES};
+use crate::eventstream::{self, Message};
 use crate::sse::{SseEvent, SseFramer, MAX_EVENT_BYTES};
 use crate::stream::{BodyObserver, Break, End};
 
@@ -37,6 +38,10 @@ pub trait Sink: Send {
     fn on_event(&mut self, _event: &SseEvent<'_>) -> Result<(), SinkError> {
         Ok(())
     }
+    /// One message of an AWS event stream (`application/vnd.amazon.eventstream`), in order.
+    fn on_aws_message(&mut self, _message: &Message) -> Result<(), SinkError> {
+        Ok(())
+    }
     /// The whole decoded body of a non-streaming response (only when it ended complete, is
     /// not empty, and is within the tee's size cap, [`MAX_JSON_BYTES`]).
     fn on_json(&mut self, _body: &[u8]) -> Result<(), SinkError> {
@@ -54,6 +59,9 @@ pub enum Framing {
     EventStream,
     /// One body: [`Sink::on_json`] with all of it at a complete end.
     Json,
+    /// AWS event-stream frames ([`crate::eventstream`]): one [`Sink::on_aws_message`] per
+    /// message (Amazon Bedrock's streaming operations).
+    AwsEventStream,
 }
 
 /// The tee's caps, bytes. [`Limits::default`] is [`MAX_EVENT_BYTES`], [`MAX_DECODED_BYTES`]
@@ -81,12 +89,15 @@ impl Default for Limits {
 enum Body {
     Events(SseFramer),
     Json { buf: Vec<u8>, max: usize },
+    /// The decoder and its reused output.
+    Aws(eventstream::Decoder, Vec<Message>),
 }
 
 /// Why feeding decoded bytes stopped.
 enum Stop {
     Sink(SinkError),
     JsonTooLarge(usize),
+    EventStream(eventstream::Error),
 }
 
 /// Why observing stopped.
@@ -115,6 +126,7 @@ impl Failure {
             Failure::Decode(DecodeError::Corrupt { .. }) => "decode_error",
             Failure::Stop(Stop::Sink(_)) => "sink_error",
             Failure::Stop(Stop::JsonTooLarge(_)) => "json_too_large",
+            Failure::Stop(Stop::EventStream(_)) => "eventstream_error",
         }
     }
 
@@ -123,6 +135,7 @@ impl Failure {
             Failure::Decode(e) => e.to_string(),
             Failure::Stop(Stop::Sink(e)) => e.to_string(),
             Failure::Stop(Stop::JsonTooLarge(max)) => format!("body exceeds {max} bytes"),
+            Failure::Stop(Stop::EventStream(e)) => e.to_string(),
         }
     }
 }
@@ -133,6 +146,14 @@ fn feed<S: Sink>(body: &mut Body, sink: &mut S, bytes: &[u8]) -> Result<(), Stop
         Body::Events(framer) => framer.push(bytes, &mut |e: &SseEvent<'_>| {
             sink.on_event(e).map_err(Stop::Sink)
         }),
+        Body::Aws(decoder, out) => {
+            // The messages decoded before an error in this chunk still reach the sink.
+            let pushed = decoder.push(bytes, out);
+            for m in out.drain(..) {
+                sink.on_aws_message(&m).map_err(Stop::Sink)?;
+            }
+            pushed.map_err(Stop::EventStream)
+        }
         Body::Json { buf, max } => {
             let len = buf.len().saturating_add(bytes.len());
             if len > *max {
@@ -199,6 +220,7 @@ impl<S: Sink> Tee<S> {
                 buf: Vec::new(),
                 max: limits.json_bytes,
             },
+            Framing::AwsEventStream => Body::Aws(eventstream::Decoder::new(), Vec::new()),
         };
         let mut tee = Self {
             sink,
@@ -220,7 +242,7 @@ impl<S: Sink> Tee<S> {
 
     /// Why observing stopped, if it did: a short low-cardinality reason for the request's log
     /// line (`unsupported_encoding`, `stacked_encoding`, `decode_error`, `decode_truncated`,
-    /// `decoded_too_large`, `sink_error`, `json_too_large`).
+    /// `decoded_too_large`, `sink_error`, `json_too_large`, `eventstream_error`).
     pub fn stopped(&self) -> Option<&'static str> {
         self.stopped
     }
@@ -235,7 +257,7 @@ impl<S: Sink> Tee<S> {
     pub fn skipped_events(&self) -> u64 {
         match &self.body {
             Body::Events(f) => f.skipped(),
-            Body::Json { .. } => 0,
+            Body::Json { .. } | Body::Aws(..) => 0,
         }
     }
 
@@ -282,6 +304,8 @@ impl<S: Sink> Tee<S> {
         }
         match body {
             Body::Events(framer) => self.truncated = framer.finish(),
+            // Ended inside a frame: its bytes are dropped, as a cut event's are.
+            Body::Aws(decoder, _) => self.truncated = decoder.finish().is_err(),
             Body::Json { buf, .. } => {
                 let whole = std::mem::take(buf);
                 if end == End::Complete && !whole.is_empty() {
@@ -340,7 +364,7 @@ impl<S: Sink> Tee<S> {
     fn json_capacity(&self) -> usize {
         match &self.body {
             Body::Json { buf, .. } => buf.capacity(),
-            Body::Events(_) => 0,
+            Body::Events(_) | Body::Aws(..) => 0,
         }
     }
 }

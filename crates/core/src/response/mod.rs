@@ -32,7 +32,10 @@ use crate::dialect::observed::ResponseReader;
 use crate::dialect::Dialect;
 use crate::wire::sse::SseEvent;
 use crate::wire::stream::End;
+use crate::wire::eventstream::{Message, MessageType};
 use crate::wire::tee::{Sink, SinkError};
+
+mod aws;
 
 /// The observer of one response: the generic rules around its dialect's reader.
 pub struct ResponseSink {
@@ -101,6 +104,31 @@ impl Sink for ResponseSink {
             self.reader.shed();
         }
         self.guard(r)
+    }
+
+    /// Amazon Bedrock's InvokeModelWithResponseStream: each `chunk` event carries one event
+    /// of the model's own stream ([`aws::invoke_chunk`]), read as that event; an exception
+    /// message is the response's error (its turn is not kept). Other events are not read.
+    fn on_aws_message(&mut self, message: &Message) -> Result<(), SinkError> {
+        if self.ended || self.failed {
+            return Ok(());
+        }
+        if matches!(
+            message.message_type,
+            Some(MessageType::Exception | MessageType::Error)
+        ) {
+            let kind = message.event_type.as_deref().unwrap_or("exception");
+            self.observed.error.get_or_insert_with(|| kind.to_owned());
+            return Ok(());
+        }
+        match aws::invoke_chunk(message) {
+            Ok(Some(event)) => self.on_event(&SseEvent {
+                event: event.kind.as_deref(),
+                data: &event.data,
+            }),
+            Ok(None) => Ok(()),
+            Err(e) => self.guard(Err(e)),
+        }
     }
 
     fn on_json(&mut self, body: &[u8]) -> Result<(), SinkError> {
