@@ -476,7 +476,12 @@ mod tests {
         ));
         let sse = fixture("anthropic_thinking_tool.sse");
         let lines = capture(|| {
-            let observing = Observing::new(Dialect::Anthropic, Framing::EventStream, None, store.clone());
+            let observing = Observing::new(
+                Dialect::Anthropic,
+                Framing::EventStream,
+                None,
+                store.clone(),
+            );
             let mut o = ResponseObserver::new(c, true, Some(observing));
             for piece in sse.chunks(37) {
                 o.on_data(&Bytes::copy_from_slice(piece));
@@ -569,7 +574,8 @@ mod tests {
         let mut c = ctx(Dialect::Openai);
         c.endpoint = Some(crate::dialect::format::Endpoint::Generate);
         let lines = capture(|| {
-            let observing = Observing::new(Dialect::Openai, Framing::EventStream, None, memory_store());
+            let observing =
+                Observing::new(Dialect::Openai, Framing::EventStream, None, memory_store());
             let mut o = ResponseObserver::new(c, true, Some(observing));
             o.on_data(&Bytes::from(sse));
             o.on_end(End::ClientGone);
@@ -584,7 +590,8 @@ mod tests {
         let mut c = ctx(Dialect::Openai);
         c.endpoint = Some(crate::dialect::format::Endpoint::Generate);
         let lines = capture(|| {
-            let observing = Observing::new(Dialect::Openai, Framing::EventStream, None, memory_store());
+            let observing =
+                Observing::new(Dialect::Openai, Framing::EventStream, None, memory_store());
             let mut o = ResponseObserver::new(c, true, Some(observing));
             o.on_data(&Bytes::from_static(b"data: {\"choices\":[]}\n\n"));
             o.on_end(End::ClientGone);

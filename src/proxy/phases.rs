@@ -38,7 +38,6 @@ use crate::dialect::format::Endpoint;
 use crate::dialect::Dialect;
 use crate::provider::UpstreamAuth;
 use crate::proxy::ctx::{ms_since, BodyFate, RequestCtx};
-use crate::wire::tee::Framing;
 use crate::proxy::errors::ProxyError;
 use crate::proxy::observe::{Observing, ResponseObserver};
 use crate::proxy::passes::{self, Plan};
@@ -50,6 +49,7 @@ use crate::route::{model_from_path, Route};
 use crate::telemetry::Outcome;
 use crate::wire::body::{self, BudgetPermit, ReadBody};
 use crate::wire::stream::ObservedBody;
+use crate::wire::tee::Framing;
 use crate::wire::upstream::{self, UpstreamBody};
 use crate::wire::{tunnel, ResponseBody};
 

@@ -88,7 +88,10 @@ impl Default for Limits {
 
 enum Body {
     Events(SseFramer),
-    Json { buf: Vec<u8>, max: usize },
+    Json {
+        buf: Vec<u8>,
+        max: usize,
+    },
     /// The decoder and its reused output.
     Aws(eventstream::Decoder, Vec<Message>),
 }

@@ -30,9 +30,9 @@ pub use crate::dialect::observed::Observed;
 
 use crate::dialect::observed::ResponseReader;
 use crate::dialect::Dialect;
+use crate::wire::eventstream::{Message, MessageType};
 use crate::wire::sse::SseEvent;
 use crate::wire::stream::End;
-use crate::wire::eventstream::{Message, MessageType};
 use crate::wire::tee::{Sink, SinkError};
 
 mod aws;
