@@ -126,13 +126,12 @@ pub(crate) fn walk<'a>(doc: &Doc<'a>) -> Walk<'a> {
 /// Where Claude's models sit in a Vertex AI path
 /// (https://docs.cloud.google.com/vertex-ai/generative-ai/docs/partner-models/claude/use-claude).
 pub(crate) const VERTEX_MODELS: &str = "/publishers/anthropic/models/";
-/// An Amazon Bedrock runtime path, `/model/{modelId}/{operation}`: the model id as sent
-/// (percent-encoded when it is an ARN) and the operation (`invoke`,
-/// `invoke-with-response-stream`, `converse`, `converse-stream`, …). Source:
-/// https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModel.html.
+/// An Amazon Bedrock runtime path (the path after the route's prefix),
+/// `/model/{modelId}/{operation}`: the model id as sent (percent-encoded when it is an ARN)
+/// and the operation (`invoke`, `invoke-with-response-stream`, `converse`, `converse-stream`,
+/// …). Source: https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModel.html.
 pub(crate) fn bedrock_model_path(path: &str) -> Option<(&str, &str)> {
-    let at = path.find("/model/")?;
-    let (id, operation) = path[at + "/model/".len()..].split_once('/')?;
+    let (id, operation) = path.strip_prefix("/model/")?.split_once('/')?;
     (!id.is_empty() && !operation.contains('/')).then_some((id, operation))
 }
 
@@ -198,14 +197,13 @@ impl super::format::WireFormat for Anthropic {
         None
     }
 
-    /// A path ending in `/messages` (gateways mount it under other bases too), except
-    /// OpenAI's Assistants API `…/threads/{thread_id}/messages`, which is never Anthropic;
-    /// `…/messages/count_tokens` counts tokens.
-    /// `…/messages` and `…/messages/count_tokens` (also Claude in Microsoft Foundry's
-    /// `/anthropic/v1/messages`), Claude's InvokeModel on Amazon Bedrock
-    /// (`/model/{modelId}/invoke`, `/invoke-with-response-stream`), and Claude on Vertex AI:
-    /// `…/publishers/anthropic/models/{model}:rawPredict` / `:streamRawPredict`, token counting
-    /// at `…/models/count-tokens:rawPredict`.
+    /// A path ending in `/messages` (gateways mount it under other bases too; Claude in
+    /// Microsoft Foundry's `/anthropic/v1/messages`), except OpenAI's Assistants API
+    /// `…/threads/{thread_id}/messages`, which is never Anthropic; `…/messages/count_tokens`
+    /// counts tokens. Also Claude's InvokeModel on Amazon Bedrock (`/model/{modelId}/invoke`,
+    /// `/invoke-with-response-stream`) and Claude on Vertex AI
+    /// (`…/publishers/anthropic/models/{model}:rawPredict` / `:streamRawPredict`, token
+    /// counting at `…/models/count-tokens:rawPredict`).
     fn classify_path(&self, path: &str) -> Option<Endpoint> {
         if let Some(at) = path.find(VERTEX_MODELS) {
             let (model, method) = path[at + VERTEX_MODELS.len()..].rsplit_once(':')?;
