@@ -352,7 +352,8 @@ fn plan(
     Plan {
         dialect: ctx.dialect.unwrap_or(Dialect::Openai),
         upstream_path: format!("{}{}", route.base_path, ctx.rest),
-        path_model: route.model_of(model_from_path(&ctx.rest).as_deref(), None),
+        // The path's model as the route reads it, which the route phase put on `ctx`.
+        path_model: ctx.model.clone(),
         credential_scope: credential.scope,
         sealing: credential.sealing,
         digest_key: credential.digest_key,

@@ -99,23 +99,30 @@ def venv_bin(pkg_key: str, exe: str) -> Path:
 # --------------------------------------------------------------------------------------------
 
 
+# Claude Code quiet and offline: no telemetry, error reports or update checks.
+CLAUDE_QUIET = {
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+}
+
+
 def setup_claude(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
-    env = {
-        "ANTHROPIC_BASE_URL": f"{ctx.proxy}/anthropic",
-        "ANTHROPIC_API_KEY": "sk-ant-mock-key",
-        # quiet, offline: no telemetry, error reports or update checks
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    }
+    env = {"ANTHROPIC_BASE_URL": f"{ctx.proxy}/anthropic", "ANTHROPIC_API_KEY": "sk-ant-mock-key", **CLAUDE_QUIET}
     return ["claude", "-p", PROMPT], env
 
 
-def setup_codex(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+def _codex_home(home: Path, config: str) -> Path:
+    """A throw-away ``CODEX_HOME`` holding ``config`` as its ``config.toml``."""
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
-    (codex_home / "config.toml").write_text(
+    (codex_home / "config.toml").write_text(config)
+    return codex_home
+
+
+def setup_codex(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+    codex_home = _codex_home(home,
         textwrap.dedent(
             f"""\
             model = "gpt-5.1-codex"
@@ -140,19 +147,14 @@ def setup_claude_bedrock(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str
         "ANTHROPIC_BEDROCK_BASE_URL": f"{ctx.proxy}/bedrock",
         "AWS_BEARER_TOKEN_BEDROCK": BEDROCK_API_KEY,
         "AWS_REGION": "us-east-1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        **CLAUDE_QUIET,
     }
     return ["claude", "-p", PROMPT], env
 
 
 def setup_codex_azure(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
     """Codex CLI with an Azure OpenAI model provider (Responses API, `api-version` query)."""
-    codex_home = home / ".codex"
-    codex_home.mkdir(parents=True, exist_ok=True)
-    (codex_home / "config.toml").write_text(
+    codex_home = _codex_home(home,
         textwrap.dedent(
             f"""\
             model = "gpt-5.1-codex"
