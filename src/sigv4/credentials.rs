@@ -147,7 +147,12 @@ impl RouteCredentials {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    reason = "tests: #[tokio::test] blocks on its future"
+)]
 pub(crate) mod tests {
     use super::*;
     use std::sync::Mutex;

@@ -9,7 +9,12 @@
 //!   client), re-signed for `bedrock-runtime.us-east-1.amazonaws.com`; the expected values
 //!   were computed with botocore 1.44.18's own `SigV4Auth` over the same request (host B, the
 //!   rewritten body, the proxy's key), so the result verifies as Bedrock checks it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    reason = "tests: #[tokio::test] blocks on its future"
+)]
 
 use std::time::{Duration, SystemTime};
 
