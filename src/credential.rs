@@ -140,6 +140,13 @@ pub(crate) fn sigv4_signed(headers: &http::HeaderMap) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(SIGV4_ALGORITHM))
 }
 
+/// Compare two secrets (a client token, a signature) by digest, so neither their length nor
+/// their content leaks through timing.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(a) == Sha256::digest(b)
+}
+
 /// Whether the request carries a credential in any form [`identify`] reads.
 pub(crate) fn present(headers: &http::HeaderMap, query: Option<&str>) -> bool {
     find(headers, query).is_some()

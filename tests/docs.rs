@@ -328,6 +328,7 @@ fn accepted_keys(section: &str) -> BTreeSet<String> {
         "" => format!("zz_probe = 1\n{ROUTE}"),
         "routes" => format!("{ROUTE}zz_probe = 1\n"),
         "routes.images" => format!("{ROUTE}[routes.images]\nzz_probe = 1\n"),
+        "routes.aws" => format!("{ROUTE}[routes.aws]\nzz_probe = 1\n"),
         "pricing" => format!(
             "{ROUTE}[[pricing]]\nmodel = \"*\"\ninput_per_mtok = 1.0\noutput_per_mtok = 1.0\n\
              cache_read_per_mtok = 1.0\ncache_write_5m_per_mtok = 1.0\nzz_probe = 1\n"
@@ -370,7 +371,9 @@ fn accepted_keys(section: &str) -> BTreeSet<String> {
 /// heading that names a TOML table in a code span (`` ## `[server]` ``, `` ## `[[routes]]` ``);
 /// it documents the top-level key of that name; its rows are the table rows whose first cell
 /// is one code span (`` | `listen` | … ``). The `[[routes]]` row `` `[routes.images]` `` is
-/// the route key `images`.
+/// the route key `images` (and `` `[routes.aws]` `` the key `aws`); a `##` heading naming a
+/// route's sub-table (`` ## `[routes.aws]` ``) is the section `routes.aws`, whose rows are
+/// that table's keys.
 fn documented_keys() -> BTreeMap<String, Vec<String>> {
     let text = std::fs::read_to_string(root().join("docs/reference/config.md")).unwrap();
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -393,13 +396,20 @@ fn documented_keys() -> BTreeMap<String, Vec<String>> {
                 in_h2 = false;
                 section = h2_section.take();
                 if let Some(s) = &section {
-                    out.entry(String::new()).or_default().push(s.clone());
+                    // A route's sub-table (`[routes.aws]`) is a key of `[[routes]]`, not of
+                    // the file's top level.
+                    if !s.contains('.') {
+                        out.entry(String::new()).or_default().push(s.clone());
+                    }
                     out.entry(s.clone()).or_default();
                 }
             }
             Event::Code(code) if in_h2 && h2_section.is_none() => {
                 let name = code.trim_start_matches('[').trim_end_matches(']');
-                if code.starts_with('[') && !name.is_empty() && !name.contains('.') {
+                let sub_table = name
+                    .strip_prefix("routes.")
+                    .is_some_and(|t| !t.contains('.'));
+                if code.starts_with('[') && !name.is_empty() && (!name.contains('.') || sub_table) {
                     h2_section = Some(name.to_owned());
                 }
             }
@@ -413,11 +423,11 @@ fn documented_keys() -> BTreeMap<String, Vec<String>> {
                 first_cell_of_row = false;
                 if let (Some(events), Some(s)) = (cell.take(), &section) {
                     if let [Event::Code(key)] = events.as_slice() {
-                        let key = if s == "routes" && key.as_ref() == "[routes.images]" {
-                            "images".to_owned()
-                        } else {
-                            key.to_string()
-                        };
+                        let sub_table = key
+                            .strip_prefix("[routes.")
+                            .and_then(|k| k.strip_suffix(']'))
+                            .filter(|_| s == "routes");
+                        let key = sub_table.map_or_else(|| key.to_string(), str::to_owned);
                         out.entry(s.clone()).or_default().push(key);
                     }
                 }
@@ -443,6 +453,7 @@ fn config_reference_documents_every_accepted_key_once() {
         "images",
         "reasoning",
         "routes",
+        "routes.aws",
         "pricing",
     ] {
         let accepted = accepted_keys(section);

@@ -47,8 +47,9 @@ pub(crate) enum BodyFate {
     /// A pass failed (panicked): the original bytes went upstream.
     PassFailed,
     /// AWS SigV4-signed (Amazon Bedrock): the passes would have changed the body or a
-    /// header, but the signature covers them and the proxy cannot sign: the original went
-    /// upstream.
+    /// header, but the signature covers them and the proxy does not sign this request again
+    /// (no credentials of its own, other credentials, `crate::proxy::aws`): the original
+    /// went upstream.
     Signed,
 }
 
@@ -174,6 +175,9 @@ pub(crate) struct RequestCtx {
     pub ttfb_ms: Option<u64>,
     /// The one retry, if it was sent.
     pub retried: Option<Retried>,
+    /// What the proxy did about the request's AWS SigV4 signature: the `sigv4=` log value
+    /// ([`crate::proxy::aws::Signing::label`]; empty when nothing).
+    pub sigv4: &'static str,
     /// The proxy's own error, or how the response body broke: a low-cardinality label.
     pub error: Option<&'static str>,
     /// Where [`RequestCtx::error`] came from (`downstream`, `upstream`).
@@ -237,6 +241,7 @@ impl RequestCtx {
             upstream_started: None,
             ttfb_ms: None,
             retried: None,
+            sigv4: "",
             error: None,
             error_source: None,
             credential_scope: String::new(),
@@ -458,6 +463,7 @@ impl RequestCtx {
             error = self.error.unwrap_or(""),
             error_source = self.error_source.unwrap_or(""),
             retried_without = retried.as_deref().unwrap_or(""),
+            sigv4 = self.sigv4,
             uncached_input_tokens = u.uncached_input_tokens,
             cache_read_tokens = u.cache_read_tokens,
             cache_write_tokens = u.cache_write_tokens,

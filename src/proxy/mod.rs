@@ -9,7 +9,9 @@
 //! - [`retry`]: the one retry after a 4xx the proxy can learn from.
 //! - [`observe`]: the response observer that ends every request with its log line.
 //! - [`errors`]: the proxy's own errors, in each dialect's shape.
+//! - [`aws`]: which requests are signed again with the proxy's AWS credentials (Bedrock).
 
+mod aws;
 mod ctx;
 pub(crate) mod errors;
 mod observe;
@@ -87,16 +89,26 @@ pub(crate) struct AppState {
     /// Ends the responses still open when the shutdown grace is nearly over (every
     /// snapshot's responses: shared).
     pub cutoff: Cutoff,
+    /// The SigV4 signer of each route whose provider signs (Amazon Bedrock), from the
+    /// proxy's own AWS credentials ([`aws::Signers`]).
+    pub signers: Arc<aws::Signers>,
 }
 
 impl AppState {
     /// The snapshot of `loaded`'s reloadable settings (routes, `[server]` timeouts and limits,
     /// `[reasoning]`, `[[pricing]]`, the upstream client) over `shared`'s long-lived parts.
     ///
+    /// `previous`: the snapshot this one replaces (a reload), whose SigV4 signers it keeps for
+    /// the routes whose `[routes.aws]` is unchanged.
+    ///
     /// Errors: a route is unusable, or `ca_file` is unreadable.
-    fn build(loaded: &Loaded, shared: Shared) -> Result<Self, StartError> {
+    fn build(loaded: &Loaded, shared: Shared, previous: Option<&Self>) -> Result<Self, StartError> {
         let cfg = &loaded.config;
         let routes = RouteTable::new(cfg).map_err(StartError::Routes)?;
+        let signers = Arc::new(aws::Signers::new(
+            &routes,
+            previous.map(|p| p.signers.as_ref()),
+        ));
         let ca = cfg.server.ca_file.as_ref().map(|p| loaded.base_dir.join(p));
         let client = upstream::build_client(
             Duration::from_millis(cfg.server.connect_timeout_ms),
@@ -116,6 +128,7 @@ impl AppState {
             record: shared.record,
             buffers: shared.buffers,
             cutoff: shared.cutoff,
+            signers,
         })
     }
 
@@ -135,6 +148,7 @@ impl AppState {
             record: shared.record,
             buffers: shared.buffers,
             cutoff: shared.cutoff,
+            signers: Arc::clone(&self.signers),
         }
     }
 
@@ -226,7 +240,9 @@ impl Server {
             cutoff: Cutoff::new(),
             store,
         };
-        let state = AppState::build(loaded, shared)?;
+        let state = AppState::build(loaded, shared, None)?;
+        // The proxy's AWS credentials are read now, before the first request.
+        state.signers.ready().await;
         let addr = listen.unwrap_or(cfg.server.listen);
         let listener = TcpListener::bind(addr)
             .await

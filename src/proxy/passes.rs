@@ -345,7 +345,7 @@ fn finish(plan: &Plan, original: Bytes, joined: Result<Ran, String>) -> Passed {
     }
     let changes = outcome.body.is_some() || !outcome.set_headers.is_empty();
     if plan.signed && changes {
-        tracing::warn!(target: "cachekeeper::rewrite", route = %route, "a SigV4-signed request (Authorization: AWS4-HMAC-SHA256) is forwarded as the client signed it, its bytes and host unchanged: the proxy cannot sign a rewritten request yet (re-signing with AWS credentials on the proxy's side is not built). Send a Bedrock API key (Authorization: Bearer) to let cachekeeper rewrite");
+        tracing::warn!(target: "cachekeeper::rewrite", route = %route, "a SigV4-signed request (Authorization: AWS4-HMAC-SHA256) the proxy does not sign again is forwarded as the client signed it, its bytes and host unchanged, without these rewrites: the proxy re-signs only requests signed with its own AWS credentials ([routes.aws], or every request with sign_all = true). Or send a Bedrock API key (Authorization: Bearer)");
     }
     let (sent, fate) = match outcome.body {
         _ if plan.signed && changes => (original, BodyFate::Signed),

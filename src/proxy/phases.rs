@@ -37,6 +37,7 @@ use crate::accounting::session::SESSION_HEADER;
 use crate::dialect::format::Endpoint;
 use crate::dialect::Dialect;
 use crate::provider::UpstreamAuth;
+use crate::proxy::aws;
 use crate::proxy::ctx::{ms_since, BodyFate, RequestCtx};
 use crate::proxy::errors::ProxyError;
 use crate::proxy::observe::{Observing, ResponseObserver};
@@ -61,6 +62,9 @@ pub(crate) async fn handle(
     mut req: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let started = Instant::now();
+    // The URI as the client sent it, before a `/t/<token>` segment is stripped: what a SigV4
+    // signature covers (`crate::proxy::aws`).
+    let received_uri = req.uri().clone();
     let admission = reserved::admit(&state, &mut req);
     if let Some(which) = crate::reserved::classify(req.uri().path()) {
         return Ok(reserved::serve(&state, which, &req, admission, started).await);
@@ -72,7 +76,7 @@ pub(crate) async fn handle(
     ctx.started = started;
     ctx.metrics = Some(Arc::clone(&state.metrics));
     Ok(
-        match proxy(&state, &mut ctx, req, admission.proxied()).await {
+        match proxy(&state, &mut ctx, req, received_uri, admission.proxied()).await {
             Ok(Flow::Respond(resp)) => respond(&state, ctx, resp),
             Ok(Flow::Done(resp)) => resp,
             Err(err) => fail(ctx, err),
@@ -88,11 +92,13 @@ enum Flow {
     Done(Response<ResponseBody>),
 }
 
-/// Phases 1–6.
+/// Phases 1–6. `received_uri`: the URI before the client token's path segment was
+/// stripped.
 async fn proxy(
     state: &AppState,
     ctx: &mut RequestCtx,
     req: Request<Incoming>,
+    received_uri: http::Uri,
     token_ok: bool,
 ) -> Result<Flow, ProxyError> {
     let (route, uri) = route(state, ctx, &req, token_ok)?;
@@ -106,79 +112,79 @@ async fn proxy(
     let client_session = headers
         .get(SESSION_HEADER)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    // A SigV4-signed request goes upstream with the `host` it was signed for (and its own
-    // bytes): the proxy cannot renew the signature
-    // (`docs/providers.md#bedrock--bedrock-runtimeamazonawscom-bedrock-runtime-fipsamazonawscom`).
-    // (HTTP/2 clients send no `host` header: the `:authority` they signed is the URI's.)
-    let signed = crate::credential::sigv4_signed(&headers);
-    let signed_host = signed
-        .then(|| {
-            headers.get(header::HOST).cloned().or_else(|| {
-                let authority = parts.uri.authority()?;
-                HeaderValue::from_str(authority.as_str()).ok()
-            })
-        })
-        .flatten();
+    // The headers as received, for a SigV4 signature's check (`host` included): kept only
+    // on a route that signs and for a request that is signed.
+    let received_headers = (state.signers.signs(&route)
+        || crate::credential::sigv4_signed(&headers))
+    .then(|| headers.clone());
     upstream::upstream_request_headers(&mut headers, false);
     let parse = parts.method == Method::POST && ctx.endpoint.is_some();
-    let read = read_body(state, ctx, &headers, incoming, parse).await?;
+    // A body a signature covers is read to check the signature and sign again, even where no
+    // pass runs.
+    let sign = received_headers.is_some() && state.signers.signs(&route);
+    let read = read_body(state, ctx, &headers, incoming, parse || sign).await?;
+    let received = |body| aws::Received {
+        route: &route,
+        method: &parts.method,
+        uri: &received_uri,
+        headers: received_headers.as_ref().unwrap_or(&headers),
+        body,
+    };
     // The buffered body's room in the budget, returned when this function ends (the
     // original, the rewritten copy and the replay are all dropped by then).
     let mut _reserved = BudgetPermit::default();
-    let (outgoing, upload_done, replay) = match read {
-        Read::Streamed(body, done) => (body, Some(done), None),
+    // `sent`: the bytes that go upstream when they are known (a SigV4 signature covers them).
+    let (outgoing, upload_done, replay, sent, signing) = match read {
+        Read::Streamed(body, done) => {
+            let signing = match &received_headers {
+                Some(_) => aws::decide(&state.signers, &received(None)).await,
+                None => aws::Signing::None,
+            };
+            (body, Some(done), None, Bytes::new(), signing)
+        }
         Read::Buffered(original, permit) => {
             _reserved = permit;
-            if let Some(rec) = state.record.as_ref() {
-                if ctx.endpoint == Some(Endpoint::Generate) {
-                    let enc = headers
-                        .get(header::CONTENT_ENCODING)
-                        .and_then(|v| v.to_str().ok());
-                    let ts = crate::proxy::ctx::now_ms();
-                    rec.record(ts, &route.name, &ctx.rest, enc, original.clone());
-                }
-            }
-            let mut plan = plan(state, ctx, route, &headers, uri.clone());
-            plan.client_session = client_session;
-            let plan = Arc::new(plan);
-            ctx.credential_scope = plan.credential_scope.clone();
-            ctx.sealing = plan.sealing.clone();
-            let client_headers = headers.clone();
-            let passed =
-                passes::run(&plan, &state.passes, original.clone(), None, true, None).await;
-            passed.apply_headers(&mut headers);
-            ctx.body = passed.fate;
-            ctx.bytes_out = passed.sent.len() as u64;
-            ctx.report = passed.report.clone();
-            ctx.answers = passed.answers;
-            if let Some(turn) = passed.turn.clone() {
-                ctx.turn = Some(turn);
-                ctx.sessions = Some(Arc::clone(&state.sessions));
-            }
-            if let Some(m) = &ctx.report.model {
-                ctx.model = Some(m.clone());
-            }
-            let body = body::full(passed.sent.clone());
-            let replay = Replay {
-                plan,
-                original,
-                client_headers,
-                method: parts.method.clone(),
-                first: passed,
+            let signing = match &received_headers {
+                Some(_) => aws::decide(&state.signers, &received(Some(&original))).await,
+                None => aws::Signing::None,
             };
-            (body, None, Some(replay))
+            if parse {
+                let mut plan = plan(state, ctx, Arc::clone(&route), &headers, uri.clone());
+                plan.client_session = client_session;
+                plan.signed = signing.keeps_original();
+                let replay = rewrite(
+                    state,
+                    ctx,
+                    plan,
+                    &parts.method,
+                    &mut headers,
+                    original,
+                    &signing,
+                )
+                .await;
+                let sent = replay.first.sent.clone();
+                (body::full(sent.clone()), None, Some(replay), sent, signing)
+            } else {
+                // Read for its signature only: sent as it came, signed again.
+                ctx.bytes_out = original.len() as u64;
+                (body::full(original.clone()), None, None, original, signing)
+            }
         }
     };
-    if let Some(host) = signed_host {
-        headers.insert(header::HOST, host);
-    }
+    signing
+        .apply(&route.name, &parts.method, &uri, &mut headers, &sent)
+        .await;
+    ctx.sigv4 = signing.label();
     let now = Instant::now();
     ctx.upstream_started = Some(now);
     ctx.request_overhead = Some(now.duration_since(ctx.started));
     let resp = send(state, &uri, parts.method, headers, outgoing, upload_done).await?;
     let resp = match replay {
-        // A signed request is never sent again changed: its retry could not be signed.
-        Some(replay) if resp.status().is_client_error() && !ctx.dry_run() && !signed => {
+        // A request sent as the client signed it is never sent again changed: its retry
+        // could not be signed.
+        Some(replay)
+            if resp.status().is_client_error() && !ctx.dry_run() && !signing.keeps_original() =>
+        {
             retry::on_error_status(state, ctx, replay, resp).await?
         }
         _ => resp,
@@ -186,6 +192,66 @@ async fn proxy(
     ctx.ttfb_ms = ctx.upstream_started.map(ms_since);
     ctx.upstream_head = Some(Instant::now());
     Ok(Flow::Respond(resp))
+}
+
+/// Phases 3 and 4 for a buffered generation request: the plan's passes run on `original`,
+/// `headers` get their edits; the context gets the outcome. Returns what the one retry
+/// needs (the first run's bytes in `first.sent`).
+async fn rewrite(
+    state: &AppState,
+    ctx: &mut RequestCtx,
+    plan: Plan,
+    method: &Method,
+    headers: &mut HeaderMap,
+    original: Bytes,
+    signing: &aws::Signing,
+) -> Replay {
+    let route = Arc::clone(&plan.route);
+    record(state, ctx, &route, headers, &original);
+    let plan = Arc::new(plan);
+    ctx.credential_scope = plan.credential_scope.clone();
+    ctx.sealing = plan.sealing.clone();
+    let client_headers = headers.clone();
+    let passed = passes::run(&plan, &state.passes, original.clone(), None, true, None).await;
+    passed.apply_headers(headers);
+    ctx.body = passed.fate;
+    ctx.bytes_out = passed.sent.len() as u64;
+    ctx.report = passed.report.clone();
+    ctx.answers = passed.answers;
+    if let Some(turn) = passed.turn.clone() {
+        ctx.turn = Some(turn);
+        ctx.sessions = Some(Arc::clone(&state.sessions));
+    }
+    if let Some(m) = &ctx.report.model {
+        ctx.model = Some(m.clone());
+    }
+    Replay {
+        plan,
+        original,
+        client_headers,
+        method: method.clone(),
+        first: passed,
+        signing: signing.clone(),
+    }
+}
+
+/// `serve --record FILE`: a buffered generation request written as received.
+fn record(
+    state: &AppState,
+    ctx: &RequestCtx,
+    route: &Route,
+    headers: &HeaderMap,
+    original: &Bytes,
+) {
+    if let Some(rec) = state.record.as_ref() {
+        if ctx.endpoint == Some(Endpoint::Generate) {
+            let enc = headers
+                .get(header::CONTENT_ENCODING)
+                .and_then(|v| v.to_str().ok());
+            let ts = crate::proxy::ctx::now_ms();
+            rec.record(ts, &route.name, &ctx.rest, enc, original.clone());
+        }
+    }
 }
 
 /// Phase 1: client token (`token_ok`: [`reserved::admit`]'s verdict), method, route, path
@@ -370,7 +436,8 @@ fn plan(
         sessions: (ctx.endpoint == Some(Endpoint::Generate)).then(|| Arc::clone(&state.sessions)),
         client_session: None,
         arrived_ms: ctx.arrived_ms,
-        signed: crate::credential::sigv4_signed(headers),
+        // Set by the caller from the request's `aws::Signing`.
+        signed: false,
     }
 }
 

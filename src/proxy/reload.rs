@@ -214,7 +214,7 @@ impl Reloader {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let current = self.live.load_full();
-        let next = AppState::build(loaded, current.shared())?;
+        let next = AppState::build(loaded, current.shared(), Some(&current))?;
         let routes = next.routes.routes().len();
         self.live.store(Arc::new(next));
         let mut warnings = loaded.warnings.clone();

@@ -20,6 +20,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 
+use crate::credential::constant_time_eq;
 use crate::proxy::errors::ProxyError;
 use crate::proxy::{overhead_value, AppState, OVERHEAD_HEADER, TOKEN_HEADER};
 use crate::reserved::{self, Reserved};
@@ -221,13 +222,6 @@ fn text(status: StatusCode, body: &'static str) -> Response<ResponseBody> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     r
-}
-
-/// Compare the client token by digest, so neither its length nor its content leaks through
-/// timing.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(a) == Sha256::digest(b)
 }
 
 #[cfg(test)]

@@ -43,6 +43,8 @@ pub(crate) struct Replay {
     pub method: Method,
     /// What the first run of the passes sent.
     pub first: Passed,
+    /// The request's SigV4 handling: the retry is signed again as the first send was.
+    pub signing: crate::proxy::aws::Signing,
 }
 
 /// What a 4xx taught.
@@ -144,7 +146,7 @@ pub(crate) async fn on_error_status(
         return as_it_came(head, rest);
     }
     ctx.retried = Some(lesson.retried());
-    let retry = (replay.client_headers, replay.method);
+    let retry = (replay.client_headers, replay.method, replay.signing);
     send_retry(state, ctx, retry, passed, &uri).await
 }
 
@@ -190,7 +192,8 @@ fn rejoin(
 }
 
 /// Send the retry: the passes' second run (`passed`) with the client's headers and method
-/// (`client`, as kept in [`Replay`]), the turn's
+/// (`client`, as kept in [`Replay`], with its SigV4 handling: signed again over the retry's
+/// bytes), the turn's
 /// forwarded prefix replaced by the retry's, and the request's byte count, body fate and
 /// report from the retry.
 ///
@@ -198,7 +201,7 @@ fn rejoin(
 async fn send_retry(
     state: &AppState,
     ctx: &mut RequestCtx,
-    client: (HeaderMap, Method),
+    client: (HeaderMap, Method, crate::proxy::aws::Signing),
     passed: Passed,
     uri: &http::Uri,
 ) -> Result<Response<UpstreamBody>, ProxyError> {
@@ -210,8 +213,12 @@ async fn send_retry(
             passed.retired.clone(),
         );
     }
-    let (mut headers, method) = client;
+    let (mut headers, method, signing) = client;
     passed.apply_headers(&mut headers);
+    let route = ctx.route_name().to_owned();
+    signing
+        .apply(&route, &method, uri, &mut headers, &passed.sent)
+        .await;
     ctx.bytes_out = passed.sent.len() as u64;
     ctx.body = passed.fate;
     ctx.report = passed.report;

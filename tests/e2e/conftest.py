@@ -229,10 +229,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def launch_proxy(tmp: Path, routes_toml: str, server_toml: str = "", state_toml: str | None = None) -> Iterator[Proxy]:
+def launch_proxy(
+    tmp: Path,
+    routes_toml: str,
+    server_toml: str = "",
+    state_toml: str | None = None,
+    env_extra: dict[str, str] | None = None,
+) -> Iterator[Proxy]:
     """Run another cachekeeper with the given ``[[routes]]`` TOML (for route options the
     session proxy does not set) and extra ``[server]`` keys; its logs stay in ``tmp``.
-    ``state_toml``: the ``[state]`` keys (default: a SQLite file in ``tmp``)."""
+    ``state_toml``: the ``[state]`` keys (default: a SQLite file in ``tmp``). The proxy sees
+    no AWS credentials of the machine (``AWS_*`` variables dropped, the shared files pointed at
+    nothing) unless ``env_extra`` gives some."""
     binary = _binary()
     listen = f"127.0.0.1:{_free_port()}"
     config = tmp / "proxy.toml"
@@ -255,6 +263,11 @@ listen = "{listen}"
     env.setdefault("RUST_BACKTRACE", "1")
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
         env.pop(var, None)
+    for var in [v for v in env if v.startswith("AWS_")]:
+        env.pop(var)
+    env["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp / "no-aws-credentials")
+    env["AWS_CONFIG_FILE"] = str(tmp / "no-aws-config")
+    env.update(env_extra or {})
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         proc = subprocess.Popen(
             [str(binary), "serve", "--config", str(config), "--listen", listen],

@@ -5,9 +5,12 @@ the cloud mock (cloud_mock.py) behind it: anthropic's ``AnthropicVertex`` and go
 the client dropped restored), the usage the mock reported reached the request log under the model
 the path names, and what the client parsed is what the mock sent.
 
-Amazon Bedrock in part: Claude's InvokeModel with a Bedrock API key gets the passes; a request
-boto3 signs with SigV4 goes upstream exactly as signed (bytes and host), so the mock's SigV4
-check, done as AWS does it, still passes; Converse is forwarded untouched."""
+Amazon Bedrock: Claude's InvokeModel with a Bedrock API key gets the passes. A request boto3
+signs with SigV4: with no AWS credentials on the proxy's side it goes upstream exactly as signed
+(bytes and host), so the mock's SigV4 check, done as AWS does it, passes on a route on `/`; with
+the same credentials as the client's, the proxy checks the signature, rewrites and signs again
+(the one retry too); other credentials, a stale signature or an unsigned request are signed by
+the proxy only on a `sign_all` route."""
 
 from __future__ import annotations
 
@@ -295,7 +298,8 @@ def test_boto3_signed_requests_go_upstream_as_signed(root_proxy: Proxy, cloud: C
 def test_a_signed_request_under_a_prefix_cannot_verify(proxy: Proxy, cloud: CloudMock, log: RequestLog) -> None:
     """The same request through the `/bedrock` route: the client signed `/bedrock/model/…`, the
     upstream gets `/model/…`, and AWS's check refuses it (403 InvalidSignatureException) — why
-    a route that forwards signed requests must be on `/` until the proxy can re-sign."""
+    a route that forwards signed requests must be on `/` when the proxy has no AWS credentials
+    of its own."""
     import botocore.exceptions
 
     client = boto3_bedrock(proxy, "/bedrock")
@@ -354,3 +358,196 @@ def test_anthropic_bedrock_stream_is_read(proxy: Proxy, cloud: CloudMock, log: R
     )
     sent = cloud.last("POST", "/invoke").json()
     assert [b["type"] for b in sent["messages"][1]["content"]][:2] == ["thinking", "redacted_thinking"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Re-signing: the proxy's own AWS credentials (`[routes.aws]`, docs/providers.md#signing-bedrock-requests)
+# ---------------------------------------------------------------------------------------------
+
+OTHER_KEY_ID, OTHER_SECRET = "AKIAOTHERCLIENTEXAMPLE", "otherClientSecretEXAMPLE/abc+def"
+
+
+@pytest.fixture(scope="module")
+def signing_proxy(cloud: CloudMock, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    """A proxy with AWS credentials of its own (the mock's key, in its environment): route
+    `/bedrock` re-signs what was signed with that key; route `/gateway` (`sign_all`) signs
+    every request."""
+    routes = f"""
+[[routes]]
+name = "bedrock"
+prefix = "/bedrock"
+upstream = "{cloud.url}"
+provider = "bedrock"
+[routes.aws]
+region = "{AWS_REGION}"
+
+[[routes]]
+name = "gateway"
+prefix = "/gateway"
+upstream = "{cloud.url}"
+provider = "bedrock"
+[routes.aws]
+region = "{AWS_REGION}"
+sign_all = true
+"""
+    env = {"AWS_ACCESS_KEY_ID": AWS_ACCESS_KEY_ID, "AWS_SECRET_ACCESS_KEY": AWS_SECRET_ACCESS_KEY}
+    with launch_proxy(tmp_path_factory.mktemp("bedrock-signing"), routes, env_extra=env) as p:
+        yield p
+
+
+def other_boto3(proxy: Proxy, prefix: str) -> Any:
+    """boto3 signing with credentials the proxy does not hold (the mock knows them)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "bedrock-runtime",
+        region_name=AWS_REGION,
+        endpoint_url=f"{proxy.base_url}{prefix}",
+        aws_access_key_id=OTHER_KEY_ID,
+        aws_secret_access_key=OTHER_SECRET,
+        config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=30),
+    )
+
+
+def test_boto3_signed_with_the_proxy_s_key_is_rewritten_and_resigned(signing_proxy: Proxy, cloud: CloudMock) -> None:
+    """boto3 signs for the proxy's host and `/bedrock/model/…` with the key the proxy holds: the
+    proxy checks that signature, retires the old screenshots, and signs the rewritten body for
+    the upstream's host and path; the mock's check (botocore's, as AWS does it) passes. The
+    same for the streamed InvokeModel, Converse and ConverseStream."""
+    cloud.requests.clear()
+    log = signing_proxy.request_log()
+    client = boto3_bedrock(signing_proxy, "/bedrock")
+    body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": anthropic_session(21, LARGE)})
+    resp = client.invoke_model(modelId=CLAUDE_BEDROCK, body=body, contentType="application/json")
+    assert json.loads(resp["body"].read())["content"] == [{"type": "text", "text": DEFAULT_REPLY}]
+    rec = cloud.last("POST", "/invoke")
+    assert rec.signature_verified is True, rec.auth_error
+    assert rec.path == "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
+    sent = rec.json()
+    assert_retired_text(sent["messages"][anthropic_carrier_index(0)]["content"][0]["content"][1]["text"])
+    assert rec.header("host") == cloud.url.removeprefix("http://")
+    line = log.one("/invoke")
+    assert (line["body"], line["sigv4"], line["images_retired"]) == ("rewritten", "resigned", 11)
+
+    stream = client.invoke_model_with_response_stream(modelId=CLAUDE_BEDROCK, body=body, contentType="application/json")
+    kinds = [json.loads(e["chunk"]["bytes"])["type"] for e in stream["body"] if "chunk" in e]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop", kinds
+    assert cloud.last("POST", "/invoke-with-response-stream").signature_verified is True
+    assert log.one("/invoke-with-response-stream")["sigv4"] == "resigned"
+
+    messages = [{"role": "user", "content": [{"text": "Say hello."}]}]
+    converse = client.converse(modelId=CLAUDE_BEDROCK, messages=messages)
+    assert converse["output"]["message"]["content"] == [{"text": DEFAULT_REPLY}]
+    assert cloud.last("POST", "/converse").signature_verified is True
+    events = client.converse_stream(modelId=CLAUDE_BEDROCK, messages=messages)["stream"]
+    text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e)
+    assert text == DEFAULT_REPLY
+    assert cloud.last("POST", "/converse-stream").signature_verified is True
+    assert [l["sigv4"] for l in log.wait("/converse", 1) + log.wait("/converse-stream", 1)] == ["resigned"] * 2
+
+
+def test_the_one_retry_is_signed_again(signing_proxy: Proxy, cloud: CloudMock) -> None:
+    """Bedrock refuses `service_tier` (`extraneous key [service_tier] is not permitted`): the
+    proxy learns it and retries once without it, and the retry's new body carries a new
+    signature that verifies."""
+    cloud.requests.clear()
+    log = signing_proxy.request_log()
+    cloud.reject_fields = {"service_tier"}
+    try:
+        client = boto3_bedrock(signing_proxy, "/bedrock")
+        body = json.dumps(
+            {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "service_tier": "auto", "messages": [{"role": "user", "content": "hi"}]}
+        )
+        resp = client.invoke_model(modelId="anthropic.claude-haiku-4-5-20251001-v1:0", body=body, contentType="application/json")
+        assert json.loads(resp["body"].read())["content"] == [{"type": "text", "text": DEFAULT_REPLY}]
+    finally:
+        cloud.reject_fields = set()
+    first, retry = [r for r in cloud.requests if r.path.endswith("/invoke")]
+    assert first.signature_verified is True and retry.signature_verified is True
+    assert "service_tier" in first.json() and "service_tier" not in retry.json()
+    assert first.header("authorization") != retry.header("authorization")
+    line = log.one("/invoke")
+    assert (line["retried_without"], line["sigv4"]) == ("param:service_tier", "resigned")
+
+
+def test_other_credentials_go_upstream_as_signed(signing_proxy: Proxy, cloud: CloudMock) -> None:
+    """Signed with a key the proxy does not hold: the proxy cannot check the signature, so it
+    lends nothing; the request goes as signed (its host, its bytes), and AWS's check of the
+    cut path refuses it. A `sign_all` route signs it with the proxy's key instead."""
+    import botocore.exceptions
+
+    cloud.requests.clear()
+    cloud.aws_credentials[OTHER_KEY_ID] = (OTHER_SECRET, None)
+    log = signing_proxy.request_log()
+    messages = [{"role": "user", "content": [{"text": "hi"}]}]
+    try:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            other_boto3(signing_proxy, "/bedrock").converse(modelId=CLAUDE_BEDROCK, messages=messages)
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+        rec = cloud.last("POST", "/converse")
+        assert rec.signature_verified is False
+        assert rec.header("authorization").startswith(f"AWS4-HMAC-SHA256 Credential={OTHER_KEY_ID}/")
+        assert log.one("/converse")["sigv4"] == "as_signed"
+        assert "signed with other AWS credentials than the proxy's" in signing_proxy.logs()
+
+        other_boto3(signing_proxy, "/gateway").converse(modelId=CLAUDE_BEDROCK, messages=messages)
+        rec = cloud.last("POST", "/converse")
+        assert rec.signature_verified is True
+        assert rec.header("authorization").startswith(f"AWS4-HMAC-SHA256 Credential={AWS_ACCESS_KEY_ID}/")
+    finally:
+        del cloud.aws_credentials[OTHER_KEY_ID]
+
+
+def test_unsigned_requests_are_signed_on_a_sign_all_route_only(signing_proxy: Proxy, cloud: CloudMock) -> None:
+    """An InvokeModel with no Authorization at all (Claude Code with
+    `CLAUDE_CODE_SKIP_BEDROCK_AUTH=1`): on the `sign_all` route the proxy signs it with its own
+    key, after the passes; on the other route it goes as sent and AWS refuses it (403)."""
+    cloud.requests.clear()
+    log = signing_proxy.request_log()
+    body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": anthropic_session(21, LARGE)}).encode()
+    path = f"/model/{CLAUDE_BEDROCK}/invoke"
+    host = signing_proxy.base_url.removeprefix("http://")
+    for prefix, status in (("/gateway", 200), ("/bedrock", 403)):
+        conn = http.client.HTTPConnection(host, timeout=30)
+        conn.request("POST", prefix + path, body=body, headers={"content-type": "application/json"})
+        resp = conn.getresponse()
+        resp.read()
+        conn.close()
+        assert resp.status == status, prefix
+    signed, unsigned = [r for r in cloud.requests if r.path.endswith("/invoke")]
+    assert signed.signature_verified is True and signed.auth_scheme == "sigv4"
+    assert_retired_text(signed.json()["messages"][anthropic_carrier_index(0)]["content"][0]["content"][1]["text"])
+    assert unsigned.header("authorization") is None
+    lines = log.wait("/invoke", 2)
+    assert [(l["route"], l["sigv4"]) for l in lines] == [("gateway", "signed_by_proxy"), ("bedrock", "")]
+
+
+def test_a_stale_signature_is_not_lent_the_proxy_s_key(signing_proxy: Proxy, cloud: CloudMock) -> None:
+    """A request signed with the proxy's key 10 minutes ago (captured and sent again): AWS
+    would refuse it, and so the proxy does not sign it anew; it goes as signed and is refused."""
+    import datetime
+    from unittest import mock
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    cloud.requests.clear()
+    log = signing_proxy.request_log()
+    host = signing_proxy.base_url.removeprefix("http://")
+    path = "/bedrock/model/anthropic.claude-haiku-4-5-20251001-v1%3A0/invoke"
+    body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    req = AWSRequest(method="POST", url=f"http://{host}{path}", data=body, headers={"content-type": "application/json"})
+    then = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) - datetime.timedelta(minutes=10)
+    with mock.patch("botocore.auth.get_current_datetime", return_value=then):
+        SigV4Auth(Credentials(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), "bedrock", AWS_REGION).add_auth(req)
+    conn = http.client.HTTPConnection(host, timeout=30)
+    conn.request("POST", path, body=body, headers=dict(req.headers.items()))
+    resp = conn.getresponse()
+    resp.read()
+    conn.close()
+    assert resp.status == 403
+    assert cloud.last("POST", "/invoke").signature_verified is False
+    assert log.one("/invoke")["sigv4"] == "as_signed"
+    assert "from the proxy's clock" in signing_proxy.logs()

@@ -233,6 +233,38 @@ pub struct RouteConfig {
     /// (`docs/reference/config.md#routes`). Default empty: names are read as sent.
     #[serde(default)]
     pub models: std::collections::BTreeMap<String, String>,
+    /// `[routes.aws]`: where the proxy's own AWS credentials come from and the region it signs
+    /// for, when it re-signs an Amazon Bedrock request (SigV4). Default unset: the standard
+    /// chain (environment, then the shared files' `AWS_PROFILE` or `default` profile) and the
+    /// region of the client's own signature.
+    #[serde(default)]
+    pub aws: Option<AwsConfig>,
+}
+
+/// `[routes.aws]`: the proxy's side of SigV4 re-signing for one route (Amazon Bedrock).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AwsConfig {
+    /// A profile of the shared AWS files (`~/.aws/credentials`, `~/.aws/config`, or the files
+    /// `AWS_SHARED_CREDENTIALS_FILE` / `AWS_CONFIG_FILE` name): the route's credentials come
+    /// from that profile only, not from the environment. Unset: the environment's
+    /// `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN`, else the
+    /// `AWS_PROFILE` (or `default`) profile.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// The region to sign for, e.g. `"us-east-1"` (the upstream's, as in
+    /// `bedrock-runtime.us-east-1.amazonaws.com`). Unset: the region of the client's own
+    /// signature (its `Credential=` scope).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Sign every request on this route with the proxy's credentials, not only those the
+    /// client signed with the same credentials (which the proxy verifies first): requests
+    /// with no `Authorization` (Claude Code with `CLAUDE_CODE_SKIP_BEDROCK_AUTH=1`) and
+    /// requests signed with other credentials. Whoever reaches the route then uses the
+    /// proxy's AWS account: only for a proxy that only trusted clients reach (loopback, or
+    /// `[server] client_token`). Default `false`.
+    #[serde(default)]
+    pub sign_all: bool,
 }
 
 /// A loaded, validated config plus the warnings produced by clamping.
@@ -417,6 +449,20 @@ impl Config {
                  cache is shared by every route; set it in [images]"
             ));
         }
+        if let Some(problem) = r.aws.as_ref().and_then(AwsConfig::problem) {
+            return Err(format!("{at}: {problem}"));
+        }
+        if r.aws.is_some() {
+            let row =
+                crate::provider::ResolvedProvider::resolve(r.provider.as_deref(), &host, None).row;
+            if row.auth != crate::provider::UpstreamAuth::SigV4 {
+                return Err(format!(
+                    "{at}: [routes.aws] applies to routes whose upstream signs with AWS SigV4 \
+                     (provider \"bedrock\"); this route's provider is {:?}",
+                    row.name
+                ));
+            }
+        }
         let mut eff = self.images.with_overrides(&r.images);
         eff.clamp(&format!("{at}.images"), warnings);
         let token_set = self.server.client_token.is_some();
@@ -434,6 +480,29 @@ impl Config {
         let mut eff = self.images.with_overrides(&route.images);
         eff.clamp("", &mut Vec::new());
         eff
+    }
+}
+
+impl AwsConfig {
+    /// What makes this section unusable, if anything: an empty `profile`, or a `region` that
+    /// is not a region code (lower-case letters, digits and `-`, as `us-east-1`; it is part
+    /// of the signature's scope and of no URL here).
+    fn problem(&self) -> Option<String> {
+        if self.profile.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            return Some("aws.profile is empty: name a profile of the shared AWS files".into());
+        }
+        let bad_region = |r: &str| {
+            r.is_empty()
+                || !r
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        };
+        match self.region.as_deref() {
+            Some(r) if bad_region(r) => Some(format!(
+                "aws.region {r:?} is not a region code such as \"us-east-1\""
+            )),
+            _ => None,
+        }
     }
 }
 
@@ -507,6 +576,55 @@ upstream = "https://api.anthropic.com"
         assert_eq!(c.images.evict_floor, 3);
         assert_eq!(c.images.embed_target_bytes, 262_144);
         assert_eq!(c.routes.len(), 1);
+    }
+
+    /// `[routes.aws]`: read as written, absent by default; an unknown key, an empty profile,
+    /// a region that is no region code, or the section on a route whose provider does not
+    /// sign with SigV4 is refused naming the route.
+    #[test]
+    fn route_aws_section_is_read_and_validated() {
+        const BEDROCK: &str = "[[routes]]\nname = \"bedrock\"\nprefix = \"/bedrock\"\n\
+                               upstream = \"https://bedrock-runtime.us-east-1.amazonaws.com\"\n";
+        let (c, _) = Config::from_toml(BEDROCK).unwrap();
+        assert_eq!(c.routes[0].aws, None);
+        let with = |body: &str| format!("{BEDROCK}[routes.aws]\n{body}");
+        let (c, w) = Config::from_toml(&with(
+            "profile = \"bedrock\"\nregion = \"us-west-2\"\nsign_all = true\n",
+        ))
+        .unwrap();
+        assert!(w.is_empty());
+        assert_eq!(
+            c.routes[0].aws,
+            Some(AwsConfig {
+                profile: Some("bedrock".into()),
+                region: Some("us-west-2".into()),
+                sign_all: true,
+            })
+        );
+        let (c, _) = Config::from_toml(&with("")).unwrap();
+        assert_eq!(c.routes[0].aws, Some(AwsConfig::default()));
+        let err = |toml: &str| match Config::from_toml(toml) {
+            Err(FromTomlError::Parse(m) | FromTomlError::Invalid(m)) => m,
+            Ok(_) => panic!("accepted: {toml}"),
+        };
+        assert!(
+            err(&with("secret_access_key = \"x\"\n")).contains("unknown field `secret_access_key`")
+        );
+        assert!(err(&with("profile = \" \"\n")).contains("aws.profile is empty"));
+        let bad = err(&with("region = \"US East\"\n"));
+        assert!(
+            bad.contains("routes[0]") && bad.contains("\"US East\""),
+            "{bad}"
+        );
+        let anthropic = err(&format!("{MINIMAL}[routes.aws]\n"));
+        assert!(
+            anthropic.contains("routes[0]") && anthropic.contains("provider is \"anthropic\""),
+            "{anthropic}"
+        );
+        // A mock upstream on loopback is a Bedrock route by its `provider` key.
+        let mock = "[[routes]]\nname = \"b\"\nprefix = \"/b\"\nupstream = \"http://127.0.0.1:9\"\n\
+                    provider = \"bedrock\"\n[routes.aws]\nregion = \"us-east-1\"\n";
+        assert!(Config::from_toml(mock).is_ok());
     }
 
     #[test]

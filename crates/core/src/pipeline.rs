@@ -122,10 +122,9 @@ pub struct Plan {
     pub client_session: Option<String>,
     /// When the request arrived, Unix ms.
     pub arrived_ms: i64,
-    /// The request carries a body signature the proxy cannot renew (AWS SigV4: Amazon
-    /// Bedrock): whatever the passes make of it, the client's bytes go upstream, as in a dry
-    /// run
-    /// (`docs/providers.md#bedrock--bedrock-runtimeamazonawscom-bedrock-runtime-fipsamazonawscom`).
+    /// The request carries a body signature the proxy does not renew (AWS SigV4 it cannot
+    /// check or has no credentials for: Amazon Bedrock): whatever the passes make of it, the
+    /// client's bytes go upstream, as in a dry run (`docs/providers.md#signing-bedrock-requests`).
     pub signed: bool,
 }
 

@@ -361,6 +361,11 @@ pub enum UpstreamAuth {
     /// with an error naming what to send. Vertex AI (an OAuth access token, or an express-mode
     /// API key).
     Required,
+    /// Requests are signed with AWS Signature Version 4 over the body and the `host` (a
+    /// Bearer API key is the other credential): a rewritten request must be signed again,
+    /// with the proxy's own AWS credentials (`[routes.aws]`, `docs/providers.md#bedrock--bedrock-runtimeamazonawscom-bedrock-runtime-fipsamazonawscom`).
+    /// Amazon Bedrock.
+    SigV4,
 }
 
 /// The top-level request parameters clients send to turn reasoning on, off or up, across
@@ -624,6 +629,7 @@ pub(crate) const PROVIDERS: &[Provider] = &[
         cache: &[claude_cache("", BEDROCK_CACHE)],
         third_party_anthropic_wire: false,
         ttl_beta: false,
+        auth: UpstreamAuth::SigV4,
         ..row(
             "bedrock",
             &[

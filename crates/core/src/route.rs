@@ -40,6 +40,9 @@ pub struct Route {
     pub provider: ResolvedProvider,
     /// The route's `models` table: a name the client uses → the model it stands for.
     pub models: std::collections::BTreeMap<String, String>,
+    /// `[routes.aws]`: the proxy's AWS credentials and region for re-signing, on a route whose
+    /// provider signs with SigV4 ([`crate::provider::UpstreamAuth::SigV4`]).
+    pub aws: Option<crate::config::AwsConfig>,
 }
 
 use crate::dialect::format::Endpoint;
@@ -117,6 +120,7 @@ impl RouteTable {
                 provider,
                 authority,
                 models: r.models.clone(),
+                aws: r.aws.clone(),
             }));
         }
         routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));

@@ -1,0 +1,223 @@
+//! AWS SigV4 in a request's life (Amazon Bedrock): which routes sign, and what one request
+//! gets (`docs/providers.md#signing-bedrock-requests`).
+//!
+//! A route whose provider signs with SigV4 ([`UpstreamAuth::SigV4`]) has a signer slot,
+//! filled from the proxy's own AWS credentials when the configuration is applied
+//! ([`Signers::ready`] at startup; a reload that keeps a route's `[routes.aws]` keeps its
+//! signer, a changed one loads in the background). Per request ([`decide`]):
+//!
+//! - a request signed with the proxy's own credentials, its signature checked
+//!   ([`AwsSigner::verify`]): the passes run, and the bytes sent (and the one retry's) are
+//!   signed again for the upstream's host ([`Signing::Resign`]);
+//! - on a `[routes.aws] sign_all = true` route, also a request with no `Authorization` or
+//!   one signed with other credentials;
+//! - any other signed request goes upstream exactly as the client signed it, its `host`
+//!   included ([`Signing::AsSigned`]), with the reason in the log; a Bearer API key and
+//!   every non-Bedrock route are left alone ([`Signing::None`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Method, Uri};
+use tokio::sync::OnceCell;
+
+use crate::config::AwsConfig;
+use crate::provider::UpstreamAuth;
+use crate::route::{Route, RouteTable};
+use crate::sigv4::{AwsSigner, Unverified};
+
+/// One route's signer, loaded once: `None` inside when the proxy has no AWS credentials for
+/// it.
+type Slot = Arc<OnceCell<Option<Arc<AwsSigner>>>>;
+
+/// The signer of every SigV4 route of one configuration, by route name.
+#[derive(Default)]
+pub(crate) struct Signers {
+    slots: HashMap<String, (Option<AwsConfig>, Slot)>,
+}
+
+impl Signers {
+    /// The slots of `routes`' SigV4 routes: `previous`'s slot when the route's name and
+    /// `[routes.aws]` are the same (a reload keeps its credentials), else a new one, loading
+    /// in the background when a runtime is running ([`Self::ready`] waits for it).
+    pub(crate) fn new(routes: &RouteTable, previous: Option<&Signers>) -> Self {
+        let mut slots = HashMap::new();
+        for r in routes.routes() {
+            if r.provider.row.auth != UpstreamAuth::SigV4 {
+                continue;
+            }
+            let kept = previous
+                .and_then(|p| p.slots.get(&r.name))
+                .filter(|(aws, _)| *aws == r.aws)
+                .map(|(_, slot)| Arc::clone(slot));
+            let slot = kept.unwrap_or_else(|| {
+                let slot: Slot = Arc::new(OnceCell::new());
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    let (s, name, aws) = (Arc::clone(&slot), r.name.clone(), r.aws.clone());
+                    rt.spawn(async move {
+                        s.get_or_init(|| load(name, aws)).await;
+                    });
+                }
+                slot
+            });
+            slots.insert(r.name.clone(), (r.aws.clone(), slot));
+        }
+        Self { slots }
+    }
+
+    /// Wait until every slot is loaded (startup: a signed request on the first connection
+    /// finds its signer).
+    pub(crate) async fn ready(&self) {
+        for (name, (aws, slot)) in &self.slots {
+            slot.get_or_init(|| load(name.clone(), aws.clone())).await;
+        }
+    }
+
+    /// Whether `route` signs with SigV4 (it has a slot, loaded or not).
+    pub(crate) fn signs(&self, route: &Route) -> bool {
+        self.slots.contains_key(&route.name)
+    }
+
+    /// The route's slot, when the route signs with SigV4.
+    fn slot(&self, route: &Route) -> Option<&Slot> {
+        self.slots.get(&route.name).map(|(_, s)| s)
+    }
+}
+
+/// Load one route's signer ([`AwsSigner::from_route`]: reads the environment and the shared
+/// AWS files once).
+async fn load(route: String, aws: Option<AwsConfig>) -> Option<Arc<AwsSigner>> {
+    AwsSigner::from_route(&route, aws.as_ref())
+        .await
+        .map(Arc::new)
+}
+
+/// What the proxy does about SigV4 for one request.
+#[derive(Clone)]
+pub(crate) enum Signing {
+    /// Nothing: not a SigV4 route and not signed, or a credential that is not SigV4.
+    None,
+    /// Sent exactly as the client signed it: its bytes and this `host` (the passes run dry).
+    AsSigned(Option<HeaderValue>),
+    /// Sent signed by the proxy: the passes run; the bytes sent, and the retry's, are signed
+    /// with this signer for the upstream's host. `verified`: the client's own signature was
+    /// made with the proxy's credentials (else a `sign_all` route signed it anyway).
+    Resign {
+        signer: Arc<AwsSigner>,
+        verified: bool,
+    },
+}
+
+impl Signing {
+    /// The `sigv4=` log value: `resigned`, `signed_by_proxy`, `as_signed`, or empty.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Signing::None => "",
+            Signing::AsSigned(_) => "as_signed",
+            Signing::Resign { verified: true, .. } => "resigned",
+            Signing::Resign {
+                verified: false, ..
+            } => "signed_by_proxy",
+        }
+    }
+
+    /// Sign the outgoing request (`headers` after hygiene and the passes' edits, `body` the
+    /// bytes sent) for `uri`, or put back the `host` the client signed. Fails open: a
+    /// signing error leaves the headers as they were, with a warning (the upstream answers).
+    pub(crate) async fn apply(
+        &self,
+        route: &str,
+        method: &Method,
+        uri: &Uri,
+        headers: &mut HeaderMap,
+        body: &[u8],
+    ) {
+        match self {
+            Signing::None => {}
+            Signing::AsSigned(host) => {
+                if let Some(host) = host {
+                    headers.insert(header::HOST, host.clone());
+                }
+            }
+            Signing::Resign { signer, .. } => {
+                if let Err(e) = signer.resign(method, uri, headers, body).await {
+                    tracing::warn!(target: "cachekeeper::sigv4", route = %route, error = %e, "re-signing failed; the request goes as the client sent it");
+                }
+            }
+        }
+    }
+
+    /// Whether the request is sent exactly as the client signed it (the passes run dry).
+    pub(crate) fn keeps_original(&self) -> bool {
+        matches!(self, Signing::AsSigned(_))
+    }
+}
+
+/// The request as the client sent it to the proxy.
+pub(crate) struct Received<'a> {
+    pub route: &'a Route,
+    pub method: &'a Method,
+    /// The URI as received, before a `/t/<token>` segment was stripped: what was signed.
+    pub uri: &'a Uri,
+    /// The headers as received (before hygiene): `host` and the signed ones.
+    pub headers: &'a HeaderMap,
+    /// The body as received; `None` when it streams through unread.
+    pub body: Option<&'a [u8]>,
+}
+
+/// What `req` gets ([`Signing`]), with the reason logged when the proxy does not sign a
+/// signed request. No I/O: the signers are loaded before; the check is one HMAC chain.
+pub(crate) async fn decide(signers: &Signers, req: &Received<'_>) -> Signing {
+    let auth = req.headers.get(header::AUTHORIZATION);
+    let signed = crate::credential::sigv4_signed(req.headers);
+    let as_signed = || {
+        let host = req.headers.get(header::HOST).cloned().or_else(|| {
+            let authority = req.uri.authority()?;
+            HeaderValue::from_str(authority.as_str()).ok()
+        });
+        Signing::AsSigned(host)
+    };
+    let Some(slot) = signers.slot(req.route) else {
+        return if signed { as_signed() } else { Signing::None };
+    };
+    if auth.is_some() && !signed {
+        // A Bedrock API key (Bearer) or another scheme: not the proxy's to sign.
+        return Signing::None;
+    }
+    let route = &req.route.name;
+    let Some(signer) = slot.get().cloned().flatten() else {
+        if signed {
+            tracing::info!(target: "cachekeeper::sigv4", route = %route, "no AWS credentials on the proxy's side for this route: the signed request goes upstream as the client signed it");
+            return as_signed();
+        }
+        return Signing::None;
+    };
+    let Some(body) = req.body else {
+        if signed {
+            tracing::info!(target: "cachekeeper::sigv4", route = %route, "the body streams through unread (over max_rewrite_bytes or the buffer budget): the signed request goes upstream as the client signed it");
+            return as_signed();
+        }
+        return Signing::None;
+    };
+    let verdict = if signed {
+        signer.verify(req.method, req.uri, req.headers, body).await
+    } else {
+        Err(Unverified::NotSigV4)
+    };
+    match verdict {
+        Ok(()) => Signing::Resign {
+            signer,
+            verified: true,
+        },
+        Err(_) if signer.signs_all() => Signing::Resign {
+            signer,
+            verified: false,
+        },
+        Err(_) if !signed => Signing::None,
+        Err(why) => {
+            tracing::warn!(target: "cachekeeper::sigv4", route = %route, reason = %why, "the proxy re-signs only requests signed with its own AWS credentials (or every request with [routes.aws] sign_all = true): this one goes upstream as the client signed it, unchanged");
+            as_signed()
+        }
+    }
+}
