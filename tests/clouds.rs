@@ -1,7 +1,8 @@
 //! The clouds' routes through the proxy (issue 29): Claude and Gemini on Google Vertex AI,
 //! Azure OpenAI deployments with the route's `models` table, Claude in Microsoft Foundry.
 //! Each request goes to a mock upstream on the cloud's own paths; the assertions read what
-//! the mock received. (Amazon Bedrock is not built yet.)
+//! the mock received. Amazon Bedrock: Claude's InvokeModel with an API key, signed requests
+//! forwarded as signed when the proxy has no AWS credentials, betas in the body array.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -334,5 +335,61 @@ async fn bedrock_unknown_key_retried_with_an_api_key_not_when_signed() {
     let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
     assert!(sent.get("service_tier").is_none());
     assert_eq!(mock.requests.lock().unwrap().len(), 3);
+    proxy.stop().await;
+}
+
+/// Claude's InvokeModel on Bedrock carries betas in the body's `anthropic_beta` array, and
+/// Bedrock refuses one it does not take with `invalid beta flag`, naming none (so the one
+/// value a request carried is to blame): with that value on `[reasoning] droppable_betas`,
+/// the proxy learns it from the array it sent, retries once without it (the member goes when
+/// no value is left), and leaves it out of later arrays up front; the `anthropic-beta` header
+/// plays no part.
+#[tokio::test]
+async fn bedrock_body_betas_are_learned_and_removed_from_the_array() {
+    const FOO: &str = "foo-beta-2025-01-01";
+    let mock = start_mock(Arc::new(|r: &Recorded| {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let betas = v["anthropic_beta"].as_array().cloned().unwrap_or_default();
+        if betas.iter().any(|b| b == FOO) {
+            json_response(
+                400,
+                r#"{"message":"ValidationException: invalid beta flag"}"#,
+            )
+        } else {
+            json_response(200, r#"{"ok":true}"#)
+        }
+    }))
+    .await;
+    let route = format!(
+        "[[routes]]\nname = \"bedrock\"\nprefix = \"/bedrock\"\nupstream = \"{{upstream}}\"\n\
+         provider = \"bedrock\"\n\n[reasoning]\ndroppable_betas = [\"{FOO}\"]\n"
+    );
+    let proxy = start_proxy(&config(&mock.url(), &route)).await;
+    let body = |betas: Value| {
+        json!({"anthropic_version": "bedrock-2023-05-31", "anthropic_beta": betas,
+               "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]})
+        .to_string()
+    };
+    let c = client();
+    let invoke = proxy.url("/bedrock/model/anthropic.claude-haiku-4-5-20251001-v1:0/invoke");
+    let (status, headers, _) = send(&c, &invoke, &[BEDROCK_KEY], body(json!([FOO]))).await;
+    assert_eq!(status, 200);
+    let rewrites = headers["x-cachekeeper-rewrites"].to_str().unwrap();
+    assert!(
+        rewrites.ends_with(&format!("retried_without=beta:{FOO}")),
+        "{rewrites}"
+    );
+    let reqs = mock.requests.lock().unwrap().clone();
+    assert_eq!(reqs.len(), 2, "one retry");
+    let sent: Value = serde_json::from_slice(&reqs[1].body).unwrap();
+    assert!(sent.get("anthropic_beta").is_none(), "{sent}");
+    assert!(reqs[1].headers.get("anthropic-beta").is_none());
+    // Later requests: removed up front, the other values kept.
+    let two = body(json!([FOO, "keep-2025-02-02"]));
+    let (status, _, _) = send(&c, &invoke, &[BEDROCK_KEY], two).await;
+    assert_eq!(status, 200);
+    assert_eq!(mock.requests.lock().unwrap().len(), 3);
+    let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
+    assert_eq!(sent["anthropic_beta"], json!(["keep-2025-02-02"]));
     proxy.stop().await;
 }

@@ -430,9 +430,21 @@ fn learn_betas(
     error_body: &[u8],
 ) -> Option<Option<Lesson>> {
     use reasoning::betas;
-    let client_header = replay.plan.anthropic_beta.as_deref();
-    let client = betas::values(client_header);
-    let carried = betas::values(betas::forwarded(client_header, &replay.first.set_headers));
+    // Where the values travelled: the body's `anthropic_beta` array (Amazon Bedrock; read
+    // back from the bytes, on this error path only), else the header.
+    let (client_values, sent_values) = if replay.plan.route.provider.row.betas_in_body {
+        (
+            betas::in_body(&replay.original),
+            betas::in_body(&replay.first.sent),
+        )
+    } else {
+        let client = replay.plan.anthropic_beta.clone();
+        let sent =
+            betas::forwarded(client.as_deref(), &replay.first.set_headers).map(str::to_owned);
+        (client, sent)
+    };
+    let client = betas::values(client_values.as_deref());
+    let carried = betas::values(sent_values.as_deref());
     let added: Vec<&str> = carried
         .iter()
         .copied()

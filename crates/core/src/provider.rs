@@ -348,6 +348,11 @@ pub struct Provider {
     pub reasoning_controls: Option<&'static [&'static str]>,
     /// What the upstream needs of a request's credential ([`UpstreamAuth`]).
     pub auth: UpstreamAuth,
+    /// Anthropic-wire betas travel in the body's `anthropic_beta` array, not the
+    /// `anthropic-beta` header: Amazon Bedrock's InvokeModel
+    /// (https://docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages-request-response.html).
+    /// Learned beta verdicts then apply to that array ([`crate::reasoning::betas`]).
+    pub betas_in_body: bool,
 }
 
 /// What a provider needs of a request's credential, beyond forwarding it.
@@ -433,6 +438,7 @@ const fn row(
         image_ceilings: &[],
         reasoning_controls: None,
         auth: UpstreamAuth::AsSent,
+        betas_in_body: false,
     }
 }
 
@@ -630,6 +636,7 @@ pub(crate) const PROVIDERS: &[Provider] = &[
         third_party_anthropic_wire: false,
         ttl_beta: false,
         auth: UpstreamAuth::SigV4,
+        betas_in_body: true,
         ..row(
             "bedrock",
             &[

@@ -26,6 +26,38 @@ use serde_json::Value;
 /// The request header the values travel in.
 pub const HEADER: &str = "anthropic-beta";
 
+/// The body member the values travel in instead, an array of strings, on a row whose
+/// [`crate::provider::Provider::betas_in_body`] says so (Amazon Bedrock's InvokeModel).
+pub const BODY_MEMBER: &str = "anthropic_beta";
+
+/// The values of a body's [`BODY_MEMBER`] array, comma-joined as the header would carry them
+/// (the one spelling the shaping pass and the retry work on); `None` when the member is
+/// absent, not an array of strings, or empty. `json`: the member's value as written.
+pub fn from_body_array(json: &str) -> Option<String> {
+    let values: Vec<String> = serde_json::from_str(json).ok()?;
+    let joined = values
+        .iter()
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+        .collect::<Vec<_>>()
+        .join(",");
+    (!joined.is_empty()).then_some(joined)
+}
+
+/// [`from_body_array`] over a whole request body (identity-encoded JSON), for the retry's
+/// reading of what was sent; `None` when the body is not a JSON object holding the array.
+pub fn in_body(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let array = v.get(BODY_MEMBER)?;
+    from_body_array(&array.to_string())
+}
+
+/// A comma-separated value as the [`BODY_MEMBER`] array's JSON (`["a","b"]`).
+pub fn body_array(value: &str) -> String {
+    let list: Vec<&str> = values(Some(value));
+    serde_json::to_string(&list).unwrap_or_else(|_| "[]".to_owned())
+}
+
 /// Beta-rejection phrases (lowercase), with their sources in `docs/reasoning.md#beta-headers`:
 /// Anthropic / Vertex AI (values named in backticks before it), Amazon Bedrock (none named).
 pub const WORDINGS: &[&str] = &["for the `anthropic-beta` header", "invalid beta flag"];

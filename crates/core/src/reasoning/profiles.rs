@@ -40,6 +40,9 @@ pub struct ResolvedRoute {
     /// [`crate::provider::Provider::reasoning_controls`]); the shaping pass removes the other
     /// [`crate::provider::REASONING_CONTROLS`]. `None`: not known, nothing removed.
     pub reasoning_controls: Option<&'static [&'static str]>,
+    /// Betas travel in the body's `anthropic_beta` array (the row's
+    /// [`crate::provider::Provider::betas_in_body`]), not the `anthropic-beta` header.
+    pub betas_in_body: bool,
 }
 
 impl ResolvedRoute {
@@ -112,6 +115,7 @@ pub fn for_request(
         binding_controls: row.binding_controls,
         keep_thinking,
         reasoning_controls: row.reasoning_controls,
+        betas_in_body: row.betas_in_body,
     }
 }
 

@@ -192,7 +192,11 @@ pub(crate) fn shape(ctx: &ShapeContext<'_>, doc: &Doc<'_>) -> Shaped {
         reasons: Vec::new(),
         counts: ShapeCounts::default(),
         set_headers: Vec::new(),
-        beta: ctx.anthropic_beta.map(str::to_owned),
+        beta: if ctx.route.betas_in_body {
+            body_betas(doc)
+        } else {
+            ctx.anthropic_beta.map(str::to_owned)
+        },
         beta_changed: false,
         drop_client_binding: false,
     };
@@ -211,7 +215,14 @@ pub(crate) fn shape(ctx: &ShapeContext<'_>, doc: &Doc<'_>) -> Shaped {
     }
     if s.beta_changed {
         let value = s.beta.take().unwrap_or_default();
-        s.set_headers.push((super::betas::HEADER.to_owned(), value));
+        if ctx.route.betas_in_body {
+            // A member dropped whole (learned unknown) is not written again.
+            if !removed_top.contains(super::betas::BODY_MEMBER) {
+                s.set_body_betas(top, &value);
+            }
+        } else {
+            s.set_headers.push((super::betas::HEADER.to_owned(), value));
+        }
     }
     Shaped {
         edits: s.edits,
@@ -281,6 +292,13 @@ impl Shaper<'_, '_> {
             replacement: bytes,
         });
     }
+}
+
+/// The body's `anthropic_beta` array as a comma-separated value
+/// ([`super::betas::from_body_array`]), for a route whose betas travel in the body.
+fn body_betas(doc: &Doc<'_>) -> Option<String> {
+    let m = doc.top.get(super::betas::BODY_MEMBER)?;
+    super::betas::from_body_array(doc.text.get(m.value.clone())?)
 }
 
 /// `existing` (a comma-separated `anthropic-beta` value) with `token` added; `None` when it is
@@ -852,6 +870,53 @@ mod tests {
             rejected: &(),
         };
         shape_request(&ctx, body.as_bytes()).unwrap()
+    }
+
+    /// Amazon Bedrock's InvokeModel carries betas in the body's `anthropic_beta` array: a value
+    /// learned as rejected (and on `droppable_betas`) leaves the array, the member goes when
+    /// none is left, and the `anthropic-beta` header is never touched there.
+    #[test]
+    fn bedrock_betas_in_the_body_array() {
+        let route = resolve(
+            None,
+            "bedrock-runtime.us-east-1.amazonaws.com",
+            "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke",
+            Some("anthropic.claude-sonnet-4-5-20250929-v1:0"),
+            None,
+        );
+        assert!(route.betas_in_body);
+        let listed = vec!["foo-1".to_owned()];
+        let two = r#"{"anthropic_version":"bedrock-2023-05-31","anthropic_beta":["foo-1","bar-2"],"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+        let out = run_betas(&route, &["foo-1"], &listed, None, Some("foo-1"), two);
+        assert!(out.set_headers.is_empty(), "{:?}", out.set_headers);
+        assert_eq!(
+            String::from_utf8(out.body.unwrap()).unwrap(),
+            two.replace(r#"["foo-1","bar-2"]"#, r#"["bar-2"]"#)
+        );
+        assert!(
+            out.reasons[0].contains("removed `foo-1` from the body's anthropic_beta array"),
+            "{:?}",
+            out.reasons
+        );
+        let one = r#"{"anthropic_version":"bedrock-2023-05-31","max_tokens":5,"anthropic_beta":[ "foo-1" ],"messages":[]}"#;
+        let out = run_betas(&route, &["foo-1"], &listed, None, None, one);
+        assert_eq!(
+            String::from_utf8(out.body.unwrap()).unwrap(),
+            r#"{"anthropic_version":"bedrock-2023-05-31","max_tokens":5,"messages":[]}"#
+        );
+        // Not learned, or not droppable, or only in the header: nothing changes.
+        for (learned, droppable, body) in [
+            (&[][..], &listed[..], two),
+            (&["foo-1"][..], &[][..], two),
+            (
+                &["foo-1"][..],
+                &listed[..],
+                r#"{"max_tokens":5,"messages":[]}"#,
+            ),
+        ] {
+            let out = run_betas(&route, learned, droppable, None, Some("foo-1"), body);
+            assert_eq!((out.body, out.set_headers.len()), (None, 0));
+        }
     }
 
     #[test]

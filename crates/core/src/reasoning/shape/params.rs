@@ -193,11 +193,45 @@ impl Shaper<'_, '_> {
         {
             self.drop_client_binding |= v == BINDING_BETA;
             self.reasons.push(format!(
-                "reasoning: removed `{v}` from the anthropic-beta header ({} rejected it for this model; on droppable_betas)",
+                "reasoning: removed `{v}` from {} ({} rejected it for this model; on droppable_betas)",
+                self.beta_site(),
                 self.ctx.route.host
             ));
         }
         self.beta = Some(kept);
         self.beta_changed = true;
+    }
+
+    /// Where this route's betas travel, for the reasons.
+    fn beta_site(&self) -> &'static str {
+        if self.ctx.route.betas_in_body {
+            "the body's anthropic_beta array"
+        } else {
+            "the anthropic-beta header"
+        }
+    }
+
+    /// Write `value` (comma-separated; empty: none left) to the body's `anthropic_beta`
+    /// array: the member's value replaced, the member removed when no value is left, or the
+    /// member added.
+    pub(super) fn set_body_betas(&mut self, top: &Object, value: &str) {
+        let key = crate::reasoning::betas::BODY_MEMBER;
+        let at = top.indexes_of(key);
+        let array = crate::reasoning::betas::body_array(value);
+        match at
+            .first()
+            .and_then(|i| top.members.get(*i).map(|m| (*i, m.value.clone())))
+        {
+            Some((i, _)) if value.trim().is_empty() => {
+                let ranges = top.removal_ranges(&[i]);
+                self.remove(ranges);
+            }
+            Some((_, range)) => self.edits.push(Edit {
+                range,
+                replacement: array.into_bytes(),
+            }),
+            None if value.trim().is_empty() => {}
+            None => self.insert(top, &format!("\"{key}\":{array}")),
+        }
     }
 }
