@@ -19,8 +19,10 @@ What it does:
 Agents: claude (Claude Code, npm @anthropic-ai/claude-code), codex (Codex CLI, npm @openai/codex,
 Responses API), gemini (Gemini CLI, npm @google/gemini-cli), hermes (PyPI hermes-agent, OpenAI
 Chat route), hermes-anthropic (the same, Anthropic route), aider (PyPI aider-chat), and through
-the clouds: claude-bedrock (Claude Code on Amazon Bedrock with a Bedrock API key), codex-azure
-(Codex CLI with an Azure OpenAI provider).
+the clouds: claude-bedrock (Claude Code on Amazon Bedrock with a Bedrock API key),
+claude-bedrock-sigv4 (the same with AWS credentials: SigV4, checked and signed again by the
+proxy, which holds the same credentials), claude-bedrock-skip-auth (`CLAUDE_CODE_SKIP_BEDROCK_AUTH=1`,
+signed by the proxy on a `sign_all` route), codex-azure (Codex CLI with an Azure OpenAI provider).
 With --install, npm agents go global (`npm i -g`) and PyPI agents into their own venvs under
 ~/.cache/cachekeeper-agents/ (they pin many packages; keep them out of the test venv).
 
@@ -55,7 +57,14 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
-from cloud_mock import AZURE_API_KEY, BEDROCK_API_KEY, CloudMock  # noqa: E402
+from cloud_mock import (  # noqa: E402
+    AWS_ACCESS_KEY_ID,
+    AWS_REGION,
+    AWS_SECRET_ACCESS_KEY,
+    AZURE_API_KEY,
+    BEDROCK_API_KEY,
+    CloudMock,
+)
 from mock_upstream import MockUpstream, RecordedRequest  # noqa: E402
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cachekeeper-agents"
@@ -88,6 +97,7 @@ class Agent:
     generation_paths: tuple[str, ...]  # a request whose path ends with one of these must reach the mock
     pypi: str | None = None
     npm: str | None = None
+    signed: bool = False  # every generation request must reach the mock with a valid SigV4 signature
 
 
 def venv_bin(pkg_key: str, exe: str) -> Path:
@@ -147,6 +157,33 @@ def setup_claude_bedrock(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str
         "ANTHROPIC_BEDROCK_BASE_URL": f"{ctx.proxy}/bedrock",
         "AWS_BEARER_TOKEN_BEDROCK": BEDROCK_API_KEY,
         "AWS_REGION": "us-east-1",
+        **CLAUDE_QUIET,
+    }
+    return ["claude", "-p", PROMPT], env
+
+
+def setup_claude_bedrock_sigv4(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+    """Claude Code on Amazon Bedrock with AWS credentials: it signs with SigV4 for the proxy's
+    host; the proxy holds the same credentials, checks the signature and signs again."""
+    env = {
+        "CLAUDE_CODE_USE_BEDROCK": "1",
+        "ANTHROPIC_BEDROCK_BASE_URL": f"{ctx.proxy}/bedrock-signed",
+        "AWS_ACCESS_KEY_ID": AWS_ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": AWS_SECRET_ACCESS_KEY,
+        "AWS_REGION": AWS_REGION,
+        **CLAUDE_QUIET,
+    }
+    return ["claude", "-p", PROMPT], env
+
+
+def setup_claude_bedrock_skip_auth(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+    """Claude Code on Amazon Bedrock told the proxy signs (`CLAUDE_CODE_SKIP_BEDROCK_AUTH=1`): it
+    sends no Authorization; the route's `sign_all` signs with the proxy's credentials."""
+    env = {
+        "CLAUDE_CODE_USE_BEDROCK": "1",
+        "CLAUDE_CODE_SKIP_BEDROCK_AUTH": "1",
+        "ANTHROPIC_BEDROCK_BASE_URL": f"{ctx.proxy}/bedrock-gateway",
+        "AWS_REGION": AWS_REGION,
         **CLAUDE_QUIET,
     }
     return ["claude", "-p", PROMPT], env
@@ -249,6 +286,22 @@ AGENTS = {
             npm=NPM_PACKAGES["claude"],
         ),
         Agent("codex-azure", "codex", setup_codex_azure, ("/responses",), npm=NPM_PACKAGES["codex"]),
+        Agent(
+            "claude-bedrock-sigv4",
+            "claude",
+            setup_claude_bedrock_sigv4,
+            ("/invoke-with-response-stream", "/invoke"),
+            npm=NPM_PACKAGES["claude"],
+            signed=True,
+        ),
+        Agent(
+            "claude-bedrock-skip-auth",
+            "claude",
+            setup_claude_bedrock_skip_auth,
+            ("/invoke-with-response-stream", "/invoke"),
+            npm=NPM_PACKAGES["claude"],
+            signed=True,
+        ),
     ]
 }
 
@@ -317,16 +370,38 @@ def start_proxy(binary: Path, mock: MockUpstream, work: Path) -> tuple[subproces
             prefix = "/azure"
             upstream = "{mock.url}"
             provider = "azure-openai"
+
+            [[routes]]
+            name = "bedrock-signed"
+            prefix = "/bedrock-signed"
+            upstream = "{mock.url}"
+            provider = "bedrock"
+            [routes.aws]
+            region = "{AWS_REGION}"
+
+            [[routes]]
+            name = "bedrock-gateway"
+            prefix = "/bedrock-gateway"
+            upstream = "{mock.url}"
+            provider = "bedrock"
+            [routes.aws]
+            region = "{AWS_REGION}"
+            sign_all = true
             """
         )
     )
     log = work / "cachekeeper.log"
     with open(log, "wb") as f:
+        # The proxy's own AWS credentials (the mock's key), for the signed Bedrock routes.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update({"AWS_ACCESS_KEY_ID": AWS_ACCESS_KEY_ID, "AWS_SECRET_ACCESS_KEY": AWS_SECRET_ACCESS_KEY})
+        env["AWS_SHARED_CREDENTIALS_FILE"] = env["AWS_CONFIG_FILE"] = str(work / "no-aws-files")
         proc = subprocess.Popen(
             [str(binary), "serve", "--config", str(cfg), "--listen", listen],
             stdout=f,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=env,
         )
     base = f"http://{listen}"
     deadline = time.monotonic() + 30
@@ -407,6 +482,8 @@ def run_agent(agent: Agent, mock: MockUpstream, proxy: str, work: Path, verbose:
         problems.append("the mock's reply is not in the agent's output")
     if not generations:
         problems.append(f"no generation request ({', '.join(agent.generation_paths)}) reached the mock")
+    if agent.signed and not all(r.signature_verified for r in generations):
+        problems.append("a generation request reached the mock without a valid SigV4 signature")
     streamed = sum(1 for r in generations if _wants_stream(r))
     if strict:
         # the judgement is the mock's: did an echoed tool round come back with its carriers?
