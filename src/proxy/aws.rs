@@ -221,3 +221,74 @@ pub(crate) async fn decide(signers: &Signers, req: &Received<'_>) -> Signing {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    reason = "tests: #[tokio::test] blocks on its future"
+)]
+mod tests {
+    use super::*;
+
+    fn table(toml: &str) -> RouteTable {
+        let (config, _) = crate::config::Config::from_toml(toml).unwrap();
+        RouteTable::new(&config).unwrap()
+    }
+
+    const TWO: &str = "[[routes]]\nname = \"b\"\nprefix = \"/b\"\nupstream = \"http://127.0.0.1:9\"\n\
+                       provider = \"bedrock\"\n[routes.aws]\nregion = \"us-east-1\"\n\
+                       [[routes]]\nname = \"a\"\nprefix = \"/a\"\nupstream = \"https://api.anthropic.com\"\n";
+
+    /// Only SigV4 routes get a slot; a reload keeps the slot of a route whose `[routes.aws]`
+    /// is unchanged (its credentials are not read again) and replaces a changed one.
+    #[tokio::test]
+    async fn slots_per_sigv4_route_kept_across_reloads() {
+        let first = Signers::new(&table(TWO), None);
+        assert_eq!(first.slots.len(), 1);
+        let same = Signers::new(&table(TWO), Some(&first));
+        assert!(Arc::ptr_eq(&first.slots["b"].1, &same.slots["b"].1));
+        let changed = Signers::new(&table(&TWO.replace("us-east-1", "us-west-2")), Some(&first));
+        assert!(!Arc::ptr_eq(&first.slots["b"].1, &changed.slots["b"].1));
+    }
+
+    /// What a request gets before any signature is checked: a Bearer API key and an unsigned
+    /// request on a route without `sign_all` are left alone; a signed request on a route
+    /// with no signer goes as signed, with the `host` it was signed for.
+    #[tokio::test]
+    async fn decisions_without_a_signer() {
+        let routes = table(TWO);
+        let signers = Signers::default();
+        let route = routes.routes().iter().find(|r| r.name == "b").unwrap();
+        let uri = Uri::from_static("/b/model/m/invoke");
+        let with = |auth: Option<&'static str>| {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8787"));
+            if let Some(a) = auth {
+                h.insert(header::AUTHORIZATION, HeaderValue::from_static(a));
+            }
+            h
+        };
+        let signed = "AWS4-HMAC-SHA256 Credential=AKID/20261207/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature=0000000000000000000000000000000000000000000000000000000000000000";
+        for (auth, label) in [
+            (None, ""),
+            (Some("Bearer ABSK"), ""),
+            (Some(signed), "as_signed"),
+        ] {
+            let headers = with(auth);
+            let r = Received {
+                route,
+                method: &Method::POST,
+                uri: &uri,
+                headers: &headers,
+                body: Some(b"{}"),
+            };
+            let got = decide(&signers, &r).await;
+            assert_eq!(got.label(), label, "{auth:?}");
+            if let Signing::AsSigned(host) = got {
+                assert_eq!(host.unwrap(), "127.0.0.1:8787");
+            }
+        }
+    }
+}

@@ -114,14 +114,14 @@ async fn proxy(
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     // The headers as received, for a SigV4 signature's check (`host` included): kept only
     // on a route that signs and for a request that is signed.
-    let received_headers = (state.signers.signs(&route)
-        || crate::credential::sigv4_signed(&headers))
-    .then(|| headers.clone());
+    let signed = crate::credential::sigv4_signed(&headers);
+    let unauthenticated = !headers.contains_key(header::AUTHORIZATION);
+    // A body a signature covers is read to check the signature and sign again, even where no
+    // pass runs (a Bearer API key's request is nothing of the proxy's to sign).
+    let sign = state.signers.signs(&route) && (signed || unauthenticated);
+    let received_headers = (sign || signed).then(|| headers.clone());
     upstream::upstream_request_headers(&mut headers, false);
     let parse = parts.method == Method::POST && ctx.endpoint.is_some();
-    // A body a signature covers is read to check the signature and sign again, even where no
-    // pass runs.
-    let sign = received_headers.is_some() && state.signers.signs(&route);
     let read = read_body(state, ctx, &headers, incoming, parse || sign).await?;
     let received = |body| aws::Received {
         route: &route,
