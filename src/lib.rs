@@ -14,6 +14,7 @@
 pub mod cli;
 pub(crate) mod credential;
 pub(crate) mod dashboard;
+pub(crate) mod google_token;
 pub(crate) mod metrics;
 pub mod proxy;
 pub mod replay;

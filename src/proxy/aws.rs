@@ -8,12 +8,12 @@
 //!
 //! - a request signed with the proxy's own credentials, its signature checked
 //!   ([`AwsSigner::verify`]): the passes run, and the bytes sent (and the one retry's) are
-//!   signed again for the upstream's host ([`Signing::Resign`]);
+//!   signed again for the upstream's host ([`Outbound::Resign`]);
 //! - on a `[routes.aws] sign_all = true` route, also a request with no `Authorization` or
 //!   one signed with other credentials;
 //! - any other signed request goes upstream exactly as the client signed it, its `host`
-//!   included ([`Signing::AsSigned`]), with the reason in the log; a Bearer API key and
-//!   every non-Bedrock route are left alone ([`Signing::None`]).
+//!   included ([`Outbound::AsSigned`]), with the reason in the log; a Bearer API key and
+//!   every non-Bedrock route are left alone ([`Outbound::None`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use tokio::sync::OnceCell;
 
 use crate::config::AwsConfig;
 use crate::provider::UpstreamAuth;
+use crate::proxy::outbound::Outbound;
 use crate::route::{Route, RouteTable};
 use crate::sigv4::{AwsSigner, Unverified};
 
@@ -93,67 +94,6 @@ async fn load(route: String, aws: Option<AwsConfig>) -> Option<Arc<AwsSigner>> {
         .map(Arc::new)
 }
 
-/// What the proxy does about SigV4 for one request.
-#[derive(Clone)]
-pub(crate) enum Signing {
-    /// Nothing: not a SigV4 route and not signed, or a credential that is not SigV4.
-    None,
-    /// Sent exactly as the client signed it: its bytes and this `host` (the passes run dry).
-    AsSigned(Option<HeaderValue>),
-    /// Sent signed by the proxy: the passes run; the bytes sent, and the retry's, are signed
-    /// with this signer for the upstream's host. `verified`: the client's own signature was
-    /// made with the proxy's credentials (else a `sign_all` route signed it anyway).
-    Resign {
-        signer: Arc<AwsSigner>,
-        verified: bool,
-    },
-}
-
-impl Signing {
-    /// The `sigv4=` log value: `resigned`, `signed_by_proxy`, `as_signed`, or empty.
-    pub(crate) fn label(&self) -> &'static str {
-        match self {
-            Signing::None => "",
-            Signing::AsSigned(_) => "as_signed",
-            Signing::Resign { verified: true, .. } => "resigned",
-            Signing::Resign {
-                verified: false, ..
-            } => "signed_by_proxy",
-        }
-    }
-
-    /// Sign the outgoing request (`headers` after hygiene and the passes' edits, `body` the
-    /// bytes sent) for `uri`, or put back the `host` the client signed. Fails open: a
-    /// signing error leaves the headers as they were, with a warning (the upstream answers).
-    pub(crate) async fn apply(
-        &self,
-        route: &str,
-        method: &Method,
-        uri: &Uri,
-        headers: &mut HeaderMap,
-        body: &[u8],
-    ) {
-        match self {
-            Signing::None => {}
-            Signing::AsSigned(host) => {
-                if let Some(host) = host {
-                    headers.insert(header::HOST, host.clone());
-                }
-            }
-            Signing::Resign { signer, .. } => {
-                if let Err(e) = signer.resign(method, uri, headers, body).await {
-                    tracing::warn!(target: "cachekeeper::sigv4", route = %route, error = %e, "re-signing failed; the request goes as the client sent it");
-                }
-            }
-        }
-    }
-
-    /// Whether the request is sent exactly as the client signed it (the passes run dry).
-    pub(crate) fn keeps_original(&self) -> bool {
-        matches!(self, Signing::AsSigned(_))
-    }
-}
-
 /// The request as the client sent it to the proxy.
 pub(crate) struct Received<'a> {
     pub route: &'a Route,
@@ -166,9 +106,9 @@ pub(crate) struct Received<'a> {
     pub body: Option<&'a [u8]>,
 }
 
-/// What `req` gets ([`Signing`]), with the reason logged when the proxy does not sign a
+/// What `req` gets ([`Outbound`]), with the reason logged when the proxy does not sign a
 /// signed request. No I/O: the signers are loaded before; the check is one HMAC chain.
-pub(crate) async fn decide(signers: &Signers, req: &Received<'_>) -> Signing {
+pub(crate) async fn decide(signers: &Signers, req: &Received<'_>) -> Outbound {
     let auth = req.headers.get(header::AUTHORIZATION);
     let signed = crate::credential::sigv4_signed(req.headers);
     let as_signed = || {
@@ -176,14 +116,14 @@ pub(crate) async fn decide(signers: &Signers, req: &Received<'_>) -> Signing {
             let authority = req.uri.authority()?;
             HeaderValue::from_str(authority.as_str()).ok()
         });
-        Signing::AsSigned(host)
+        Outbound::AsSigned(host)
     };
     let Some(slot) = signers.slot(req.route) else {
-        return if signed { as_signed() } else { Signing::None };
+        return if signed { as_signed() } else { Outbound::None };
     };
     if auth.is_some() && !signed {
         // A Bedrock API key (Bearer) or another scheme: not the proxy's to sign.
-        return Signing::None;
+        return Outbound::None;
     }
     let route = &req.route.name;
     let Some(signer) = slot.get().cloned().flatten() else {
@@ -191,14 +131,14 @@ pub(crate) async fn decide(signers: &Signers, req: &Received<'_>) -> Signing {
             tracing::info!(target: "cachekeeper::sigv4", route = %route, "no AWS credentials on the proxy's side for this route: the signed request goes upstream as the client signed it");
             return as_signed();
         }
-        return Signing::None;
+        return Outbound::None;
     };
     let Some(body) = req.body else {
         if signed {
             tracing::info!(target: "cachekeeper::sigv4", route = %route, "the body streams through unread (over max_rewrite_bytes or the buffer budget): the signed request goes upstream as the client signed it");
             return as_signed();
         }
-        return Signing::None;
+        return Outbound::None;
     };
     let verdict = if signed {
         signer.verify(req.method, req.uri, req.headers, body).await
@@ -206,15 +146,15 @@ pub(crate) async fn decide(signers: &Signers, req: &Received<'_>) -> Signing {
         Err(Unverified::NotSigV4)
     };
     match verdict {
-        Ok(()) => Signing::Resign {
+        Ok(()) => Outbound::Resign {
             signer,
             verified: true,
         },
-        Err(_) if signer.signs_all() => Signing::Resign {
+        Err(_) if signer.signs_all() => Outbound::Resign {
             signer,
             verified: false,
         },
-        Err(_) if !signed => Signing::None,
+        Err(_) if !signed => Outbound::None,
         Err(why) => {
             tracing::warn!(target: "cachekeeper::sigv4", route = %route, reason = %why, "the proxy re-signs only requests signed with its own AWS credentials (or every request with [routes.aws] sign_all = true): this one goes upstream as the client signed it, unchanged");
             as_signed()
@@ -286,7 +226,7 @@ mod tests {
             };
             let got = decide(&signers, &r).await;
             assert_eq!(got.label(), label, "{auth:?}");
-            if let Signing::AsSigned(host) = got {
+            if let Outbound::AsSigned(host) = got {
                 assert_eq!(host.unwrap(), "127.0.0.1:8787");
             }
         }

@@ -175,9 +175,9 @@ pub(crate) struct RequestCtx {
     pub ttfb_ms: Option<u64>,
     /// The one retry, if it was sent.
     pub retried: Option<Retried>,
-    /// What the proxy did about the request's AWS SigV4 signature: the `sigv4=` log value
-    /// ([`crate::proxy::aws::Signing::label`]; empty when nothing).
-    pub sigv4: &'static str,
+    /// What the proxy did to the request's credential: the `upstream_auth=` log value
+    /// ([`crate::proxy::outbound::Outbound::label`]; empty when nothing).
+    pub upstream_auth: &'static str,
     /// The proxy's own error, or how the response body broke: a low-cardinality label.
     pub error: Option<&'static str>,
     /// Where [`RequestCtx::error`] came from (`downstream`, `upstream`).
@@ -241,7 +241,7 @@ impl RequestCtx {
             upstream_started: None,
             ttfb_ms: None,
             retried: None,
-            sigv4: "",
+            upstream_auth: "",
             error: None,
             error_source: None,
             credential_scope: String::new(),
@@ -463,7 +463,7 @@ impl RequestCtx {
             error = self.error.unwrap_or(""),
             error_source = self.error_source.unwrap_or(""),
             retried_without = retried.as_deref().unwrap_or(""),
-            sigv4 = self.sigv4,
+            upstream_auth = self.upstream_auth,
             uncached_input_tokens = u.uncached_input_tokens,
             cache_read_tokens = u.cache_read_tokens,
             cache_write_tokens = u.cache_write_tokens,

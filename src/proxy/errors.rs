@@ -87,11 +87,16 @@ pub(crate) enum ProxyError {
     ShuttingDown { upstream: String },
     /// The route's provider needs a credential ([`crate::provider::UpstreamAuth::Required`])
     /// and the request carries none. 401.
-    #[error("cachekeeper: route {route} forwards to {provider}, which needs a credential, and this request carries none (no Authorization: Bearer token, x-goog-api-key or key parameter); an agent told to skip its own auth (Claude Code with CLAUDE_CODE_SKIP_VERTEX_AUTH=1) sends none. Send the token from the client (for Vertex AI: gcloud auth print-access-token); the proxy has no token source of its own for this route (not built yet)")]
+    #[error("cachekeeper: route {route} forwards to {provider}, which needs a credential, and this request carries none (no Authorization: Bearer token, x-goog-api-key or key parameter); an agent told to skip its own auth (Claude Code with CLAUDE_CODE_SKIP_VERTEX_AUTH=1) sends none. Send the token from the client (for Vertex AI: gcloud auth print-access-token), or give the route a token source of its own ([routes.google] service_account)")]
     NoCredential {
         route: String,
         provider: &'static str,
     },
+    /// The route has a token source of its own (`[routes.google]`) and the request carries
+    /// no credential, but no token has been fetched (yet, or the key is unusable): `reason`
+    /// says why. 503, retryable (a fetch is retried every 30 s).
+    #[error("cachekeeper: route {route} adds its own Google access token to requests without a credential, and it has none: {reason}")]
+    NoToken { route: String, reason: String },
 }
 
 impl ProxyError {
@@ -111,7 +116,9 @@ impl ProxyError {
             ProxyError::ClientBody(_) | ProxyError::DotSegment => StatusCode::BAD_REQUEST,
             ProxyError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ProxyError::ShuttingDown { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::ShuttingDown { .. } | ProxyError::NoToken { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -125,7 +132,7 @@ impl ProxyError {
             | ProxyError::DotSegment
             | ProxyError::HeadersTooLarge { .. }
             | ProxyError::MethodNotAllowed(_) => ErrorSource::Downstream,
-            ProxyError::ShuttingDown { .. } => ErrorSource::Internal,
+            ProxyError::ShuttingDown { .. } | ProxyError::NoToken { .. } => ErrorSource::Internal,
             _ => ErrorSource::Upstream,
         }
     }
@@ -139,6 +146,7 @@ impl ProxyError {
                 | ProxyError::FirstByteTimeout { .. }
                 | ProxyError::UpstreamBroken { .. }
                 | ProxyError::ShuttingDown { .. }
+                | ProxyError::NoToken { .. }
         )
     }
 
@@ -157,6 +165,7 @@ impl ProxyError {
             ProxyError::HeadersTooLarge { .. } => "headers_too_large",
             ProxyError::ShuttingDown { .. } => "shutdown",
             ProxyError::NoCredential { .. } => "no_credential",
+            ProxyError::NoToken { .. } => "no_token",
         }
     }
 

@@ -10,11 +10,14 @@
 //! - [`observe`]: the response observer that ends every request with its log line.
 //! - [`errors`]: the proxy's own errors, in each dialect's shape.
 //! - [`aws`]: which requests are signed again with the proxy's AWS credentials (Bedrock).
+//! - [`outbound`]: what is done to a request's credential before it goes (and before the
+//!   retry): SigV4 signed again, or the route's own token added.
 
 mod aws;
 mod ctx;
 pub(crate) mod errors;
 mod observe;
+mod outbound;
 mod passes;
 mod phases;
 mod record;
@@ -92,6 +95,9 @@ pub(crate) struct AppState {
     /// The SigV4 signer of each route whose provider signs (Amazon Bedrock), from the
     /// proxy's own AWS credentials ([`aws::Signers`]).
     pub signers: Arc<aws::Signers>,
+    /// The Google access token of each route with `[routes.google]` (Vertex AI), kept fresh
+    /// by a background task ([`crate::google_token::Tokens`]).
+    pub tokens: Arc<crate::google_token::Tokens>,
 }
 
 impl AppState {
@@ -108,6 +114,11 @@ impl AppState {
         let signers = Arc::new(aws::Signers::new(
             &routes,
             previous.map(|p| p.signers.as_ref()),
+        ));
+        let tokens = Arc::new(crate::google_token::Tokens::new(
+            &routes,
+            &loaded.base_dir,
+            previous.map(|p| p.tokens.as_ref()),
         ));
         let ca = cfg.server.ca_file.as_ref().map(|p| loaded.base_dir.join(p));
         let client = upstream::build_client(
@@ -129,6 +140,7 @@ impl AppState {
             buffers: shared.buffers,
             cutoff: shared.cutoff,
             signers,
+            tokens,
         })
     }
 
@@ -149,6 +161,7 @@ impl AppState {
             buffers: shared.buffers,
             cutoff: shared.cutoff,
             signers: Arc::clone(&self.signers),
+            tokens: Arc::clone(&self.tokens),
         }
     }
 
@@ -243,6 +256,8 @@ impl Server {
         let state = AppState::build(loaded, shared, None)?;
         // The proxy's AWS credentials are read now, before the first request.
         state.signers.ready().await;
+        // And each route's first Google access token (bounded wait).
+        state.tokens.ready().await;
         let addr = listen.unwrap_or(cfg.server.listen);
         let listener = TcpListener::bind(addr)
             .await

@@ -41,6 +41,7 @@ use crate::proxy::aws;
 use crate::proxy::ctx::{ms_since, BodyFate, RequestCtx};
 use crate::proxy::errors::ProxyError;
 use crate::proxy::observe::{Observing, ResponseObserver};
+use crate::proxy::outbound::Outbound;
 use crate::proxy::passes::{self, Plan};
 use crate::proxy::reserved;
 use crate::proxy::retry::{self, Replay};
@@ -121,6 +122,7 @@ async fn proxy(
     let sign = state.signers.signs(&route) && (signed || unauthenticated);
     let received_headers = (sign || signed).then(|| headers.clone());
     upstream::upstream_request_headers(&mut headers, false);
+    let own_token = own_token(state, &route, &headers, &uri)?;
     let parse = parts.method == Method::POST && ctx.endpoint.is_some();
     let read = read_body(state, ctx, &headers, incoming, parse || sign).await?;
     let received = |body| aws::Received {
@@ -138,7 +140,7 @@ async fn proxy(
         Read::Streamed(body, done) => {
             let signing = match &received_headers {
                 Some(_) => aws::decide(&state.signers, &received(None)).await,
-                None => aws::Signing::None,
+                None => own_token.clone().unwrap_or(Outbound::None),
             };
             (body, Some(done), None, Bytes::new(), signing)
         }
@@ -146,7 +148,7 @@ async fn proxy(
             _reserved = permit;
             let signing = match &received_headers {
                 Some(_) => aws::decide(&state.signers, &received(Some(&original))).await,
-                None => aws::Signing::None,
+                None => own_token.unwrap_or(Outbound::None),
             };
             if parse {
                 let mut plan = plan(state, ctx, Arc::clone(&route), &headers, uri.clone());
@@ -174,7 +176,7 @@ async fn proxy(
     signing
         .apply(&route.name, &parts.method, &uri, &mut headers, &sent)
         .await;
-    ctx.sigv4 = signing.label();
+    ctx.upstream_auth = signing.label();
     let now = Instant::now();
     ctx.upstream_started = Some(now);
     ctx.request_overhead = Some(now.duration_since(ctx.started));
@@ -194,6 +196,31 @@ async fn proxy(
     Ok(Flow::Respond(resp))
 }
 
+/// The route's own access token ([`crate::google_token`]) for a request that carries no
+/// credential, on a route with `[routes.google]`; `None` otherwise.
+///
+/// Errors: [`ProxyError::NoToken`] when the route has no token (yet).
+fn own_token(
+    state: &AppState,
+    route: &Route,
+    headers: &HeaderMap,
+    uri: &http::Uri,
+) -> Result<Option<Outbound>, ProxyError> {
+    let Some(slot) = state.tokens.slot(route) else {
+        return Ok(None);
+    };
+    if crate::credential::present(headers, uri.query()) {
+        return Ok(None);
+    }
+    match slot.bearer() {
+        Ok(v) => Ok(Some(Outbound::Token(v))),
+        Err(reason) => Err(ProxyError::NoToken {
+            route: route.name.clone(),
+            reason,
+        }),
+    }
+}
+
 /// Phases 3 and 4 for a buffered generation request: the plan's passes run on `original`,
 /// `headers` get their edits; the context gets the outcome. Returns what the one retry
 /// needs (the first run's bytes in `first.sent`).
@@ -204,7 +231,7 @@ async fn rewrite(
     method: &Method,
     headers: &mut HeaderMap,
     original: Bytes,
-    signing: &aws::Signing,
+    signing: &Outbound,
 ) -> Replay {
     let route = Arc::clone(&plan.route);
     record(state, ctx, &route, headers, &original);
@@ -308,6 +335,7 @@ fn route(
     ctx.route = Some(Arc::clone(&matched.route));
     let row = matched.route.provider.row;
     if row.auth == UpstreamAuth::Required
+        && state.tokens.slot(&matched.route).is_none()
         && !crate::credential::present(req.headers(), req.uri().query())
     {
         return Err(ProxyError::NoCredential {
@@ -436,7 +464,7 @@ fn plan(
         sessions: (ctx.endpoint == Some(Endpoint::Generate)).then(|| Arc::clone(&state.sessions)),
         client_session: None,
         arrived_ms: ctx.arrived_ms,
-        // Set by the caller from the request's `aws::Signing`.
+        // Set by the caller from the request's `Outbound`.
         signed: false,
     }
 }

@@ -44,7 +44,7 @@ pub(crate) struct Replay {
     /// What the first run of the passes sent.
     pub first: Passed,
     /// The request's SigV4 handling: the retry is signed again as the first send was.
-    pub signing: crate::proxy::aws::Signing,
+    pub signing: crate::proxy::outbound::Outbound,
 }
 
 /// What a 4xx taught.
@@ -201,7 +201,7 @@ fn rejoin(
 async fn send_retry(
     state: &AppState,
     ctx: &mut RequestCtx,
-    client: (HeaderMap, Method, crate::proxy::aws::Signing),
+    client: (HeaderMap, Method, crate::proxy::outbound::Outbound),
     passed: Passed,
     uri: &http::Uri,
 ) -> Result<Response<UpstreamBody>, ProxyError> {

@@ -22,7 +22,9 @@ Chat route), hermes-anthropic (the same, Anthropic route), aider (PyPI aider-cha
 the clouds: claude-bedrock (Claude Code on Amazon Bedrock with a Bedrock API key),
 claude-bedrock-sigv4 (the same with AWS credentials: SigV4, checked and signed again by the
 proxy, which holds the same credentials), claude-bedrock-skip-auth (`CLAUDE_CODE_SKIP_BEDROCK_AUTH=1`,
-signed by the proxy on a `sign_all` route), codex-azure (Codex CLI with an Azure OpenAI provider).
+signed by the proxy on a `sign_all` route), claude-vertex (Claude Code on Vertex AI with
+`CLAUDE_CODE_SKIP_VERTEX_AUTH=1`: the route's service account gives the token), codex-azure
+(Codex CLI with an Azure OpenAI provider).
 With --install, npm agents go global (`npm i -g`) and PyPI agents into their own venvs under
 ~/.cache/cachekeeper-agents/ (they pin many packages; keep them out of the test venv).
 
@@ -63,7 +65,10 @@ from cloud_mock import (  # noqa: E402
     AWS_SECRET_ACCESS_KEY,
     AZURE_API_KEY,
     BEDROCK_API_KEY,
+    VERTEX_LOCATION,
+    VERTEX_PROJECT,
     CloudMock,
+    write_google_service_account,
 )
 from mock_upstream import MockUpstream, RecordedRequest  # noqa: E402
 
@@ -189,6 +194,20 @@ def setup_claude_bedrock_skip_auth(ctx: Ctx, home: Path) -> tuple[list[str], dic
     return ["claude", "-p", PROMPT], env
 
 
+def setup_claude_vertex(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
+    """Claude Code on Vertex AI told the proxy authenticates (`CLAUDE_CODE_SKIP_VERTEX_AUTH=1`):
+    it sends no credential; the route's service account (`[routes.google]`) gives the token."""
+    env = {
+        "CLAUDE_CODE_USE_VERTEX": "1",
+        "CLAUDE_CODE_SKIP_VERTEX_AUTH": "1",
+        "ANTHROPIC_VERTEX_BASE_URL": f"{ctx.proxy}/vertex/v1",
+        "ANTHROPIC_VERTEX_PROJECT_ID": VERTEX_PROJECT,
+        "CLOUD_ML_REGION": VERTEX_LOCATION,
+        **CLAUDE_QUIET,
+    }
+    return ["claude", "-p", PROMPT], env
+
+
 def setup_codex_azure(ctx: Ctx, home: Path) -> tuple[list[str], dict[str, str]]:
     """Codex CLI with an Azure OpenAI model provider (Responses API, `api-version` query)."""
     codex_home = _codex_home(home,
@@ -286,6 +305,7 @@ AGENTS = {
             npm=NPM_PACKAGES["claude"],
         ),
         Agent("codex-azure", "codex", setup_codex_azure, ("/responses",), npm=NPM_PACKAGES["codex"]),
+        Agent("claude-vertex", "claude", setup_claude_vertex, (":streamRawPredict", ":rawPredict"), npm=NPM_PACKAGES["claude"]),
         Agent(
             "claude-bedrock-sigv4",
             "claude",
@@ -335,6 +355,8 @@ def start_proxy(binary: Path, mock: MockUpstream, work: Path) -> tuple[subproces
     port = free_port()
     listen = f"127.0.0.1:{port}"
     cfg = work / "proxy.toml"
+    # The Vertex route's service account, known to the mock's token endpoint.
+    write_google_service_account(work / "service-account.json", "cachekeeper-agents@my-proj.iam.gserviceaccount.com", mock)
     cfg.write_text(
         textwrap.dedent(
             f"""\
@@ -370,6 +392,14 @@ def start_proxy(binary: Path, mock: MockUpstream, work: Path) -> tuple[subproces
             prefix = "/azure"
             upstream = "{mock.url}"
             provider = "azure-openai"
+
+            [[routes]]
+            name = "vertex"
+            prefix = "/vertex"
+            upstream = "{mock.url}"
+            provider = "vertex"
+            [routes.google]
+            service_account = "service-account.json"
 
             [[routes]]
             name = "bedrock-signed"

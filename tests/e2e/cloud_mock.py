@@ -109,6 +109,7 @@ import sys
 import time
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import unquote
 
@@ -449,6 +450,62 @@ def verify_sigv4(
 # The mock
 # ---------------------------------------------------------------------------------------------
 
+# Where the mock's Google OAuth token endpoint answers (a service account's `token_uri`).
+GOOGLE_TOKEN_PATH = "/token"
+
+def _b64url(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def _verified_jwt(assertion: str, keys: dict[str, str], audience: str) -> dict[str, Any] | None:
+    """The claims of an RS256 JWT (RFC 7519) whose ``iss`` is a key of ``keys`` (public key PEMs),
+    signed with that key, for ``audience``, not expired; ``None`` otherwise. (cryptography only:
+    the agents' runner has no google-auth.)"""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    try:
+        head, body, sig = assertion.split(".")
+        header, claims = json.loads(_b64url(head)), json.loads(_b64url(body))
+        if header.get("alg") != "RS256" or claims.get("iss") not in keys or claims.get("aud") != audience:
+            return None
+        key = serialization.load_pem_public_key(keys[claims["iss"]].encode())
+        key.verify(_b64url(sig), f"{head}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())  # type: ignore[union-attr]
+    except (ValueError, KeyError, InvalidSignature, json.JSONDecodeError):
+        return None
+    if not isinstance(claims.get("exp"), int) or claims["exp"] < time.time():
+        return None
+    return claims
+
+
+def write_google_service_account(path: Path, email: str, mock: "CloudMock", known: bool = True) -> None:
+    """A service-account key file as the Google Cloud console downloads it, for a fresh RSA key
+    whose ``token_uri`` is ``mock``'s token endpoint; ``known``: the endpoint knows the account
+    (its public key registered), else it refuses it (``invalid_grant``)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    path.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": VERTEX_PROJECT,
+                "private_key_id": "0123456789abcdef",
+                "private_key": private.decode(),
+                "client_email": email,
+                "client_id": "100000000000000000000",
+                "token_uri": f"{mock.url}{GOOGLE_TOKEN_PATH}",
+            }
+        )
+    )
+    if known:
+        mock.google_service_accounts[email] = public.decode()
+
+
 _BEDROCK_PATH = re.compile(r"^/model/(?P<model>[^/]+)/(?P<op>converse|converse-stream|invoke|invoke-with-response-stream)$")
 _VERTEX_PATH = re.compile(
     r"^/(?P<version>v1|v1beta1)/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
@@ -491,6 +548,9 @@ class CloudMock(MockUpstream):
         self.azure_bearer_tokens = set(azure_bearer_tokens)
         self.reject_fields: set[str] = set(reject_fields)
         self.max_clock_skew_s = max_clock_skew_s
+        # Google service accounts the token endpoint knows: client_email -> public key PEM.
+        self.google_service_accounts: dict[str, str] = {}
+        self.google_tokens_issued = 0
 
     @classmethod
     def handler_base(cls) -> type[_Handler]:
@@ -528,7 +588,29 @@ class _CloudHandler(_Handler):
             m = _AZURE_V1_PATH.match(path)
             if m:
                 return self._azure(m["op"], None)
+            if path == GOOGLE_TOKEN_PATH:
+                return self._google_token()
         return super()._route(path)
+
+    # -- Google's OAuth token endpoint ---------------------------------------------------------
+    def _google_token(self) -> None:
+        """The JWT-bearer grant of a service account
+        (https://developers.google.com/identity/protocols/oauth2/service-account#httprest): the
+        form's ``assertion`` is an RS256 JWT whose ``iss`` is a known ``client_email``, signed with
+        that account's key, ``aud`` this endpoint, ``scope`` naming cloud-platform. Answers
+        ``VERTEX_ACCESS_TOKEN`` for an hour; refusals as Google words them (``invalid_grant``)."""
+        from urllib.parse import parse_qs
+
+        form = {k: v[0] for k, v in parse_qs(self.rec.body.decode("utf-8", "replace")).items()}
+        if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" or "assertion" not in form:
+            return self._send_json(400, {"error": "unsupported_grant_type", "error_description": "Invalid grant_type"})
+        claims = _verified_jwt(form["assertion"], self.upstream.google_service_accounts, f"{self.upstream.url}{GOOGLE_TOKEN_PATH}")
+        if claims is None:
+            return self._send_json(400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."})
+        if "https://www.googleapis.com/auth/cloud-platform" not in str(claims.get("scope", "")).split():
+            return self._send_json(400, {"error": "invalid_scope", "error_description": "Invalid OAuth scope."})
+        self.upstream.google_tokens_issued += 1
+        return self._send_json(200, {"access_token": VERTEX_ACCESS_TOKEN, "expires_in": 3599, "token_type": "Bearer"})
 
     # -- shared ------------------------------------------------------------------------------
     def _request_id(self) -> str:

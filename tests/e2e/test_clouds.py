@@ -23,6 +23,7 @@ import pytest
 
 from cloud_mock import (
     AWS_ACCESS_KEY_ID,
+    write_google_service_account,
     AWS_REGION,
     AWS_SECRET_ACCESS_KEY,
     AZURE_API_KEY,
@@ -428,13 +429,13 @@ def test_boto3_signed_with_the_proxy_s_key_is_rewritten_and_resigned(signing_pro
     assert_retired_text(sent["messages"][anthropic_carrier_index(0)]["content"][0]["content"][1]["text"])
     assert rec.header("host") == cloud.url.removeprefix("http://")
     line = log.one("/invoke")
-    assert (line["body"], line["sigv4"], line["images_retired"]) == ("rewritten", "resigned", 11)
+    assert (line["body"], line["upstream_auth"], line["images_retired"]) == ("rewritten", "resigned", 11)
 
     stream = client.invoke_model_with_response_stream(modelId=CLAUDE_BEDROCK, body=body, contentType="application/json")
     kinds = [json.loads(e["chunk"]["bytes"])["type"] for e in stream["body"] if "chunk" in e]
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop", kinds
     assert cloud.last("POST", "/invoke-with-response-stream").signature_verified is True
-    assert log.one("/invoke-with-response-stream")["sigv4"] == "resigned"
+    assert log.one("/invoke-with-response-stream")["upstream_auth"] == "resigned"
 
     messages = [{"role": "user", "content": [{"text": "Say hello."}]}]
     converse = client.converse(modelId=CLAUDE_BEDROCK, messages=messages)
@@ -444,7 +445,7 @@ def test_boto3_signed_with_the_proxy_s_key_is_rewritten_and_resigned(signing_pro
     text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e)
     assert text == DEFAULT_REPLY
     assert cloud.last("POST", "/converse-stream").signature_verified is True
-    assert [l["sigv4"] for l in log.wait("/converse", 1) + log.wait("/converse-stream", 1)] == ["resigned"] * 2
+    assert [l["upstream_auth"] for l in log.wait("/converse", 1) + log.wait("/converse-stream", 1)] == ["resigned"] * 2
 
 
 def test_the_one_retry_is_signed_again(signing_proxy: Proxy, cloud: CloudMock) -> None:
@@ -468,7 +469,7 @@ def test_the_one_retry_is_signed_again(signing_proxy: Proxy, cloud: CloudMock) -
     assert "service_tier" in first.json() and "service_tier" not in retry.json()
     assert first.header("authorization") != retry.header("authorization")
     line = log.one("/invoke")
-    assert (line["retried_without"], line["sigv4"]) == ("param:service_tier", "resigned")
+    assert (line["retried_without"], line["upstream_auth"]) == ("param:service_tier", "resigned")
 
 
 def test_other_credentials_go_upstream_as_signed(signing_proxy: Proxy, cloud: CloudMock) -> None:
@@ -488,7 +489,7 @@ def test_other_credentials_go_upstream_as_signed(signing_proxy: Proxy, cloud: Cl
         rec = cloud.last("POST", "/converse")
         assert rec.signature_verified is False
         assert rec.header("authorization").startswith(f"AWS4-HMAC-SHA256 Credential={OTHER_KEY_ID}/")
-        assert log.one("/converse")["sigv4"] == "as_signed"
+        assert log.one("/converse")["upstream_auth"] == "as_signed"
         assert "signed with other AWS credentials than the proxy's" in signing_proxy.logs()
 
         other_boto3(signing_proxy, "/gateway").converse(modelId=CLAUDE_BEDROCK, messages=messages)
@@ -520,7 +521,7 @@ def test_unsigned_requests_are_signed_on_a_sign_all_route_only(signing_proxy: Pr
     assert_retired_text(signed.json()["messages"][anthropic_carrier_index(0)]["content"][0]["content"][1]["text"])
     assert unsigned.header("authorization") is None
     lines = log.wait("/invoke", 2)
-    assert [(l["route"], l["sigv4"]) for l in lines] == [("gateway", "signed_by_proxy"), ("bedrock", "")]
+    assert [(l["route"], l["upstream_auth"]) for l in lines] == [("gateway", "signed_by_proxy"), ("bedrock", "")]
 
 
 def test_a_stale_signature_is_not_lent_the_proxy_s_key(signing_proxy: Proxy, cloud: CloudMock) -> None:
@@ -549,5 +550,83 @@ def test_a_stale_signature_is_not_lent_the_proxy_s_key(signing_proxy: Proxy, clo
     conn.close()
     assert resp.status == 403
     assert cloud.last("POST", "/invoke").signature_verified is False
-    assert log.one("/invoke")["sigv4"] == "as_signed"
+    assert log.one("/invoke")["upstream_auth"] == "as_signed"
     assert "from the proxy's clock" in signing_proxy.logs()
+
+
+# ---------------------------------------------------------------------------------------------
+# Vertex AI with the proxy's own token (`[routes.google] service_account`)
+# ---------------------------------------------------------------------------------------------
+
+SA_EMAIL = "cachekeeper-e2e@my-proj.iam.gserviceaccount.com"
+
+
+@pytest.fixture(scope="module")
+def vertex_sa_proxy(cloud: CloudMock, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    """Route `/vertex-sa` adds the token of a service account the mock's token endpoint knows;
+    route `/vertex-stranger` one it does not (no token can be had)."""
+    tmp = tmp_path_factory.mktemp("vertex-sa")
+    write_google_service_account(tmp / "sa.json", SA_EMAIL, cloud, known=True)
+    write_google_service_account(tmp / "stranger.json", "stranger@other.iam.gserviceaccount.com", cloud, known=False)
+    routes = f"""
+[[routes]]
+name = "vertex-sa"
+prefix = "/vertex-sa"
+upstream = "{cloud.url}"
+provider = "vertex"
+[routes.google]
+service_account = "sa.json"
+
+[[routes]]
+name = "vertex-stranger"
+prefix = "/vertex-stranger"
+upstream = "{cloud.url}"
+provider = "vertex"
+[routes.google]
+service_account = "stranger.json"
+"""
+    with launch_proxy(tmp, routes) as p:
+        yield p
+
+
+def _raw_predict(proxy: Proxy, prefix: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    path = f"{prefix}/v1/projects/{VERTEX_PROJECT}/locations/{VERTEX_LOCATION}/publishers/anthropic/models/{CLAUDE_VERTEX}:rawPredict"
+    body = json.dumps({"anthropic_version": "vertex-2023-10-16", "max_tokens": 32, "messages": [{"role": "user", "content": "Hi."}]})
+    conn = http.client.HTTPConnection(proxy.base_url.removeprefix("http://"), timeout=30)
+    conn.request("POST", path, body=body, headers={"content-type": "application/json", **headers})
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, data
+
+
+def test_vertex_requests_without_a_credential_get_the_route_s_token(vertex_sa_proxy: Proxy, cloud: CloudMock) -> None:
+    """An agent told to skip its auth (Claude Code with `CLAUDE_CODE_SKIP_VERTEX_AUTH=1`) sends no
+    credential: the route's service account's token (fetched once at startup through the
+    JWT-bearer grant the mock checks) goes with it. A request with its own token keeps it. A
+    route whose account gets no token answers the proxy's 503, saying why."""
+    cloud.requests.clear()
+    log = vertex_sa_proxy.request_log()
+    issued = cloud.google_tokens_issued
+    assert issued >= 1, "the token is fetched at startup"
+    for _ in range(2):
+        status, data = _raw_predict(vertex_sa_proxy, "/vertex-sa", {})
+        assert status == 200, data
+        rec = cloud.last("POST", ":rawPredict")
+        assert rec.header("authorization") == f"Bearer {VERTEX_ACCESS_TOKEN}"
+    assert cloud.google_tokens_issued == issued, "kept, not fetched per request"
+    assert [l["upstream_auth"] for l in log.wait(":rawPredict", 2)] == ["proxy_token"] * 2
+
+    status, _ = _raw_predict(vertex_sa_proxy, "/vertex-sa", {"authorization": f"Bearer {VERTEX_ACCESS_TOKEN}"})
+    assert status == 200
+    assert log.wait(":rawPredict", 3)[-1]["upstream_auth"] == ""
+
+    status, data = _raw_predict(vertex_sa_proxy, "/vertex-stranger", {})
+    assert status == 503
+    err = json.loads(data)["error"]
+    assert "adds its own Google access token" in err["message"] and "token request failed" in err["message"], err
+    # The token endpoint's refusal is in the proxy's log (gcp_auth's warning), for the operator.
+    assert "invalid_grant" in vertex_sa_proxy.logs()
+    # The proxy's logs hold no token and no key.
+    assert VERTEX_ACCESS_TOKEN not in vertex_sa_proxy.logs()
+    assert "PRIVATE KEY" not in vertex_sa_proxy.logs()

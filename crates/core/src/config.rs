@@ -239,6 +239,23 @@ pub struct RouteConfig {
     /// region of the client's own signature.
     #[serde(default)]
     pub aws: Option<AwsConfig>,
+    /// `[routes.google]`: a token source of the proxy's own for a Vertex AI route: requests
+    /// that carry no credential get its OAuth access token. Default unset: such requests get
+    /// the proxy's 401 naming what to send.
+    #[serde(default)]
+    pub google: Option<GoogleConfig>,
+}
+
+/// `[routes.google]`: the proxy's Google credentials for one Vertex AI route.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoogleConfig {
+    /// A service-account key file (the JSON the Google Cloud console downloads: `type`
+    /// `"service_account"`, `client_email`, `private_key`, `token_uri`), relative to the
+    /// config file's folder. Read when the file loads; its access tokens (scope
+    /// `cloud-platform`) are fetched at startup and renewed before they expire, off any
+    /// request's path.
+    pub service_account: PathBuf,
 }
 
 /// `[routes.aws]`: the proxy's side of SigV4 re-signing for one route (Amazon Bedrock).
@@ -303,6 +320,7 @@ impl Config {
         config
             .state
             .check_ca(&base_dir)
+            .and_then(|()| config.check_service_accounts(&base_dir))
             .map_err(|message| ConfigError::Invalid {
                 path: path.to_owned(),
                 message,
@@ -452,16 +470,21 @@ impl Config {
         if let Some(problem) = r.aws.as_ref().and_then(AwsConfig::problem) {
             return Err(format!("{at}: {problem}"));
         }
-        if r.aws.is_some() {
-            let row =
-                crate::provider::ResolvedProvider::resolve(r.provider.as_deref(), &host, None).row;
-            if row.auth != crate::provider::UpstreamAuth::SigV4 {
-                return Err(format!(
-                    "{at}: [routes.aws] applies to routes whose upstream signs with AWS SigV4 \
-                     (provider \"bedrock\"); this route's provider is {:?}",
-                    row.name
-                ));
-            }
+        let row =
+            crate::provider::ResolvedProvider::resolve(r.provider.as_deref(), &host, None).row;
+        if r.aws.is_some() && row.auth != crate::provider::UpstreamAuth::SigV4 {
+            return Err(format!(
+                "{at}: [routes.aws] applies to routes whose upstream signs with AWS SigV4 \
+                 (provider \"bedrock\"); this route's provider is {:?}",
+                row.name
+            ));
+        }
+        if r.google.is_some() && row.auth != crate::provider::UpstreamAuth::Required {
+            return Err(format!(
+                "{at}: [routes.google] applies to Vertex AI routes (provider \"vertex\"), whose \
+                 requests need a Google credential; this route's provider is {:?}",
+                row.name
+            ));
         }
         let mut eff = self.images.with_overrides(&r.images);
         eff.clamp(&format!("{at}.images"), warnings);
@@ -470,6 +493,40 @@ impl Config {
             warnings.push(crate::reserved::shadowing_warning(
                 &r.name, &r.prefix, reserved,
             ));
+        }
+        Ok(())
+    }
+
+    /// Every `[routes.google] service_account` (relative to `base_dir`) is a readable
+    /// service-account key: a JSON object with `type` `"service_account"` and non-empty
+    /// `client_email`, `private_key` and `token_uri`. The error names the route and the file
+    /// (never the key).
+    fn check_service_accounts(&self, base_dir: &Path) -> Result<(), String> {
+        for (i, r) in self.routes.iter().enumerate() {
+            let Some(g) = &r.google else { continue };
+            let file = base_dir.join(&g.service_account);
+            let at = format!(
+                "routes[{i}] ({}): google.service_account {}",
+                r.name,
+                file.display()
+            );
+            let text = std::fs::read_to_string(&file).map_err(|e| format!("{at}: {e}"))?;
+            let key: serde_json::Value =
+                serde_json::from_str(&text).map_err(|_| format!("{at}: not JSON"))?;
+            if key.get("type").and_then(|t| t.as_str()) != Some("service_account") {
+                return Err(format!(
+                    "{at}: not a service-account key (its \"type\" is not \"service_account\")"
+                ));
+            }
+            for member in ["client_email", "private_key", "token_uri"] {
+                if key
+                    .get(member)
+                    .and_then(|v| v.as_str())
+                    .is_none_or(str::is_empty)
+                {
+                    return Err(format!("{at}: the key has no {member}"));
+                }
+            }
         }
         Ok(())
     }
@@ -625,6 +682,61 @@ upstream = "https://api.anthropic.com"
         let mock = "[[routes]]\nname = \"b\"\nprefix = \"/b\"\nupstream = \"http://127.0.0.1:9\"\n\
                     provider = \"bedrock\"\n[routes.aws]\nregion = \"us-east-1\"\n";
         assert!(Config::from_toml(mock).is_ok());
+    }
+
+    /// `[routes.google]`: only on a Vertex AI route; its key file is read when the file loads
+    /// (relative to its folder) and must be a service-account key.
+    #[test]
+    fn route_google_section_is_checked() {
+        const VERTEX: &str = "[[routes]]\nname = \"v\"\nprefix = \"/v\"\n\
+                              upstream = \"https://us-east5-aiplatform.googleapis.com\"\n\
+                              [routes.google]\nservice_account = \"sa.json\"\n";
+        let (c, _) = Config::from_toml(VERTEX).unwrap();
+        assert_eq!(
+            c.routes[0].google,
+            Some(GoogleConfig {
+                service_account: PathBuf::from("sa.json")
+            })
+        );
+        let refused = |toml: &str| match Config::from_toml(toml) {
+            Err(FromTomlError::Parse(m) | FromTomlError::Invalid(m)) => m,
+            Ok(_) => panic!("accepted: {toml}"),
+        };
+        let on_anthropic = refused(&format!(
+            "{MINIMAL}[routes.google]\nservice_account = \"sa.json\"\n"
+        ));
+        assert!(
+            on_anthropic.contains("applies to Vertex AI routes"),
+            "{on_anthropic}"
+        );
+        assert!(refused(&VERTEX.replace("service_account", "key_file")).contains("unknown field"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let load = |key: Option<&str>| {
+            let path = dir.path().join("proxy.toml");
+            std::fs::write(&path, VERTEX).unwrap();
+            let sa = dir.path().join("sa.json");
+            match key {
+                Some(k) => std::fs::write(&sa, k).unwrap(),
+                None => drop(std::fs::remove_file(&sa)),
+            }
+            Config::load(&path).map(|_| ()).map_err(|e| e.to_string())
+        };
+        let good = r#"{"type":"service_account","client_email":"a@b.iam.gserviceaccount.com","private_key":"-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n","token_uri":"https://oauth2.googleapis.com/token"}"#;
+        assert_eq!(load(Some(good)), Ok(()));
+        let missing = load(None).unwrap_err();
+        assert!(
+            missing.contains("routes[0] (v): google.service_account"),
+            "{missing}"
+        );
+        let user = load(Some(r#"{"type":"authorized_user","refresh_token":"x"}"#)).unwrap_err();
+        assert!(user.contains("not a service-account key"), "{user}");
+        let no_key = load(Some(&good.replace("private_key", "private_key_id"))).unwrap_err();
+        assert!(
+            no_key.contains("the key has no private_key") && !no_key.contains("BEGIN"),
+            "{no_key}"
+        );
+        assert!(load(Some("{")).unwrap_err().contains("not JSON"));
     }
 
     #[test]

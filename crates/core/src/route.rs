@@ -43,6 +43,9 @@ pub struct Route {
     /// `[routes.aws]`: the proxy's AWS credentials and region for re-signing, on a route whose
     /// provider signs with SigV4 ([`crate::provider::UpstreamAuth::SigV4`]).
     pub aws: Option<crate::config::AwsConfig>,
+    /// `[routes.google]`: the proxy's service-account key for a Vertex AI route (the path as
+    /// written, relative to the config file's folder).
+    pub google: Option<crate::config::GoogleConfig>,
 }
 
 use crate::dialect::format::Endpoint;
@@ -121,6 +124,7 @@ impl RouteTable {
                 authority,
                 models: r.models.clone(),
                 aws: r.aws.clone(),
+                google: r.google.clone(),
             }));
         }
         routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
