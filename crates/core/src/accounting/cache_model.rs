@@ -389,11 +389,14 @@ fn blocks(dialect: Dialect, body: &[u8]) -> Result<Vec<Block>, ParseError> {
         });
     };
     let mut out = Blocks::default();
-    let tools = top.get("tools").and_then(Value::as_array);
-    for t in tools.into_iter().flatten() {
+    let layout = dialect.format().prompt_layout();
+    let tools = top.get(layout.tools).and_then(|t| match layout.tools_list {
+        Some(list) => t.get(list),
+        None => Some(t),
+    });
+    for t in tools.and_then(Value::as_array).into_iter().flatten() {
         out.push(Section::Tools, None, t);
     }
-    let layout = dialect.format().prompt_layout();
     let system = layout.system.iter().find_map(|k| top.get(*k));
     match (system, layout.system_parts) {
         (Some(Value::Object(s)), Some(parts)) => out.message(Section::System, s, parts),
