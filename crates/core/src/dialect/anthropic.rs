@@ -200,6 +200,10 @@ impl super::format::WireFormat for Anthropic {
         None
     }
 
+    fn model_fields(&self) -> Option<&'static str> {
+        None
+    }
+
     /// A path ending in `/messages` (gateways mount it under other bases too; Claude in
     /// Microsoft Foundry's `/anthropic/v1/messages`), except OpenAI's Assistants API
     /// `…/threads/{thread_id}/messages`, which is never Anthropic; `…/messages/count_tokens`

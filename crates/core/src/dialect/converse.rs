@@ -185,6 +185,10 @@ impl super::format::WireFormat for Converse {
         None
     }
 
+    fn model_fields(&self) -> Option<&'static str> {
+        Some("additionalModelRequestFields")
+    }
+
     /// `/model/{modelId}/converse` and `/model/{modelId}/converse-stream`, any model (a model
     /// id, an inference profile id or a percent-encoded ARN).
     fn classify_path(&self, path: &str) -> Option<Endpoint> {

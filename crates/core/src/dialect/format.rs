@@ -69,6 +69,13 @@ pub trait WireFormat: Sync + 'static {
     /// Responses' `previous_response_id`), if the wire has one.
     fn previous_response_key(&self) -> Option<&'static str>;
 
+    /// The top-level member whose keys are the model's own request parameters, passed
+    /// through to the model's native body (Converse's `additionalModelRequestFields`), if the
+    /// wire has one: a learned-unknown parameter is named there as it is at the top level
+    /// of the native body, and dropped from there (`crate::reasoning::unknown_field`,
+    /// `docs/reasoning.md#unknown-field-errors`).
+    fn model_fields(&self) -> Option<&'static str>;
+
     /// Which endpoint of this wire a request path is (the path after a route's prefix, with
     /// its trailing `/` trimmed), or `None` when it is none of this wire's parsed paths.
     fn classify_path(&self, path: &str) -> Option<Endpoint>;

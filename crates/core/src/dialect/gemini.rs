@@ -250,6 +250,10 @@ impl super::format::WireFormat for Gemini {
         None
     }
 
+    fn model_fields(&self) -> Option<&'static str> {
+        None
+    }
+
     /// A last path segment ending in `:generateContent` or `:streamGenerateContent`
     /// (generation) or `:countTokens`.
     fn classify_path(&self, path: &str) -> Option<Endpoint> {

@@ -84,6 +84,12 @@ pub(crate) fn classify_path(path: &str) -> Option<(Dialect, format::Endpoint)> {
         .find_map(|f| f.classify_path(path).map(|e| (f.dialect(), e)))
 }
 
+/// Every wire's member holding the model's own request parameters
+/// ([`format::WireFormat::model_fields`]: Converse's `additionalModelRequestFields`).
+pub(crate) fn model_field_members() -> impl Iterator<Item = &'static str> {
+    ALL.into_iter().filter_map(|d| d.format().model_fields())
+}
+
 /// Parse `body` as `dialect`: the one parse of a run of the passes.
 ///
 /// Errors: invalid UTF-8 or JSON ⇒ [`ParseError::NotJson`]; valid JSON that is not an object,

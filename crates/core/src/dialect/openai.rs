@@ -222,6 +222,10 @@ impl super::format::WireFormat for OpenaiChat {
         None
     }
 
+    fn model_fields(&self) -> Option<&'static str> {
+        None
+    }
+
     /// A path ending in `/chat/completions`.
     fn classify_path(&self, path: &str) -> Option<Endpoint> {
         path.ends_with("/chat/completions")

@@ -155,6 +155,10 @@ impl super::format::WireFormat for OpenaiResponses {
         Some("previous_response_id")
     }
 
+    fn model_fields(&self) -> Option<&'static str> {
+        None
+    }
+
     /// A path ending in `/responses`.
     fn classify_path(&self, path: &str) -> Option<Endpoint> {
         path.ends_with("/responses").then_some(Endpoint::Generate)
