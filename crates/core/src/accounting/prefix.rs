@@ -663,6 +663,27 @@ mod tests {
         assert_eq!(a.first_user, Some(0));
     }
 
+    /// Converse: `cachePoint` blocks are markers too (a client moves them every turn), and the
+    /// tool definitions are `toolConfig`, first in cache order.
+    #[test]
+    fn converse_cache_points_do_not_count_and_tools_are_tool_config() {
+        let a = of(
+            Dialect::Converse,
+            r#"{"system":[{"text":"S"},{"cachePoint":{"type":"default"}}],"toolConfig":{"tools":[{"toolSpec":{"name":"t"}},{"cachePoint":{"type":"default"}}]},"messages":[{"role":"user","content":[{"text":"hi"},{"cachePoint":{"type":"default","ttl":"1h"}}]}]}"#,
+        );
+        let b = of(
+            Dialect::Converse,
+            r#"{"messages":[{"role":"user","content":[{"text":"hi"}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"t"}}]},"system":[{"text":"S"}]}"#,
+        );
+        assert_eq!(b.first_difference(&a, false), None);
+        assert!(a.tools.is_some());
+        let c = of(
+            Dialect::Converse,
+            r#"{"messages":[{"role":"user","content":[{"text":"hi"}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"u"}}]},"system":[{"text":"S"}]}"#,
+        );
+        assert_eq!(c.first_difference(&b, false), Some(Position::Tools));
+    }
+
     #[test]
     fn the_first_changed_position_in_cache_order() {
         let base = r#"{"system":"S","tools":[{"name":"t"}],"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"},{"role":"assistant","content":"d"}]}"#;
