@@ -149,6 +149,23 @@ fn body(dialect: Dialect, size: usize, images: usize) -> Vec<u8> {
                 items.join(",")
             )
         }
+        Dialect::Converse => {
+            items.push(format!(
+                r#"{{"role":"user","content":[{{"text":"{text}"}}]}}"#
+            ));
+            for (t, s) in shots.iter().enumerate() {
+                items.push(format!(
+                    r#"{{"role":"assistant","content":[{{"toolUse":{{"toolUseId":"tooluse_{t}","name":"computer","input":{{"action":"screenshot"}}}}}}]}}"#
+                ));
+                items.push(format!(
+                    r#"{{"role":"user","content":[{{"toolResult":{{"toolUseId":"tooluse_{t}","content":[{{"text":"screen {t}"}},{{"image":{{"format":"png","source":{{"bytes":"{s}"}}}}}}]}}}}]}}"#
+                ));
+            }
+            format!(
+                r#"{{"system":[{{"text":"You drive a computer."}}],"inferenceConfig":{{"maxTokens":4096}},"messages":[{}]}}"#,
+                items.join(",")
+            )
+        }
     };
     joined.into_bytes()
 }
@@ -167,11 +184,12 @@ fn many_blocks() -> Vec<u8> {
     .into_bytes()
 }
 
-const DIALECTS: [(&str, Dialect); 4] = [
+const DIALECTS: [(&str, Dialect); 5] = [
     ("anthropic", Dialect::Anthropic),
     ("openai", Dialect::Openai),
     ("responses", Dialect::OpenaiResponses),
     ("gemini", Dialect::Gemini),
+    ("converse", Dialect::Converse),
 ];
 
 /// The route's image settings: 2400 × 1350 screenshots of up to 1.1 MB are within limits.

@@ -595,7 +595,8 @@ fn property_rewriting_twice_changes_nothing() {
             Dialect::Openai,
             Dialect::OpenaiResponses,
             Dialect::Gemini,
-        ][round % 4];
+            Dialect::Converse,
+        ][round % 5];
         let url = |(m, d): &(String, String)| format!("data:{m};base64,{d}");
         let body = match dialect {
             Dialect::Anthropic => anthropic_body(
@@ -615,6 +616,7 @@ fn property_rewriting_twice_changes_nothing() {
                 &shots,
                 rng.chance(50),
             ),
+            Dialect::Converse => converse_body(&ups, &shots),
         };
         let c = ctx(dialect, &cfg, Some(&cache));
         let first = rewrite_request(&c, &body).unwrap();

@@ -1,6 +1,6 @@
 //! Property tests (proptest) over every request pass, through the public entry points of
 //! `cachekeeper::rewrite` on each dialect (Anthropic Messages, OpenAI Chat, OpenAI Responses,
-//! Gemini):
+//! Gemini, Bedrock Converse):
 //!
 //! - no input panics (realistic bodies, arbitrary JSON, arbitrary bytes, truncated bodies);
 //! - valid JSON in gives valid JSON out, and the user's own text survives;
@@ -12,7 +12,7 @@
 //! Bodies are generated in the providers' own shapes: text, images (small real PNG / JPEG /
 //! GIF files made here with the `image` crate, plus corrupt and mislabelled ones and images
 //! over the 8000 px side limit), tool calls and results, thinking / reasoning blocks with
-//! signatures, `cache_control` markers. The case count and the seed are fixed
+//! signatures, `cache_control` markers and Converse `cachePoint` blocks. The case count and the seed are fixed
 //! ([`config`]), so CI runs the same cases every time; `PROPTEST_CASES=5000
 //! PROPTEST_RNG_SEED=… cargo test --test properties_request` explores further.
 #![allow(
@@ -515,6 +515,99 @@ fn gemini_body() -> impl Strategy<Value = Value> {
 }
 
 // ---------------------------------------------------------------------------------------
+// Amazon Bedrock Converse.
+// ---------------------------------------------------------------------------------------
+
+/// An image block: base64 bytes with the format as a bare name (a mislabelled one too, as
+/// the pool has it), an `s3Location` source, or none.
+fn converse_image() -> impl Strategy<Value = Value> {
+    (img(), 0..8u8).prop_map(|(img, how)| match how {
+        0 => json!({"image": {"format": "png", "source": {"s3Location": {"uri": "s3://b/a.png"}}}}),
+        1 => json!({"image": {"format": "png"}}),
+        _ => json!({"image": {"format": img.media.trim_start_matches("image/"),
+                "source": {"bytes": img.data}}}),
+    })
+}
+
+fn converse_user_block() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        4 => text().prop_map(|t| json!({"text": t})),
+        3 => converse_image(),
+        3 => (
+            id(),
+            prop::collection::vec(
+                prop_oneof![
+                    text().prop_map(|t| json!({"text": t})),
+                    converse_image(),
+                    any_json().prop_map(|j| json!({"json": j})),
+                ],
+                0..4,
+            ),
+            any::<bool>(),
+        )
+            .prop_map(|(id, content, err)| {
+                let mut v = json!({"toolResult": {"toolUseId": id, "content": content}});
+                if err {
+                    v["toolResult"]["status"] = json!("error");
+                }
+                v
+            }),
+        1 => Just(json!({"cachePoint": {"type": "default"}})),
+        1 => any_json().prop_map(|x| json!({"xUnknownBlock": x})),
+    ]
+}
+
+fn converse_assistant_block() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        3 => text().prop_map(|t| json!({"text": t})),
+        3 => (id(), "[a-z_]{1,12}", any_json()).prop_map(|(id, name, input)| {
+            json!({"toolUse": {"toolUseId": id, "name": name, "input": input}})
+        }),
+        2 => (text(), signature()).prop_map(|(t, s)| {
+            json!({"reasoningContent": {"reasoningText": {"text": t, "signature": s}}})
+        }),
+        1 => signature().prop_map(|d| json!({"reasoningContent": {"redactedContent": d}})),
+    ]
+}
+
+fn converse_body() -> impl Strategy<Value = Value> {
+    (
+        prop::collection::vec(
+            prop_oneof![
+                prop::collection::vec(converse_user_block(), 0..5)
+                    .prop_map(|c| json!({"role": "user", "content": c})),
+                prop::collection::vec(converse_assistant_block(), 0..4)
+                    .prop_map(|c| json!({"role": "assistant", "content": c})),
+            ],
+            0..12,
+        ),
+        0..3u8,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(messages, system, tools, thinking)| {
+            let mut body = json!({"messages": messages, "inferenceConfig": {"maxTokens": 1024}});
+            match system {
+                1 => body["system"] = json!([{"text": "You drive a desktop."}]),
+                2 => {
+                    body["system"] =
+                        json!([{"text": "Be brief."}, {"cachePoint": {"type": "default"}}])
+                }
+                _ => {}
+            }
+            if tools {
+                body["toolConfig"] = json!({"tools": [{"toolSpec": {"name": "computer",
+                    "inputSchema": {"json": {"type": "object"}}}}]});
+            }
+            if thinking {
+                body["additionalModelRequestFields"] =
+                    json!({"thinking": {"type": "enabled", "budget_tokens": 2048}});
+            }
+            body
+        })
+}
+
+// ---------------------------------------------------------------------------------------
 // Settings and the checks.
 // ---------------------------------------------------------------------------------------
 
@@ -524,6 +617,7 @@ fn body_for(dialect: Dialect) -> BoxedStrategy<Value> {
         Dialect::Openai => chat_body().boxed(),
         Dialect::OpenaiResponses => responses_body().boxed(),
         Dialect::Gemini => gemini_body().boxed(),
+        Dialect::Converse => converse_body().boxed(),
     }
 }
 
@@ -609,6 +703,7 @@ fn with_ctx<T>(dialect: Dialect, s: &Settings, f: impl FnOnce(&RewriteContext<'_
         Dialect::Openai => "/v1/chat/completions",
         Dialect::OpenaiResponses => "/v1/responses",
         Dialect::Gemini => "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+        Dialect::Converse => "/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/converse",
     };
     let ctx = RewriteContext {
         reasoning: s.host.map(|_| ReasoningInputs {
@@ -617,7 +712,11 @@ fn with_ctx<T>(dialect: Dialect, s: &Settings, f: impl FnOnce(&RewriteContext<'_
             droppable_params: &[],
             droppable_betas: &[],
             anthropic_beta: None,
-            path_model: (dialect == Dialect::Gemini).then_some("gemini-2.5-flash"),
+            path_model: match dialect {
+                Dialect::Gemini => Some("gemini-2.5-flash"),
+                Dialect::Converse => Some("us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+                _ => None,
+            },
             verdicts: &(),
             rejected: &(),
         }),
@@ -640,7 +739,7 @@ fn render(v: &Value, pretty: bool) -> Vec<u8> {
 /// lose; the Claude Code billing line (which the stabiliser removes) is left out.
 fn user_texts(dialect: Dialect, v: &Value, out: &mut Vec<String>) {
     let list = match dialect {
-        Dialect::Anthropic | Dialect::Openai => v.get("messages"),
+        Dialect::Anthropic | Dialect::Openai | Dialect::Converse => v.get("messages"),
         Dialect::OpenaiResponses => v.get("input"),
         Dialect::Gemini => v.get("contents"),
     };
@@ -780,6 +879,9 @@ fn plain_text_only(dialect: Dialect, v: &mut Value) {
             || p.get("inlineData").is_some()
             || p.get("inline_data").is_some()
             || p.get("functionResponse").is_some()
+            || p.get("image").is_some()
+            || p.get("toolResult").is_some()
+            || p.get("cachePoint").is_some()
     };
     fn walk(v: &mut Value, is_image: &dyn Fn(&Value) -> bool) {
         match v {
@@ -805,6 +907,7 @@ fn dialects() -> impl Strategy<Value = Dialect> {
         Just(Dialect::Openai),
         Just(Dialect::OpenaiResponses),
         Just(Dialect::Gemini),
+        Just(Dialect::Converse),
     ]
 }
 
@@ -834,7 +937,7 @@ proptest! {
     fn arbitrary_json(dialect in dialects(), v in any_json(), s in settings(), under in any::<bool>()) {
         let v = if under {
             let key = match dialect {
-                Dialect::Anthropic | Dialect::Openai => "messages",
+                Dialect::Anthropic | Dialect::Openai | Dialect::Converse => "messages",
                 Dialect::OpenaiResponses => "input",
                 Dialect::Gemini => "contents",
             };
@@ -878,12 +981,7 @@ fn not_json_is_refused() {
         usage_in_streams: true,
         pretty: false,
     };
-    for d in [
-        Dialect::Anthropic,
-        Dialect::Openai,
-        Dialect::OpenaiResponses,
-        Dialect::Gemini,
-    ] {
+    for d in all_dialects() {
         for body in [
             &b""[..],
             b"{",
@@ -905,12 +1003,7 @@ fn generated_bodies_are_rewritten() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
     let mut runner = TestRunner::new(config());
-    for d in [
-        Dialect::Anthropic,
-        Dialect::Openai,
-        Dialect::OpenaiResponses,
-        Dialect::Gemini,
-    ] {
+    for d in all_dialects() {
         let strategy = (body_for(d), settings());
         let (mut rewritten, mut total) = (0, 0);
         for _ in 0..200 {
@@ -938,7 +1031,8 @@ const DEEP: usize = 100_000;
 
 /// Bodies where one value (`@`) is nested [`DEEP`] levels: in the list itself, a message's
 /// content, a tool result, a `cache_control`, an image source, `system`, a tool schema, a tool
-/// input, an image URL, a Responses output, Gemini parts and blobs.
+/// input, an image URL, a Responses output, Gemini parts and blobs, Converse tool results,
+/// tools and image sources.
 const DEEP_TEMPLATES: &[&str] = &[
     r#"{"model":"m","max_tokens":1,"messages":@}"#,
     r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":@}]}"#,
@@ -953,6 +1047,8 @@ const DEEP_TEMPLATES: &[&str] = &[
     r#"{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":@}]}"#,
     r#"{"contents":[{"role":"user","parts":[{"inlineData":@}]}]}"#,
     r#"{"contents":[{"parts":@}],"systemInstruction":@}"#,
+    r#"{"messages":[{"role":"user","content":[{"toolResult":{"toolUseId":"t","content":@}}]}],"toolConfig":{"tools":@},"system":@}"#,
+    r#"{"messages":[{"role":"user","content":[{"image":{"format":"png","source":@}}]}],"additionalModelRequestFields":@}"#,
 ];
 
 /// `template` with `@` nested `depth` levels deep as arrays, objects, or an unclosed array.
@@ -971,12 +1067,13 @@ fn deep_bodies(template: &str, depth: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn all_dialects() -> [Dialect; 4] {
+fn all_dialects() -> [Dialect; 5] {
     [
         Dialect::Anthropic,
         Dialect::Openai,
         Dialect::OpenaiResponses,
         Dialect::Gemini,
+        Dialect::Converse,
     ]
 }
 

@@ -273,11 +273,17 @@ impl Stream {
 
 /// The dialect of a fixture under `tests/fixtures/responses`, by its name.
 fn fixture_dialect(name: &str) -> Option<Dialect> {
-    if name.ends_with("_request.json") || name.ends_with("_next_request.json") {
+    // `.bin`: AWS event-stream frames (Converse streams), read by the core's own tests
+    // through the event-stream decoder, not the SSE framer this property drives.
+    if name.ends_with("_request.json")
+        || name.ends_with("_next_request.json")
+        || name.ends_with(".bin")
+    {
         return None;
     }
     Some(match name {
         n if n.starts_with("anthropic_") => Dialect::Anthropic,
+        n if n.starts_with("converse_") => Dialect::Converse,
         n if n.starts_with("responses_") => Dialect::OpenaiResponses,
         "gemini_openai_compat.sse" => Dialect::Openai,
         n if n.starts_with("gemini_") => Dialect::Gemini,
@@ -411,6 +417,7 @@ fn dialects() -> impl Strategy<Value = Dialect> {
         Just(Dialect::Openai),
         Just(Dialect::OpenaiResponses),
         Just(Dialect::Gemini),
+        Just(Dialect::Converse),
     ]
 }
 

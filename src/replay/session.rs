@@ -270,6 +270,17 @@ pub(super) fn dialect_of(route: &Route, path: Option<&str>, body: &Value) -> Dia
     let serves = |d: Dialect| route.provider.row.dialects.contains(&d);
     if has("contents") {
         Dialect::Gemini
+    } else if serves(Dialect::Converse)
+        && [
+            "toolConfig",
+            "inferenceConfig",
+            "additionalModelRequestFields",
+        ]
+        .iter()
+        .any(|k| has(k))
+    {
+        // Members only Bedrock Converse has.
+        Dialect::Converse
     } else if has("input") {
         Dialect::OpenaiResponses
     } else if serves(Dialect::Anthropic)

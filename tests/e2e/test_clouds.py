@@ -630,3 +630,39 @@ def test_vertex_requests_without_a_credential_get_the_route_s_token(vertex_sa_pr
     # The proxy's logs hold no token and no key.
     assert VERTEX_ACCESS_TOKEN not in vertex_sa_proxy.logs()
     assert "PRIVATE KEY" not in vertex_sa_proxy.logs()
+
+
+def test_signed_converse_is_rewritten_resigned_and_retried_signed(signing_proxy: Proxy, cloud: CloudMock) -> None:
+    """boto3's SigV4-signed `converse` with 21 screenshots, with the key the proxy holds: the
+    Converse passes retire the 11 oldest and place cache points, the rewritten body is signed
+    again and verifies; a key of `additionalModelRequestFields` the model refuses earns the one
+    retry, signed again over its own body."""
+    from test_converse import SYSTEM, TOOLS, carrier, session
+
+    from helpers import fake_png
+
+    cloud.requests.clear()
+    log = signing_proxy.request_log()
+    client = boto3_bedrock(signing_proxy, "/bedrock")
+    shots = [fake_png(*LARGE, seed=i) for i in range(21)]
+    resp = client.converse(modelId=CLAUDE_BEDROCK, system=SYSTEM, toolConfig=TOOLS, messages=session(shots))
+    assert resp["output"]["message"]["content"] == [{"text": DEFAULT_REPLY}]
+    rec = cloud.last("POST", "/converse")
+    assert rec.signature_verified is True, rec.auth_error
+    assert_retired_text(carrier(rec.json(), 0)[1]["text"])
+    line = log.one("/converse")
+    assert (line["dialect"], line["body"], line["images_retired"], line["upstream_auth"]) == ("converse", "rewritten", 11, "resigned")
+
+    cloud.reject_fields = {"service_tier"}
+    try:
+        log.mark()
+        cloud.requests.clear()
+        fields = {"service_tier": "auto"}
+        client.converse(modelId=CLAUDE_BEDROCK, messages=[{"role": "user", "content": [{"text": "hi"}]}], additionalModelRequestFields=fields)
+    finally:
+        cloud.reject_fields = set()
+    first, retry = [r for r in cloud.requests if r.path.endswith("/converse")]
+    assert first.signature_verified is True and retry.signature_verified is True
+    assert "service_tier" in first.json()["additionalModelRequestFields"]
+    assert "service_tier" not in retry.json().get("additionalModelRequestFields", {})
+    assert log.one("/converse")["retried_without"] == "param:service_tier"

@@ -307,6 +307,31 @@ pub fn gemini_body(
     .into_bytes()
 }
 
+/// A Bedrock Converse body: uploads (`(media type, base64)`, the format written as its bare
+/// name) in the first user turn, then per shot a toolUse and a toolResult holding the image.
+pub fn converse_body(uploads: &[(String, String)], shots: &[(String, String)]) -> Vec<u8> {
+    let image = |(mime, data): &(String, String)| {
+        let format = mime.trim_start_matches("image/");
+        format!(r#"{{"image":{{"format":"{format}","source":{{"bytes":"{data}"}}}}}}"#)
+    };
+    let mut first = vec![r#"{"text":"Fix this page"}"#.to_owned()];
+    first.extend(uploads.iter().map(image));
+    let mut messages = vec![format!(
+        r#"{{"role":"user","content":[{}]}}"#,
+        first.join(",")
+    )];
+    for (t, shot) in shots.iter().enumerate() {
+        messages.push(format!(
+            r#"{{"role":"assistant","content":[{{"toolUse":{{"toolUseId":"tooluse_{t}","name":"computer","input":{{}}}}}}]}}"#
+        ));
+        messages.push(format!(
+            r#"{{"role":"user","content":[{{"toolResult":{{"toolUseId":"tooluse_{t}","content":[{{"text":"screen {t}"}},{}]}}}}]}}"#,
+            image(shot)
+        ));
+    }
+    format!(r#"{{"messages":[{}]}}"#, messages.join(",")).into_bytes()
+}
+
 /// Every base64 image payload in a body (Anthropic `data`, Gemini `data`, data URLs), with
 /// its declared type, in document order.
 pub fn images_in(body: &[u8]) -> Vec<(String, Vec<u8>)> {

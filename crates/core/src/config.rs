@@ -566,12 +566,16 @@ impl AwsConfig {
 /// Why a route's prompt-cache keys cannot work, if they cannot (`host`: the upstream's host).
 fn cache_problem(r: &RouteConfig, host: &str) -> Option<String> {
     use crate::caching::Breakpoints;
-    let pinned = r.dialect.filter(|d| !d.format().cache_control_markers());
+    use crate::dialect::format::MarkerStyle;
+    let unmarked = r
+        .dialect
+        .filter(|d| d.format().cache_markers() == MarkerStyle::Unmarked);
+    let pinned = r.dialect.filter(|d| !d.format().system_billing_line());
     if r.cache_breakpoints == Some(Breakpoints::Auto) {
-        if let Some(d) = pinned {
+        if let Some(d) = unmarked {
             return Some(format!(
-                "cache_breakpoints = \"auto\" places Anthropic cache_control markers and applies \
-                 to the Anthropic wire only; this route is pinned to {}",
+                "cache_breakpoints = \"auto\" places Anthropic cache_control markers and Bedrock \
+                 Converse cachePoint blocks, on those wires only; this route is pinned to {}",
                 d.as_str()
             ));
         }

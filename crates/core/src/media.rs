@@ -34,6 +34,17 @@ impl Format {
         }
     }
 
+    /// The format's bare lowercase name, as Bedrock Converse's image `format` spells it
+    /// (`png`, `jpeg`, `gif`, `webp`: the `ImageFormat` values of
+    /// <https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ImageBlock.html>);
+    /// the other formats by their media subtype.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Format::Svg => "svg",
+            other => other.mime().trim_start_matches("image/"),
+        }
+    }
+
     /// True when the `image` crate built here decodes it (png, jpeg, gif, webp, bmp, tiff).
     pub(crate) fn decodable(self) -> bool {
         self.codec().is_some()

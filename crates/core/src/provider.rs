@@ -355,6 +355,14 @@ pub struct Provider {
     pub betas_in_body: bool,
 }
 
+/// Which parts of a request the automatic-breakpoint pass may mark
+/// ([`ResolvedProvider::breakpoints_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BreakpointTargets {
+    /// The tool list (not on Amazon Nova).
+    pub tools: bool,
+}
+
 /// What a provider needs of a request's credential, beyond forwarding it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpstreamAuth {
@@ -476,6 +484,24 @@ const AZURE_CACHE: &str = "https://learn.microsoft.com/azure/foundry/openai/how-
 /// 1.25×, reads 0.1× of the input price.
 const BEDROCK_CACHE: &str =
     "https://docs.aws.amazon.com/bedrock/latest/userguide/prompt-caching.html";
+/// Amazon Nova's prompt caching on Bedrock: explicit (`cachePoint`), a 5-minute TTL
+/// refreshed on use, no breakpoint on the tool list ([`NO_TOOL_BREAKPOINTS`]); its prices are
+/// per model on Bedrock's pricing page and not recorded here (`None`: not priced). Source:
+/// [`BEDROCK_CACHE`] (its table of models, checkpoints and cacheable fields).
+const BEDROCK_NOVA_CACHE: CacheRule = CacheRule {
+    models: "nova",
+    activation: Explicit,
+    ttl_s: Some(300),
+    write_milli: None,
+    long_ttl: None,
+    read_milli: None,
+    source: BEDROCK_CACHE,
+};
+
+/// Model families whose prompt cache takes no breakpoint on the tool list: Amazon Nova
+/// ("tools" is not among its cacheable fields, [`BEDROCK_CACHE`]).
+const NO_TOOL_BREAKPOINTS: &[&str] = &["nova"];
+
 /// Claude in Microsoft Foundry: Claude runs on Anthropic's infrastructure at Anthropic's
 /// standard API prices.
 const FOUNDRY_CLAUDE: &str =
@@ -628,11 +654,12 @@ pub(crate) const PROVIDERS: &[Provider] = &[
             Strip,
         )
     },
-    // Amazon Bedrock (bedrock-runtime): Claude's InvokeModel on the Anthropic wire
+    // Amazon Bedrock (bedrock-runtime): Claude's InvokeModel on the Anthropic wire, and
+    // Converse for every model; prompt caching (cachePoint) for Claude and Amazon Nova only
     // (`docs/providers.md#bedrock--bedrock-runtimeamazonawscom-bedrock-runtime-fipsamazonawscom`).
     Provider {
-        dialects: &[Dialect::Anthropic],
-        cache: &[claude_cache("", BEDROCK_CACHE)],
+        dialects: &[Dialect::Anthropic, Dialect::Converse],
+        cache: &[claude_cache("claude", BEDROCK_CACHE), BEDROCK_NOVA_CACHE],
         third_party_anthropic_wire: false,
         ttl_beta: false,
         auth: UpstreamAuth::SigV4,
@@ -763,7 +790,7 @@ impl Provider {
     /// and without a `vendor/` part, starts with), if the row has one.
     pub(crate) fn cache_rule(&self, model: &str) -> Option<&'static CacheRule> {
         let leaf = model_leaf(model);
-        self.cache.iter().find(|r| leaf.starts_with(r.models))
+        self.cache.iter().find(|r| names_family(&leaf, r.models))
     }
 
     /// The image ceiling for `model` (first entry whose prefix the model's leaf name,
@@ -898,6 +925,26 @@ impl ResolvedProvider {
     pub fn cache_rule(&self, model: &str) -> Option<&'static CacheRule> {
         self.row.cache_rule(model)
     }
+
+    /// Where the automatic-breakpoint pass may mark a request for `model` (as the request
+    /// names it; `None` when it names none), or `None` when it marks nothing: the one policy
+    /// of which models get breakpoints (`docs/caching.md#automatic-breakpoints`). Markers go
+    /// where the row's cache rule for the model is [`CacheActivation::Explicit`]; on a row
+    /// with no rules (nothing known), and for a request naming no model on a row with an
+    /// explicit rule, too. A model the row caches automatically, or one it lists no rule for
+    /// (Bedrock's models other than Claude and Nova: no prompt cache), gets none.
+    pub(crate) fn breakpoints_for(&self, model: Option<&str>) -> Option<BreakpointTargets> {
+        let row = self.row;
+        let marks = match model {
+            _ if row.cache.is_empty() => true,
+            Some(m) => row.cache_rule(m).is_some_and(|r| r.activation == Explicit),
+            None => row.cache.iter().any(|r| r.activation == Explicit),
+        };
+        let leaf = model.map(model_leaf).unwrap_or_default();
+        marks.then(|| BreakpointTargets {
+            tools: !NO_TOOL_BREAKPOINTS.iter().any(|f| names_family(&leaf, f)),
+        })
+    }
 }
 
 // ---- Hosts -------------------------------------------------------------------------------
@@ -1012,6 +1059,23 @@ fn is_local_v6(ip: Ipv6Addr) -> bool {
 // ---- Model names: the one set of tests ---------------------------------------------------
 
 /// The model name lowercased, without a vendor prefix (`moonshotai/kimi-k2` → `kimi-k2`).
+/// Whether `leaf` (a [`model_leaf`]) starts with `family`, or does after a Bedrock-style
+/// prefix of dot-separated labels of letters and `-` (an inference profile's region and the
+/// vendor: `us.anthropic.claude-…`, `amazon.nova-…`, `global.anthropic.claude-…`; model ids
+/// from <https://docs.aws.amazon.com/bedrock/latest/userguide/models-supported.html>). A
+/// version's dot never counts as such a prefix (`gpt-4.1`, `qwen2.5`: a digit comes first).
+fn names_family(leaf: &str, family: &str) -> bool {
+    if leaf.starts_with(family) {
+        return true;
+    }
+    leaf.match_indices('.').any(|(i, _)| {
+        leaf[..i]
+            .bytes()
+            .all(|b| b.is_ascii_alphabetic() || b == b'-' || b == b'.')
+            && leaf[i + 1..].starts_with(family)
+    })
+}
+
 fn model_leaf(model: &str) -> String {
     let m = model.to_ascii_lowercase();
     m.rsplit('/').next().unwrap_or("").to_owned()
@@ -1319,6 +1383,55 @@ mod tests {
         );
         assert_eq!(ModelFamily::of("MiMo-V2.5").echo(), Some(EchoFamily::Mimo));
         assert_eq!(ModelFamily::of("").echo(), None);
+    }
+
+    #[test]
+    fn bedrock_model_ids_name_their_family() {
+        for (model, family) in [
+            ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "claude"),
+            ("anthropic.claude-3-7-sonnet-20250219-v1:0", "claude"),
+            ("global.anthropic.claude-haiku-4-5-20251001-v1:0", "claude"),
+            ("apac.amazon.nova-pro-v1:0", "nova"),
+            ("amazon.nova-micro-v1:0", "nova"),
+        ] {
+            assert!(names_family(&model_leaf(model), family), "{model}");
+        }
+        // A version's dot is no vendor prefix.
+        assert!(!names_family("gpt-4.1-mini", "1-mini"));
+        assert!(!names_family("qwen2.5-coder", "5-coder"));
+    }
+
+    /// The one policy of which models get automatic breakpoints: Bedrock marks Claude and Nova
+    /// (Nova not on its tools), no other model; rows with no rules, and explicit rows, as
+    /// before; a row caching automatically, never.
+    #[test]
+    fn breakpoints_for_models_that_cache_explicitly() {
+        let p = |name: &str| ResolvedProvider::resolve(Some(name), "upstream.example", None);
+        let bedrock = p("bedrock");
+        let all = Some(BreakpointTargets { tools: true });
+        assert_eq!(
+            bedrock.breakpoints_for(Some("us.anthropic.claude-sonnet-4-5-20250929-v1:0")),
+            all
+        );
+        assert_eq!(
+            bedrock.breakpoints_for(Some("us.amazon.nova-pro-v1:0")),
+            Some(BreakpointTargets { tools: false })
+        );
+        assert_eq!(
+            bedrock.breakpoints_for(Some("meta.llama3-70b-instruct-v1:0")),
+            None
+        );
+        assert_eq!(bedrock.breakpoints_for(None), all);
+        assert_eq!(p("anthropic").breakpoints_for(Some("claude-opus-4-1")), all);
+        assert_eq!(
+            p("openrouter").breakpoints_for(Some("anthropic/claude-x")),
+            all
+        );
+        assert_eq!(p("deepseek").breakpoints_for(Some("deepseek-chat")), None);
+        assert_eq!(
+            p("vertex").breakpoints_for(Some("claude-sonnet-4-5@20250929")),
+            all
+        );
     }
 
     #[test]

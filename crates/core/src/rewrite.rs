@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use crate::dialect::doc::{Doc, ParsedBody};
 use crate::dialect::fingerprint::{echoed_turns_in, message_digest, Digest, Fingerprint};
+use crate::dialect::format::MarkerStyle;
 use crate::dialect::turn::CapturedTurn;
 use crate::dialect::{Dialect, ParseError};
 use crate::images::cache::Transcodes;
@@ -33,7 +34,7 @@ use crate::images::profile::ImageProfile;
 use crate::images::recovery::ImageRejectionKind;
 use crate::images::retired::{ColdInputs, RetiredSet};
 use crate::json::{self, Edit};
-use crate::provider::ResolvedProvider;
+use crate::provider::{BreakpointTargets, ResolvedProvider};
 use crate::reasoning::carriers::TurnLookup;
 use crate::reasoning::restore::{self, RestoreContext, RestoreCounts};
 use crate::reasoning::{self, ResolvedRoute, ShapeContext, ShapeCounts, Shaped};
@@ -546,7 +547,7 @@ struct CacheEdits {
 fn cache_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> CacheEdits {
     count_pass("cache");
     let mut out = CacheEdits::default();
-    if !ctx.dialect.format().cache_control_markers() {
+    if ctx.dialect.format().cache_markers() == MarkerStyle::Unmarked {
         return out;
     }
     let provider = ctx.reasoning.map(|r| r.provider);
@@ -583,7 +584,24 @@ fn cache_passes(ctx: &RewriteContext<'_>, doc: &Doc<'_>) -> CacheEdits {
             }
         }
     }
-    let placed = caching::breakpoints::place(doc, ttl, &stab.removed);
+    // Which models get markers, and where: the provider row's cache rules (one policy).
+    let model = doc
+        .model
+        .as_deref()
+        .or(ctx.reasoning.and_then(|r| r.path_model));
+    let targets = match provider {
+        Some(p) => p.breakpoints_for(model),
+        None => Some(BreakpointTargets { tools: true }),
+    };
+    let Some(targets) = targets else {
+        out.reasons.push(format!(
+            "cache_breakpoints: {} has no prompt cache for {}; none added",
+            provider.map_or("this route", |p| p.row.name),
+            model.unwrap_or("this model")
+        ));
+        return out;
+    };
+    let placed = caching::breakpoints::place(doc, ttl, &stab.removed, targets);
     if placed.added > 0 {
         out.reasons.extend(learned);
         out.wants_ttl_beta =
@@ -623,7 +641,7 @@ fn apply_cached(ctx: &RewriteContext<'_>, c: CacheEdits, outcome: &mut RewriteOu
 /// they changed nothing), with a second parse: the fallback when their edits overlap.
 fn cache_in_turn(ctx: &RewriteContext<'_>, original: &[u8], outcome: &mut RewriteOutcome) {
     let runs = !ctx.cache.stabilize.is_empty() || ctx.cache.breakpoints == Breakpoints::Auto;
-    if !ctx.dialect.format().cache_control_markers() || !runs {
+    if ctx.dialect.format().cache_markers() == MarkerStyle::Unmarked || !runs {
         return;
     }
     let current = outcome.body.clone().unwrap_or_else(|| original.to_vec());

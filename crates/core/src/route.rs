@@ -696,6 +696,19 @@ dialect = "openai-responses"
                 Endpoint::Generate,
                 Some("arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
             ),
+            // Converse: a wire of its own, for any model Bedrock serves.
+            (
+                "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse".to_owned(),
+                Converse,
+                Endpoint::Generate,
+                Some("anthropic.claude-sonnet-4-5-20250929-v1:0"),
+            ),
+            (
+                "/model/us.meta.llama3-3-70b-instruct-v1%3A0/converse-stream".to_owned(),
+                Converse,
+                Endpoint::Generate,
+                Some("us.meta.llama3-3-70b-instruct-v1:0"),
+            ),
         ] {
             assert_eq!(classify_path(&path), Some((dialect, endpoint)), "{path}");
             assert_eq!(model_from_path(&path).as_deref(), model, "{path}");
@@ -706,10 +719,9 @@ dialect = "openai-responses"
             format!("{vertex}/mistralai/models/mistral-large:rawPredict"),
             format!("{vertex}/anthropic/models/claude-x:predict"),
             format!("{vertex}/anthropic/models/claude-x"),
-            // Bedrock: other models' InvokeModel, and Converse (a wire of its own, not built).
+            // Bedrock: other models' InvokeModel bodies are theirs; other operations.
             "/model/meta.llama3-70b-instruct-v1:0/invoke".to_owned(),
-            "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse".to_owned(),
-            "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse-stream".to_owned(),
+            "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/count-tokens".to_owned(),
         ] {
             assert_eq!(classify_path(&path), None, "{path}");
         }

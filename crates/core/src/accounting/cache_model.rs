@@ -389,11 +389,14 @@ fn blocks(dialect: Dialect, body: &[u8]) -> Result<Vec<Block>, ParseError> {
         });
     };
     let mut out = Blocks::default();
-    let tools = top.get("tools").and_then(Value::as_array);
-    for t in tools.into_iter().flatten() {
+    let layout = dialect.format().prompt_layout();
+    let tools = top.get(layout.tools).and_then(|t| match layout.tools_list {
+        Some(list) => t.get(list),
+        None => Some(t),
+    });
+    for t in tools.and_then(Value::as_array).into_iter().flatten() {
         out.push(Section::Tools, None, t);
     }
-    let layout = dialect.format().prompt_layout();
     let system = layout.system.iter().find_map(|k| top.get(*k));
     match (system, layout.system_parts) {
         (Some(Value::Object(s)), Some(parts)) => out.message(Section::System, s, parts),
@@ -419,7 +422,15 @@ struct Blocks(Vec<Block>);
 
 impl Blocks {
     /// Push one block: `head` (a message's other fields, for its first block) and `value`.
+    /// A Converse `{"cachePoint": …}` block is no block: it marks the block before it as a
+    /// breakpoint (`"ttl": "1h"` the long TTL).
     fn push(&mut self, section: Section, head: Option<&Map<String, Value>>, value: &Value) {
+        if let Some(point) = cache_point(value) {
+            if let Some(last) = self.0.last_mut() {
+                last.breakpoint = Some(last.breakpoint.unwrap_or(false) || is_long(point));
+            }
+            return;
+        }
         let mut images = 0u32;
         let mut image_tok = 0u64;
         let mut marker: Option<bool> = None;
@@ -487,6 +498,12 @@ impl Blocks {
             None => self.push(section, None, &Value::Object(head)),
         }
     }
+}
+
+/// The value of a Converse cache point block (`{"cachePoint": {…}}` and nothing else).
+fn cache_point(value: &Value) -> Option<&Value> {
+    let obj = value.as_object().filter(|o| o.len() == 1)?;
+    obj.get("cachePoint")
 }
 
 /// Whether a `cache_control` value asks for the long TTL (`"ttl": "1h"`).
@@ -572,6 +589,15 @@ fn image_payload(obj: &Map<String, Value>) -> Option<Option<&str>> {
             return Some(url.filter(|u| u.starts_with("data:")));
         }
         _ => {}
+    }
+    // Converse: `{"image": {"format", "source": {"bytes"}}}`.
+    if let Some(image) = obj.get("image").filter(|_| obj.len() == 1) {
+        return Some(
+            image
+                .get("source")
+                .and_then(|s| s.get("bytes"))
+                .and_then(Value::as_str),
+        );
     }
     for key in ["inlineData", "inline_data"] {
         if let Some(inline) = obj.get(key) {

@@ -167,7 +167,7 @@ impl Prefix {
         let ix = Some(index);
         let member = |names: &[&str]| top.get_any(names).map(|m| m.value.clone());
         let (system_key, list_key) = member_names(dialect);
-        let tools_at = member(&["tools"]);
+        let tools_at = member(&[dialect.format().prompt_layout().tools]);
         let tools = tools_at
             .as_ref()
             .map(|r| key.digest(b"tools", &[&canonical(text, ix, r)]));
@@ -376,7 +376,7 @@ impl Units {
             None => Vec::new(),
         };
         Units {
-            tools_at: member(&["tools"]),
+            tools_at: member(&[doc.dialect.format().prompt_layout().tools]),
             system_at: member(names.0),
             list_at,
             elements,
@@ -424,7 +424,8 @@ impl Units {
             let from = moved(&changes[..n], c.range.start);
             let written = text.get(from..from + c.new_len)?;
             let (system_key, list_key) = self.names;
-            let names = system_key.iter().chain(&list_key).chain(&["tools"]);
+            let tools = ["tools", "toolConfig"];
+            let names = system_key.iter().chain(&list_key).chain(&tools);
             for name in names {
                 if written.contains(&format!("\"{name}\"")) {
                     return None;
@@ -565,9 +566,17 @@ fn canonical(text: &str, ix: Option<&Index>, r: &Range<usize>) -> [u8; 16] {
 }
 
 /// Feed the value at `r` to `h` in canonical form: objects and arrays by their structure
-/// (keys decoded, no whitespace, `cache_control` members left out), scalars as sent.
+/// (keys decoded, no whitespace, `cache_control` members and Converse's `{"cachePoint": …}`
+/// blocks left out: both are markers clients move from turn to turn), scalars as sent.
 fn feed(text: &str, ix: Option<&Index>, r: &Range<usize>, h: &mut Xxh3) {
     feed_at(text, ix, r, h, 0);
+}
+
+/// The element at `r` is a cache point block, `{"cachePoint": …}` and nothing else.
+fn is_cache_point(text: &str, ix: Option<&Index>, r: &Range<usize>) -> bool {
+    text.as_bytes().get(r.start) == Some(&b'{')
+        && scan::object_in(text, ix, r.start)
+            .is_some_and(|o| o.members.len() == 1 && o.members[0].key == "cachePoint")
 }
 
 /// Deepest nesting [`feed`] canonicalises, levels; deeper values are hashed as sent (serde_json's
@@ -603,7 +612,8 @@ fn feed_at(text: &str, ix: Option<&Index>, r: &Range<usize>, h: &mut Xxh3, depth
         Some(b'[') => match scan::array_in(text, ix, r.start) {
             Some(elements) => {
                 h.update(b"[");
-                for (i, el) in elements.iter().enumerate() {
+                let kept = elements.iter().filter(|el| !is_cache_point(text, ix, el));
+                for (i, el) in kept.enumerate() {
                     if i > 0 {
                         h.update(b",");
                     }
@@ -651,6 +661,27 @@ mod tests {
         assert_eq!(a.messages[0], b.messages[0]);
         assert_eq!(a.tools, b.tools);
         assert_eq!(a.first_user, Some(0));
+    }
+
+    /// Converse: `cachePoint` blocks are markers too (a client moves them every turn), and the
+    /// tool definitions are `toolConfig`, first in cache order.
+    #[test]
+    fn converse_cache_points_do_not_count_and_tools_are_tool_config() {
+        let a = of(
+            Dialect::Converse,
+            r#"{"system":[{"text":"S"},{"cachePoint":{"type":"default"}}],"toolConfig":{"tools":[{"toolSpec":{"name":"t"}},{"cachePoint":{"type":"default"}}]},"messages":[{"role":"user","content":[{"text":"hi"},{"cachePoint":{"type":"default","ttl":"1h"}}]}]}"#,
+        );
+        let b = of(
+            Dialect::Converse,
+            r#"{"messages":[{"role":"user","content":[{"text":"hi"}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"t"}}]},"system":[{"text":"S"}]}"#,
+        );
+        assert_eq!(b.first_difference(&a, false), None);
+        assert!(a.tools.is_some());
+        let c = of(
+            Dialect::Converse,
+            r#"{"messages":[{"role":"user","content":[{"text":"hi"}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"u"}}]},"system":[{"text":"S"}]}"#,
+        );
+        assert_eq!(c.first_difference(&b, false), Some(Position::Tools));
     }
 
     #[test]

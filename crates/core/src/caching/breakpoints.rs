@@ -1,5 +1,6 @@
-//! Automatic cache breakpoints on the Anthropic Messages wire (`cache_breakpoints = "auto"`;
-//! `docs/caching.md#automatic-breakpoints`).
+//! Automatic cache breakpoints (`cache_breakpoints = "auto"`;
+//! `docs/caching.md#automatic-breakpoints`): `cache_control` members on the Anthropic Messages
+//! wire (below), `cachePoint` blocks on Bedrock Converse ([`points`], the same slots).
 //!
 //! When the client set no `cache_control` anywhere (top level, a tool, a `system` block, a
 //! message block or a block inside a `tool_result`), at most 4 markers are added, each on one
@@ -28,11 +29,15 @@
 
 use std::ops::Range;
 
+mod points;
+
 use super::{marker_member, CacheTtl};
 use crate::dialect::doc::{Block, Doc, Turn};
+use crate::dialect::format::MarkerStyle;
 use crate::json::edit::append_member;
 use crate::json::scan::{self, Object};
 use crate::json::Edit;
+use crate::provider::BreakpointTargets;
 
 /// Most breakpoints one request may carry (Anthropic: "A maximum of 4 blocks with
 /// cache_control may be provided"; `docs/caching.md#automatic-breakpoints`).
@@ -61,13 +66,32 @@ pub(crate) struct Placed {
     pub reasons: Vec<String>,
 }
 
-/// Place the breakpoints on `doc` (Anthropic Messages only) with `ttl` (`None` or 5 minutes:
-/// the default marker). `skip`: spans of `system` blocks another pass removes (never marked).
-pub(crate) fn place(doc: &Doc<'_>, ttl: Option<CacheTtl>, skip: &[Range<usize>]) -> Placed {
-    let mut out = Placed::default();
-    if !doc.dialect.format().cache_control_markers() {
-        return out;
+/// Place the breakpoints on `doc` with `ttl` (`None` or 5 minutes: the default marker), in
+/// the wire's marker style: `cache_control` members (Anthropic Messages) or `cachePoint`
+/// blocks ([`points`], Bedrock Converse); nothing on a wire without markers. `skip`: spans of
+/// `system` blocks another pass removes (never marked). `targets`: what the model's cache
+/// takes (`crate::provider::ResolvedProvider::breakpoints_for`).
+pub(crate) fn place(
+    doc: &Doc<'_>,
+    ttl: Option<CacheTtl>,
+    skip: &[Range<usize>],
+    targets: BreakpointTargets,
+) -> Placed {
+    match doc.dialect.format().cache_markers() {
+        MarkerStyle::CacheControl => place_cache_control(doc, ttl, skip, targets),
+        MarkerStyle::CachePoint => points::place(doc, ttl, targets),
+        MarkerStyle::Unmarked => Placed::default(),
     }
+}
+
+/// [`place`] on the Anthropic wire.
+fn place_cache_control(
+    doc: &Doc<'_>,
+    ttl: Option<CacheTtl>,
+    skip: &[Range<usize>],
+    targets: BreakpointTargets,
+) -> Placed {
+    let mut out = Placed::default();
     let text = doc.text;
     if let Some(at) = client_marker(doc) {
         out.stood_down = true;
@@ -79,7 +103,7 @@ pub(crate) fn place(doc: &Doc<'_>, ttl: Option<CacheTtl>, skip: &[Range<usize>])
     let member = marker_member(ttl);
     let mut at: Vec<String> = Vec::new();
     // 1. The last tool.
-    if let Some(tools) = doc.top.get("tools") {
+    if let Some(tools) = doc.top.get("tools").filter(|_| targets.tools) {
         let last = scan::array_at(text, tools.value.start)
             .and_then(|t| t.into_iter().enumerate().next_back());
         if let Some((i, obj)) = last.and_then(|(i, r)| Some((i, scan::object_at(text, r.start)?))) {

@@ -138,7 +138,7 @@ impl CacheSettings {
                 && row
                     .dialects
                     .iter()
-                    .any(|d| d.format().cache_control_markers()) =>
+                    .any(|d| d.format().system_billing_line()) =>
             {
                 vec![Stabiliser::ClaudeCodeBillingLine]
             }

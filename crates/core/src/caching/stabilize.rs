@@ -32,7 +32,7 @@ pub(crate) struct Stabilised {
 /// Run `stabilisers` on `doc`; `provider` is the route's row name, for the reason line.
 pub(crate) fn stabilize(stabilisers: &[Stabiliser], doc: &Doc<'_>, provider: &str) -> Stabilised {
     let mut out = Stabilised::default();
-    if !doc.dialect.format().cache_control_markers() {
+    if !doc.dialect.format().system_billing_line() {
         return out;
     }
     for s in stabilisers {

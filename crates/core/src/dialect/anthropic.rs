@@ -16,7 +16,7 @@ use crate::json::Edit;
 use std::ops::Range;
 
 use super::doc::{CarrierInfo, Doc, Payload, Placement, Site, TextStyle, Walk};
-use super::format::{Endpoint, ImageRules, PromptLayout, ReasoningCarriers};
+use super::format::{Endpoint, ImageRules, MarkerStyle, PromptLayout, ReasoningCarriers};
 use super::{kind, str_at};
 use crate::json::scan::{self, Index, Object};
 
@@ -38,6 +38,7 @@ fn payload<'a>(text: &'a str, ix: Option<&Index>, block: &Object) -> Payload<'a>
         Some(at) => Payload::Base64 {
             data: at,
             media_type: src.get("media_type").and_then(|m| str_at(text, &m.value)),
+            spelling: super::doc::TypeSpelling::Mime,
         },
         None => Payload::Opaque {
             bytes: data.value.len() as u64,
@@ -155,6 +156,8 @@ impl super::format::WireFormat for Anthropic {
 
     fn prompt_layout(&self) -> PromptLayout {
         PromptLayout {
+            tools: "tools",
+            tools_list: None,
             system: &["system"],
             turns: "messages",
             parts: "content",
@@ -181,8 +184,8 @@ impl super::format::WireFormat for Anthropic {
         ReasoningCarriers::SignedBlocks
     }
 
-    fn cache_control_markers(&self) -> bool {
-        true
+    fn cache_markers(&self) -> MarkerStyle {
+        MarkerStyle::CacheControl
     }
 
     fn system_billing_line(&self) -> bool {
@@ -194,6 +197,10 @@ impl super::format::WireFormat for Anthropic {
     }
 
     fn previous_response_key(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn model_fields(&self) -> Option<&'static str> {
         None
     }
 
@@ -273,6 +280,7 @@ impl super::format::WireFormat for Anthropic {
             items: None,
             string_content_is_text_block: true,
             bare_input: false,
+            marker_block: None,
         }
     }
 

@@ -22,6 +22,10 @@ pub struct Conversation {
     /// The conversation may be a bare value instead of a list: itself one user message, a
     /// string spelling `{"role":"user","content":…}` (OpenAI Responses' string `input`).
     pub bare_input: bool,
+    /// The key of a content block that is a cache marker and nothing else (Converse's
+    /// `{"cachePoint": …}`): such blocks are left out of a digest, as `cache_control` members
+    /// are, since clients move them every turn.
+    pub marker_block: Option<&'static str>,
 }
 
 /// The item types of a conversation of typed items (OpenAI Responses `input`).

@@ -166,15 +166,27 @@ pub struct StrAt<'a> {
     pub span: Range<usize>,
 }
 
+/// How a base64 payload's separate type field names the image's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TypeSpelling {
+    /// A media type, `image/png` (Anthropic `media_type`, Gemini `mimeType`).
+    Mime,
+    /// The format's bare name, `png`, `jpeg`, `gif`, `webp` (Bedrock Converse's image
+    /// `format`, `docs/wire-formats.md#amazon-bedrock-converse`).
+    FormatName,
+}
+
 /// What an image holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload<'a> {
-    /// Base64 in its own string with a separate media-type field (Anthropic `source`, Gemini
-    /// `inlineData`).
+    /// Base64 in its own string with a separate type field (Anthropic `source`, Gemini
+    /// `inlineData`, Converse `image`).
     Base64 {
         data: StrAt<'a>,
-        /// The declared media type, when the field is a string.
+        /// The declared type, when the field is a string.
         media_type: Option<StrAt<'a>>,
+        /// How that field names the format.
+        spelling: TypeSpelling,
     },
     /// A `data:<mime>;base64,<data>` URL (OpenAI Chat / Responses).
     DataUrl(StrAt<'a>),
@@ -192,12 +204,20 @@ impl Payload<'_> {
         }
     }
 
+    /// How the declared type of [`Self::base64`] is spelled (a data URL's is a media type).
+    pub(crate) fn spelling(&self) -> TypeSpelling {
+        match self {
+            Payload::Base64 { spelling, .. } => *spelling,
+            Payload::DataUrl(_) | Payload::Opaque { .. } => TypeSpelling::Mime,
+        }
+    }
+
     /// The base64 text (raw JSON string text) and, for a data URL, the header length.
     pub(crate) fn base64(&self) -> Option<(&str, Option<&str>)> {
         match self {
-            Payload::Base64 { data, media_type } => {
-                Some((data.text, media_type.as_ref().map(|m| m.text)))
-            }
+            Payload::Base64 {
+                data, media_type, ..
+            } => Some((data.text, media_type.as_ref().map(|m| m.text))),
             Payload::DataUrl(url) => {
                 let (mime, data) = split_data_url(url.text)?;
                 Some((data, Some(mime)))

@@ -99,6 +99,11 @@ fn strip_carrier_keys(n: &mut Node<'_>) {
     }
 }
 
+/// `n` is an object whose one member is `key` (a Converse `{"cachePoint": …}` block).
+fn is_only_member(n: &Node<'_>, key: &str) -> bool {
+    matches!(n, Node::Object(members) if members.len() == 1 && members[0].0 == key)
+}
+
 /// The message in the form that is hashed: markers and carriers removed, and the equivalent
 /// spellings a client may switch between made one (a string `content` is a list of one text
 /// block; a Responses string input or `type: "message"` item is the easy input form
@@ -137,6 +142,7 @@ fn normalize(conv: &Conversation, n: &mut Node<'_>) {
         items.retain(|b| {
             !b.str_member("type")
                 .is_some_and(|t| CARRIER_TYPES.contains(&t))
+                && !conv.marker_block.is_some_and(|k| is_only_member(b, k))
         });
     }
     for list in ["tool_calls", "parts"] {
@@ -573,7 +579,7 @@ mod tests {
                         map.remove("type");
                     }
                 }
-                Dialect::Gemini => {}
+                Dialect::Gemini | Dialect::Converse => {}
             }
             if let Some(Value::Array(items)) = map.get_mut("content") {
                 items.retain(|b| {

@@ -4,7 +4,8 @@
 //!
 //! One impl per dialect, one file each: [`super::anthropic`] (Anthropic Messages),
 //! [`super::openai`] (OpenAI Chat Completions), [`super::responses`] (OpenAI Responses),
-//! [`super::gemini`] (Gemini `generateContent`). [`Dialect::format`] is the one table from a
+//! [`super::gemini`] (Gemini `generateContent`), [`super::converse`] (Amazon Bedrock
+//! Converse). [`Dialect::format`] is the one table from a
 //! dialect to its impl. Adding a wire format: `docs/dev/new-wire-format.md`.
 
 use std::ops::Range;
@@ -50,10 +51,9 @@ pub trait WireFormat: Sync + 'static {
     /// shaping pass (`crate::reasoning::shape`) works on.
     fn reasoning_carriers(&self) -> ReasoningCarriers;
 
-    /// Whether the request marks its prompt-cache breakpoints itself with `cache_control`
-    /// members (Anthropic Messages): the wire the prompt-cache passes
-    /// (`crate::caching`) place and stabilise on.
-    fn cache_control_markers(&self) -> bool;
+    /// How a request of this wire marks its prompt-cache breakpoints, if it does: what the
+    /// automatic-breakpoint pass (`crate::caching::breakpoints`) writes, and whether it runs.
+    fn cache_markers(&self) -> MarkerStyle;
 
     /// Whether the system prompt may open with Claude Code's billing line
     /// (`crate::caching::volatile`), a per-request block the prefix positions digest
@@ -68,6 +68,13 @@ pub trait WireFormat: Sync + 'static {
     /// The top-level member naming the server-side state a request continues (OpenAI
     /// Responses' `previous_response_id`), if the wire has one.
     fn previous_response_key(&self) -> Option<&'static str>;
+
+    /// The top-level member whose keys are the model's own request parameters, passed
+    /// through to the model's native body (Converse's `additionalModelRequestFields`), if the
+    /// wire has one: a learned-unknown parameter is named there as it is at the top level
+    /// of the native body, and dropped from there (`crate::reasoning::unknown_field`,
+    /// `docs/reasoning.md#unknown-field-errors`).
+    fn model_fields(&self) -> Option<&'static str>;
 
     /// Which endpoint of this wire a request path is (the path after a route's prefix, with
     /// its trailing `/` trimmed), or `None` when it is none of this wire's parsed paths.
@@ -141,9 +148,31 @@ pub trait WireFormat: Sync + 'static {
     fn response_reader(&self) -> Box<dyn super::observed::ResponseReader>;
 }
 
+/// How a wire marks prompt-cache breakpoints in a request ([`WireFormat::cache_markers`];
+/// `docs/caching.md#automatic-breakpoints`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerStyle {
+    /// A `cache_control` member on the block that ends the cached prefix (Anthropic
+    /// Messages).
+    CacheControl,
+    /// A `{"cachePoint": {"type": "default"}}` block right after the block that ends the
+    /// cached prefix, in `system`, `messages[].content` or `toolConfig.tools` (Bedrock
+    /// Converse).
+    CachePoint,
+    /// None the proxy places: the wire's providers cache by themselves (OpenAI Chat,
+    /// Responses, Gemini).
+    Unmarked,
+}
+
 /// Where a request keeps its prompt's parts ([`WireFormat::prompt_layout`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PromptLayout {
+    /// The top-level member holding the tool definitions, first in cache order (`tools`;
+    /// Converse's `toolConfig`).
+    pub tools: &'static str,
+    /// The member of an object [`Self::tools`] holding the list of definitions (Converse's
+    /// `toolConfig.tools`); `None` when the member is the list itself.
+    pub tools_list: Option<&'static str>,
     /// The top-level members that may hold the system prompt (spellings of one member);
     /// empty when system prompts are turns of the list (OpenAI Chat's `system` / `developer`
     /// messages).
@@ -208,22 +237,16 @@ impl Dialect {
             Dialect::Openai => &super::openai::OpenaiChat,
             Dialect::OpenaiResponses => &super::responses::OpenaiResponses,
             Dialect::Gemini => &super::gemini::Gemini,
+            Dialect::Converse => &super::converse::Converse,
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn each_dialect_maps_to_its_own_impl() {
-        for d in [
-            Dialect::Anthropic,
-            Dialect::Openai,
-            Dialect::OpenaiResponses,
-            Dialect::Gemini,
-        ] {
+        for d in super::super::ALL {
             assert_eq!(d.format().dialect(), d);
         }
     }

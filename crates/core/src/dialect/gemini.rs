@@ -19,7 +19,7 @@ use crate::json::Edit;
 use std::ops::Range;
 
 use super::doc::{CarrierInfo, Doc, Payload, Placement, Site, TextStyle, Walk};
-use super::format::{Endpoint, ImageRules, PromptLayout, ReasoningCarriers};
+use super::format::{Endpoint, ImageRules, MarkerStyle, PromptLayout, ReasoningCarriers};
 use super::str_at;
 use crate::json::scan::{self, Index, Object};
 
@@ -55,6 +55,7 @@ fn image_payload<'a>(
         Payload::Base64 {
             data: at,
             media_type,
+            spelling: super::doc::TypeSpelling::Mime,
         },
         !declared_image,
     ))
@@ -204,6 +205,8 @@ impl super::format::WireFormat for Gemini {
 
     fn prompt_layout(&self) -> PromptLayout {
         PromptLayout {
+            tools: "tools",
+            tools_list: None,
             system: &["systemInstruction", "system_instruction"],
             turns: "contents",
             parts: "parts",
@@ -231,8 +234,8 @@ impl super::format::WireFormat for Gemini {
         ReasoningCarriers::Untouched
     }
 
-    fn cache_control_markers(&self) -> bool {
-        false
+    fn cache_markers(&self) -> MarkerStyle {
+        MarkerStyle::Unmarked
     }
 
     fn system_billing_line(&self) -> bool {
@@ -244,6 +247,10 @@ impl super::format::WireFormat for Gemini {
     }
 
     fn previous_response_key(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn model_fields(&self) -> Option<&'static str> {
         None
     }
 
@@ -294,6 +301,7 @@ impl super::format::WireFormat for Gemini {
             items: None,
             string_content_is_text_block: false,
             bare_input: false,
+            marker_block: None,
         }
     }
 

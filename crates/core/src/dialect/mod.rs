@@ -24,6 +24,8 @@ pub enum Dialect {
     OpenaiResponses,
     /// Gemini `generateContent` / `streamGenerateContent`.
     Gemini,
+    /// Amazon Bedrock Converse (`/model/{modelId}/converse`, `/converse-stream`).
+    Converse,
 }
 
 impl Dialect {
@@ -34,6 +36,7 @@ impl Dialect {
             Dialect::Openai => "openai",
             Dialect::OpenaiResponses => "openai-responses",
             Dialect::Gemini => "gemini",
+            Dialect::Converse => "converse",
         }
     }
 }
@@ -53,6 +56,7 @@ pub enum ParseError {
 }
 
 pub(crate) mod anthropic;
+pub(crate) mod converse;
 pub mod doc;
 pub mod format;
 pub(crate) mod gemini;
@@ -60,9 +64,11 @@ pub(crate) mod openai;
 pub(crate) mod responses;
 pub(crate) mod restore;
 
-/// Every dialect, in the order [`classify_path`] asks them.
-pub(crate) const ALL: [Dialect; 4] = [
+/// Every dialect, in the order [`classify_path`] asks them (Converse's Bedrock paths and
+/// Anthropic's InvokeModel paths never overlap: the operation tells them apart).
+pub(crate) const ALL: [Dialect; 5] = [
     Dialect::Anthropic,
+    Dialect::Converse,
     Dialect::Openai,
     Dialect::OpenaiResponses,
     Dialect::Gemini,
@@ -76,6 +82,12 @@ pub(crate) fn classify_path(path: &str) -> Option<(Dialect, format::Endpoint)> {
     ALL.into_iter()
         .map(Dialect::format)
         .find_map(|f| f.classify_path(path).map(|e| (f.dialect(), e)))
+}
+
+/// Every wire's member holding the model's own request parameters
+/// ([`format::WireFormat::model_fields`]: Converse's `additionalModelRequestFields`).
+pub(crate) fn model_field_members() -> impl Iterator<Item = &'static str> {
+    ALL.into_iter().filter_map(|d| d.format().model_fields())
 }
 
 /// Parse `body` as `dialect`: the one parse of a run of the passes.

@@ -55,6 +55,13 @@ pub trait ResponseReader: Send {
     fn shed(&mut self);
     /// The turn read (choice / candidate 0), taken; empty when none.
     fn turn(&mut self) -> CapturedTurn;
+    /// Whether each event message of an AWS event stream is itself one of this format's
+    /// events (Bedrock ConverseStream: the JSON payload, named by `:event-type`), rather than a
+    /// `chunk` wrapping an event of the model's own stream (InvokeModelWithResponseStream,
+    /// the default).
+    fn reads_aws_events(&self) -> bool {
+        false
+    }
 }
 
 /// `data` as JSON; a [`SinkError`] naming `what` when it is not (the message carries the

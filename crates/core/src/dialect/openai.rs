@@ -19,7 +19,7 @@ use crate::json::Edit;
 use std::ops::Range;
 
 use super::doc::{split_data_url, Doc, Payload, Placement, Site, TextStyle, Walk};
-use super::format::{Endpoint, ImageRules, PromptLayout, ReasoningCarriers};
+use super::format::{Endpoint, ImageRules, MarkerStyle, PromptLayout, ReasoningCarriers};
 use super::str_at;
 use crate::json::scan::{self, Index, Object};
 
@@ -178,6 +178,8 @@ impl super::format::WireFormat for OpenaiChat {
 
     fn prompt_layout(&self) -> PromptLayout {
         PromptLayout {
+            tools: "tools",
+            tools_list: None,
             system: &[],
             turns: "messages",
             parts: "content",
@@ -204,8 +206,8 @@ impl super::format::WireFormat for OpenaiChat {
         ReasoningCarriers::MessageFields
     }
 
-    fn cache_control_markers(&self) -> bool {
-        false
+    fn cache_markers(&self) -> MarkerStyle {
+        MarkerStyle::Unmarked
     }
 
     fn system_billing_line(&self) -> bool {
@@ -217,6 +219,10 @@ impl super::format::WireFormat for OpenaiChat {
     }
 
     fn previous_response_key(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn model_fields(&self) -> Option<&'static str> {
         None
     }
 
@@ -261,6 +267,7 @@ impl super::format::WireFormat for OpenaiChat {
             items: None,
             string_content_is_text_block: true,
             bare_input: false,
+            marker_block: None,
         }
     }
 

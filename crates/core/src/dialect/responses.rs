@@ -16,7 +16,7 @@ use crate::json::Edit;
 use std::ops::Range;
 
 use super::doc::{Doc, TextStyle, Walk};
-use super::format::{Endpoint, ImageRules, PromptLayout, ReasoningCarriers};
+use super::format::{Endpoint, ImageRules, MarkerStyle, PromptLayout, ReasoningCarriers};
 use super::kind;
 use super::openai::{agent_label, image_site, text_len};
 use crate::json::scan::{self, Object};
@@ -106,6 +106,8 @@ impl super::format::WireFormat for OpenaiResponses {
 
     fn prompt_layout(&self) -> PromptLayout {
         PromptLayout {
+            tools: "tools",
+            tools_list: None,
             system: &["instructions"],
             turns: "input",
             parts: "content",
@@ -137,8 +139,8 @@ impl super::format::WireFormat for OpenaiResponses {
         ReasoningCarriers::Untouched
     }
 
-    fn cache_control_markers(&self) -> bool {
-        false
+    fn cache_markers(&self) -> MarkerStyle {
+        MarkerStyle::Unmarked
     }
 
     fn system_billing_line(&self) -> bool {
@@ -151,6 +153,10 @@ impl super::format::WireFormat for OpenaiResponses {
 
     fn previous_response_key(&self) -> Option<&'static str> {
         Some("previous_response_id")
+    }
+
+    fn model_fields(&self) -> Option<&'static str> {
+        None
     }
 
     /// A path ending in `/responses`.
@@ -196,6 +202,7 @@ impl super::format::WireFormat for OpenaiResponses {
             }),
             string_content_is_text_block: false,
             bare_input: true,
+            marker_block: None,
         }
     }
 

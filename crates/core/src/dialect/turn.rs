@@ -100,6 +100,19 @@ pub enum Carrier {
     /// `functionCall`, belongs to the turn's first call when that call has none (only the
     /// first call of a parallel batch carries one); otherwise to the text ([`PartRef::Text`]).
     GeminiSignature { on: PartRef, signature: String },
+    /// Bedrock Converse `reasoningContent` block holding `reasoningText`: goes back as block
+    /// `position` (its index in the response's `content`) of the assistant message,
+    /// `{"reasoningContent":{"reasoningText":{"text":…,"signature":…}}}`, without `signature`
+    /// when `None` (models that sign none). Streamed: the `reasoningContent.text` deltas
+    /// concatenated and the `signature` delta.
+    ConverseReasoning {
+        position: usize,
+        text: String,
+        signature: Option<String>,
+    },
+    /// Bedrock Converse `reasoningContent` block holding `redactedContent` (base64, as
+    /// received): `{"reasoningContent":{"redactedContent":…}}` at block `position`.
+    ConverseRedacted { position: usize, data: String },
     /// OpenAI Responses `reasoning` item, whole (`id`, `summary`, `encrypted_content`, …), as
     /// the JSON text received (from `response.output_item.done`, or the response's `output`).
     /// Goes back as an input item at `position`: its index among the turn's output items,

@@ -201,10 +201,65 @@ pub(crate) fn gemini(meta: &Value) -> Option<Usage> {
     })
 }
 
+/// Bedrock Converse `usage` (`TokenUsage`, the JSON body's and the stream's `metadata`
+/// event's): uncached = `inputTokens` (Bedrock reports the cache reads and writes apart from
+/// it: total input = `inputTokens` + `cacheReadInputTokens` + `cacheWriteInputTokens`,
+/// <https://docs.aws.amazon.com/bedrock/latest/userguide/prompt-caching.html>), read =
+/// `cacheReadInputTokens`, write = `cacheWriteInputTokens`, its TTL split from `cacheDetails`
+/// (`[{"ttl": "5m" | "1h", "inputTokens": n}]`, the entries of one TTL summed), output =
+/// `outputTokens`. `totalTokens` is not read. Source of the fields:
+/// <https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_TokenUsage.html>.
+/// `None` when not an object.
+pub(crate) fn converse(usage: &Value) -> Option<Usage> {
+    if !usage.is_object() {
+        return None;
+    }
+    let ttl = |want: &str| -> Option<u64> {
+        let details = usage.get("cacheDetails")?.as_array()?;
+        details
+            .iter()
+            .filter(|d| d.get("ttl").and_then(Value::as_str) == Some(want))
+            .filter_map(|d| num(d, "inputTokens"))
+            .reduce(u64::saturating_add)
+    };
+    Some(Usage {
+        uncached_input_tokens: num(usage, "inputTokens"),
+        cache_read_tokens: num(usage, "cacheReadInputTokens"),
+        cache_write_tokens: num(usage, "cacheWriteInputTokens"),
+        cache_write_5m_tokens: ttl("5m"),
+        cache_write_1h_tokens: ttl("1h"),
+        output_tokens: num(usage, "outputTokens"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn converse_input_excludes_the_cache() {
+        let u = converse(&json!({"inputTokens": 12, "outputTokens": 7, "totalTokens": 5387,
+            "cacheReadInputTokens": 5120, "cacheWriteInputTokens": 248,
+            "cacheDetails": [{"ttl": "1h", "inputTokens": 100}, {"ttl": "5m", "inputTokens": 148}]}))
+        .unwrap();
+        assert_eq!(
+            u,
+            Usage {
+                uncached_input_tokens: Some(12),
+                cache_read_tokens: Some(5120),
+                cache_write_tokens: Some(248),
+                cache_write_5m_tokens: Some(148),
+                cache_write_1h_tokens: Some(100),
+                output_tokens: Some(7),
+            }
+        );
+        let plain =
+            converse(&json!({"inputTokens": 3, "outputTokens": 1, "totalTokens": 4})).unwrap();
+        assert_eq!(plain.cache_read_tokens, None);
+        assert_eq!(plain.cache_write_5m_tokens, None);
+        assert_eq!(converse(&json!(null)), None);
+    }
 
     #[test]
     fn unreported_terms_are_not_subtracted() {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::settings::ImagesConfig;
-use crate::dialect::doc::{split_data_url, Payload, Placement, Site, Walk};
+use crate::dialect::doc::{split_data_url, Payload, Placement, Site, TypeSpelling, Walk};
 use crate::images::cache::{self, Entry, Transcodes};
 use crate::images::codec::{self, Mode, Target, TranscodeError, Transcoded};
 use crate::images::format::{self, Format};
@@ -437,6 +437,7 @@ fn repair_and_downscale(
         site,
         b64,
         declared,
+        spelling: site.payload.spelling(),
         format,
         is_data_url: data_url(&site.payload),
         agent: site.carrier.is_some(),
@@ -476,6 +477,8 @@ struct Image<'w, 'a> {
     b64: &'w str,
     /// Its declared media type, when the wire format carries one.
     declared: Option<&'w str>,
+    /// How the wire spells that type (a media type, or Converse's bare format name).
+    spelling: TypeSpelling,
     /// Its format, from the magic bytes.
     format: Format,
     /// Sent as a `data:` URL (the sent length counts the prefix).
@@ -729,7 +732,7 @@ fn apply_transcode(
                 note: img.agent && t.to != t.from,
                 fix_mime: img
                     .declared
-                    .is_some_and(|d| !t.format.matches_declared(d, !img.is_data_url)),
+                    .is_some_and(|d| !declares(t.format, d, img.spelling, img.is_data_url)),
                 new: Some(t.clone()),
             };
             true
@@ -760,7 +763,7 @@ fn fix_declared_mime(img: &Image<'_, '_>, st: &mut State, report: &mut ImageRepo
     let Some(declared) = img.declared else {
         return;
     };
-    if img.accepted && !img.format.matches_declared(declared, !img.is_data_url) {
+    if img.accepted && !declares(img.format, declared, img.spelling, img.is_data_url) {
         st.fate = Fate::Keep {
             new: None,
             note: false,
@@ -823,11 +826,9 @@ fn many_image_rule(
                 st.dims = Some(t.to);
                 st.fate = Fate::Keep {
                     note: site.carrier.is_some(),
-                    fix_mime: site
-                        .payload
-                        .base64()
-                        .and_then(|(_, d)| d)
-                        .is_some_and(|d| !t.format.matches_declared(d, !is_data_url)),
+                    fix_mime: site.payload.base64().and_then(|(_, d)| d).is_some_and(|d| {
+                        !declares(t.format, d, site.payload.spelling(), is_data_url)
+                    }),
                     new: Some(t.clone()),
                 };
             }
@@ -847,7 +848,11 @@ fn payload_edits(
     edits: &mut Vec<Edit>,
 ) {
     match &site.payload {
-        Payload::Base64 { data, media_type } => {
+        Payload::Base64 {
+            data,
+            media_type,
+            spelling,
+        } => {
             if let Some(t) = new {
                 edits.push(Edit {
                     range: data.span.clone(),
@@ -857,7 +862,7 @@ fn payload_edits(
             if let (true, Some(mt), Some(f)) = (fix_mime, media_type, format) {
                 edits.push(Edit {
                     range: mt.span.clone(),
-                    replacement: f.mime().as_bytes().to_vec(),
+                    replacement: spelled(f, *spelling).as_bytes().to_vec(),
                 });
             }
         }
@@ -878,6 +883,24 @@ fn payload_edits(
             }
         }
         Payload::Opaque { .. } => {}
+    }
+}
+
+/// `format` as a declared type spelled `spelling` (`image/png`, or Converse's `png`).
+fn spelled(format: Format, spelling: TypeSpelling) -> &'static str {
+    match spelling {
+        TypeSpelling::Mime => format.mime(),
+        TypeSpelling::FormatName => format.name(),
+    }
+}
+
+/// Whether `declared` (spelled `spelling`; in a data URL when `data_url`) names `format` in
+/// its canonical spelling: case counts in a type field (Anthropic's `media_type` and Converse's
+/// `format` are case-sensitive enums), not in a data URL's header (RFC 2045).
+fn declares(format: Format, declared: &str, spelling: TypeSpelling, data_url: bool) -> bool {
+    match spelling {
+        TypeSpelling::Mime => format.matches_declared(declared, !data_url),
+        TypeSpelling::FormatName => declared == format.name(),
     }
 }
 

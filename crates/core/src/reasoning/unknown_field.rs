@@ -14,7 +14,10 @@
 //!    `reasoning_opaque` / `reasoning_text`, and a bare `reasoning` only when named in a
 //!    `messages` path) — learned as a message field —, or a top-level parameter on
 //!    `droppable_params` (or a keep-thinking flag) that the request carries, named as itself
-//!    (`reasoning`, not `reasoning.effort`) — learned as a top-level parameter.
+//!    (`reasoning`, not `reasoning.effort`) — learned as a top-level parameter. A request
+//!    carries it at the top level, or among the model's own parameters of a wire that
+//!    passes them through (Converse's `additionalModelRequestFields`, which Bedrock merges
+//!    into the model's native body: the same verdict as for that body's top level).
 //!
 //! "Provider returned error" and wordings that name no field are not verdicts. Names are
 //! matched as whole words (`[a-z0-9_]` boundaries) in the lowercased text, and in path arrays
@@ -183,7 +186,13 @@ impl Entry {
             .chain(KEEP_THINKING_PARAMS)
             .filter(|p| !matches!(*p, "model" | "messages" | "contents" | "input" | "system"));
         for p in params {
-            if sent.params.contains(p) && names_param(hay, p) {
+            // At the top level, or (undotted) among the model's own parameters of a wire
+            // that passes them through (Converse's `additionalModelRequestFields.p`).
+            let sent_p = sent.params.contains(p)
+                || (!p.contains('.')
+                    && dialect::model_field_members()
+                        .any(|m| sent.params.contains(&format!("{m}.{p}"))));
+            if sent_p && names_param(hay, p) {
                 fields.insert(Field::param(p));
             }
         }
@@ -753,6 +762,33 @@ mod tests {
             d.wording.contains("extraneous key [service_tier]"),
             "{}",
             d.wording
+        );
+    }
+
+    /// Converse: the model's refusal of a key of `additionalModelRequestFields` (wrapped in
+    /// "The model returned the following errors: ", zed-industries/zed#31815) teaches the
+    /// undotted parameter, as InvokeModel's top-level key does; a key sent nowhere teaches
+    /// nothing.
+    #[test]
+    fn converse_extraneous_key_in_additional_model_request_fields() {
+        let body = r#"{"message":"The model returned the following errors: Malformed input request: #: extraneous key [service_tier] is not permitted, please reformat your input and try again."}"#;
+        let sent = br#"{"messages":[{"role":"user","content":[{"text":"hi"}]}],"additionalModelRequestFields":{"service_tier":"auto"}}"#;
+        let route = resolve(
+            Some("bedrock"),
+            "bedrock-runtime.us-east-1.amazonaws.com",
+            "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse",
+            Some("anthropic.claude-sonnet-4-5-20250929-v1:0"),
+            None,
+        );
+        let d = detect(400, body.as_bytes(), sent, &route, &droppable()).unwrap();
+        assert_eq!(
+            d.fields,
+            [Field::param("service_tier")].into_iter().collect()
+        );
+        let elsewhere = br#"{"messages":[],"inferenceConfig":{"service_tier":"auto"}}"#;
+        assert_eq!(
+            detect(400, body.as_bytes(), elsewhere, &route, &droppable()),
+            None
         );
     }
 

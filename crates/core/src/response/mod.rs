@@ -106,9 +106,12 @@ impl Sink for ResponseSink {
         self.guard(r)
     }
 
-    /// Amazon Bedrock's InvokeModelWithResponseStream: each `chunk` event carries one event
-    /// of the model's own stream ([`aws::invoke_chunk`]), read as that event; an exception
-    /// message is the response's error (its turn is not kept). Other events are not read.
+    /// Amazon Bedrock's event streams. InvokeModelWithResponseStream: each `chunk` event
+    /// carries one event of the model's own stream ([`aws::invoke_chunk`]), read as that
+    /// event; other events are not read. ConverseStream (a reader that
+    /// [reads AWS events](ResponseReader::reads_aws_events)): each event message is read as
+    /// the event its `:event-type` names, its payload the data. An exception message is the
+    /// response's error (its turn is not kept).
     fn on_aws_message(&mut self, message: &Message) -> Result<(), SinkError> {
         if self.ended || self.failed {
             return Ok(());
@@ -120,6 +123,15 @@ impl Sink for ResponseSink {
             let kind = message.event_type.as_deref().unwrap_or("exception");
             self.observed.error.get_or_insert_with(|| kind.to_owned());
             return Ok(());
+        }
+        if self.reader.reads_aws_events() {
+            if message.message_type != Some(MessageType::Event) {
+                return Ok(());
+            }
+            return self.on_event(&SseEvent {
+                event: message.event_type.as_deref(),
+                data: &message.payload,
+            });
         }
         match aws::invoke_chunk(message) {
             Ok(Some(event)) => self.on_event(&SseEvent {

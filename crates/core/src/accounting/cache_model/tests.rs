@@ -362,3 +362,51 @@ fn rules_from_the_provider_table() {
     let r = Rule::from_cache_rule(&deepseek.cache[0]);
     assert_eq!((r.activation, r.ttl_ms), (CacheActivation::Automatic, None));
 }
+
+/// Bedrock Converse: a `cachePoint` block marks the block before it, and is no block of its
+/// own; a Converse image is an image (its base64 hashed, not counted as text).
+#[test]
+fn converse_cache_points_mark_the_block_before() {
+    let point = json!({"cachePoint": {"type": "default"}});
+    let body = |n: usize| {
+        let mut messages =
+            vec![json!({"role": "user", "content": [{"text": "a".repeat(2000)}, point.clone()]})];
+        for _ in 2..=n {
+            messages.push(json!({"role": "assistant", "content": [{"text": "b".repeat(800)}]}));
+            messages.push(
+                json!({"role": "user", "content": [{"text": "c".repeat(1200)}, point.clone()]}),
+            );
+        }
+        serde_json::to_vec(
+            &json!({"system": [{"text": "s".repeat(4000)}, point.clone()], "messages": messages}),
+        )
+        .unwrap()
+    };
+    let turns: Vec<(Vec<u8>, i64)> = (1..=2).map(|n| (body(n), n as i64 * MIN)).collect();
+    let out = simulate(
+        explicit(),
+        turns
+            .iter()
+            .map(|(b, t)| (crate::dialect::Dialect::Converse, b.as_slice(), *t)),
+    )
+    .unwrap();
+    assert_eq!(out[0].read, 0);
+    assert_eq!(
+        out[0].write, out[0].input,
+        "both points wrote their prefixes"
+    );
+    assert_eq!(out[1].read, out[0].input, "turn 2 reads turn 1's prefix");
+    let with_image = json!({"messages": [{"role": "user", "content": [
+        {"image": {"format": "png", "source": {"bytes": "A".repeat(40_000)}}}]}]});
+    let bytes = serde_json::to_vec(&with_image).unwrap();
+    let t = simulate(
+        explicit(),
+        [(crate::dialect::Dialect::Converse, bytes.as_slice(), 0)],
+    )
+    .unwrap();
+    assert!(
+        t[0].input < 40_000 / 4,
+        "the image is not read as text: {}",
+        t[0].input
+    );
+}

@@ -4,9 +4,12 @@ use crate::json::splice;
 use crate::testing::Rng;
 use serde_json::{json, Value};
 
+/// Every slot markable (a Claude model).
+const ALL_TARGETS: BreakpointTargets = BreakpointTargets { tools: true };
+
 fn run(body: &str, ttl: Option<CacheTtl>) -> (Placed, String) {
     let doc = crate::dialect::parse(body.as_bytes(), Dialect::Anthropic).unwrap();
-    let p = place(&doc, ttl, &[]);
+    let p = place(&doc, ttl, &[], ALL_TARGETS);
     let new = String::from_utf8(splice(body.as_bytes(), p.edits.clone()).unwrap()).unwrap();
     (p, new)
 }
@@ -368,7 +371,7 @@ fn skipped_system_blocks_are_never_marked() {
     let system = doc.top.get("system").unwrap();
     let blocks = scan::array_at(doc.text, system.value.start).unwrap();
     // Skip the last block: the one before it is marked instead.
-    let p = place(&doc, None, &blocks[blocks.len() - 1..]);
+    let p = place(&doc, None, &blocks[blocks.len() - 1..], ALL_TARGETS);
     let out = String::from_utf8(splice(body.as_bytes(), p.edits).unwrap()).unwrap();
     let v: Value = serde_json::from_str(&out).unwrap();
     assert!(markers(&v)
@@ -379,7 +382,7 @@ fn skipped_system_blocks_are_never_marked() {
     let doc = crate::dialect::parse(lone.as_bytes(), Dialect::Anthropic).unwrap();
     let system = doc.top.get("system").unwrap();
     let blocks = scan::array_at(doc.text, system.value.start).unwrap();
-    assert_eq!(place(&doc, None, &blocks).added, 0);
+    assert_eq!(place(&doc, None, &blocks, ALL_TARGETS).added, 0);
 }
 
 #[test]
@@ -387,7 +390,7 @@ fn other_dialects_get_nothing() {
     let body =
         r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#;
     let doc = crate::dialect::parse(body.as_bytes(), Dialect::Openai).unwrap();
-    assert_eq!(place(&doc, None, &[]), Placed::default());
+    assert_eq!(place(&doc, None, &[], ALL_TARGETS), Placed::default());
 }
 
 fn random_block(rng: &mut Rng, role: &str, i: usize) -> Value {
@@ -519,4 +522,87 @@ fn property_valid_bounded_idempotent() {
         placed += usize::from(p.added > 0);
     }
     assert!(placed > 200, "only {placed} bodies got markers");
+}
+
+// ---- Bedrock Converse: cachePoint blocks ----
+
+/// Place on a Converse body with `targets`; the placement and the spliced body.
+fn run_converse(body: &str, ttl: Option<CacheTtl>, targets: BreakpointTargets) -> (Placed, Value) {
+    let doc = crate::dialect::parse(body.as_bytes(), Dialect::Converse).unwrap();
+    let p = place(&doc, ttl, &[], targets);
+    let out = splice(body.as_bytes(), p.edits.clone()).unwrap();
+    (p, serde_json::from_slice(&out).unwrap())
+}
+
+fn converse_body() -> String {
+    json!({
+        "system": [{"text": "You drive a desktop."}, {"text": "  "}],
+        "toolConfig": {"tools": [{"toolSpec": {"name": "a"}}, {"toolSpec": {"name": "shot"}}]},
+        "messages": [
+            {"role": "user", "content": [{"text": "first"}]},
+            {"role": "assistant", "content": [{"reasoningContent": {"reasoningText": {"text": "t", "signature": "s"}}}, {"toolUse": {"toolUseId": "t1", "name": "shot", "input": {}}}]},
+            {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": [{"text": "ok"}]}}]},
+            {"role": "assistant", "content": [{"text": "done"}]},
+            {"role": "user", "content": [{"text": "again"}, {"image": {"format": "png", "source": {"bytes": "AAAA"}}}]}
+        ]
+    })
+    .to_string()
+}
+
+const POINT: &str = r#"{"cachePoint":{"type":"default"}}"#;
+
+#[test]
+fn converse_points_go_after_the_same_blocks_anthropic_marks() {
+    let (p, v) = run_converse(&converse_body(), None, ALL_TARGETS);
+    assert_eq!(p.added, 4);
+    let point: Value = serde_json::from_str(POINT).unwrap();
+    assert_eq!(v["toolConfig"]["tools"][2], point);
+    assert_eq!(v["system"][1], point, "after the last non-blank text");
+    assert_eq!(v["system"][2], json!({"text": "  "}));
+    assert_eq!(v["messages"][2]["content"][1], point);
+    assert_eq!(v["messages"][4]["content"][2], point);
+    assert_eq!(v["messages"][0]["content"].as_array().unwrap().len(), 1);
+    assert!(
+        p.reasons[0].contains("4 cachePoint block(s) added (5m"),
+        "{:?}",
+        p.reasons
+    );
+    // Idempotent: a body with points (ours) is left alone.
+    let again = serde_json::to_string(&v).unwrap();
+    let (p2, v2) = run_converse(&again, None, ALL_TARGETS);
+    assert_eq!((p2.added, p2.stood_down), (0, true));
+    assert_eq!(v2, v);
+}
+
+#[test]
+fn converse_one_hour_points_and_no_tool_point_for_nova() {
+    let (p, v) = run_converse(
+        &converse_body(),
+        Some(CacheTtl::OneHour),
+        BreakpointTargets { tools: false },
+    );
+    assert_eq!(p.added, 3);
+    assert_eq!(v["toolConfig"]["tools"].as_array().unwrap().len(), 2);
+    let hour = json!({"cachePoint": {"type": "default", "ttl": "1h"}});
+    assert_eq!(v["system"][1], hour);
+    assert_eq!(v["messages"][4]["content"][2], hour);
+}
+
+#[test]
+fn converse_client_points_stand_the_pass_down() {
+    for body in [
+        json!({"system": [{"text": "s"}, {"cachePoint": {"type": "default"}}], "messages": [{"role": "user", "content": [{"text": "a"}]}]}),
+        json!({"toolConfig": {"tools": [{"toolSpec": {"name": "a"}}, {"cachePoint": {"type": "default"}}]}, "messages": [{"role": "user", "content": [{"text": "a"}]}]}),
+        json!({"messages": [{"role": "user", "content": [{"text": "a"}, {"cachePoint": {"type": "default"}}]}, {"role": "user", "content": [{"text": "b"}]}]}),
+    ] {
+        let (p, _) = run_converse(&body.to_string(), None, ALL_TARGETS);
+        assert!(p.stood_down && p.added == 0, "{body}");
+        assert!(p.reasons[0].contains("the client set its own cachePoint"));
+    }
+    // Nothing follows a blank text or a reasoning block.
+    let body = json!({"messages": [{"role": "user", "content": [{"text": " "}]}]});
+    assert_eq!(
+        run_converse(&body.to_string(), None, ALL_TARGETS).0.added,
+        0
+    );
 }

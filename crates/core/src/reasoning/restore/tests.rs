@@ -18,7 +18,7 @@ use crate::dialect::fingerprint::{
 use crate::dialect::gemini::restore as gemini;
 use crate::dialect::testing::fixture;
 use crate::dialect::turn::{Call, Carrier, PartRef};
-use crate::dialect::Dialect::{self, Anthropic, Gemini, Openai, OpenaiResponses};
+use crate::dialect::Dialect::{self, Anthropic, Converse, Gemini, Openai, OpenaiResponses};
 use crate::json::splice;
 use crate::response::testing::{body, stream};
 
@@ -155,6 +155,11 @@ fn strip(dialect: Dialect, mut v: Value) -> Value {
                         p.remove("thought_signature");
                     }
                     parts.retain(|p| p != &json!({"text": ""}));
+                }
+            }
+            Converse => {
+                if let Some(Value::Array(blocks)) = obj.get_mut("content") {
+                    blocks.retain(|b| b.get("reasoningContent").is_none());
                 }
             }
             OpenaiResponses => {}
@@ -503,6 +508,58 @@ fn anthropic_signed_thinking_back_before_the_tool_use() {
         }
     );
     assert!(r.restored.reasons[0].starts_with("restored thinking block x1 on messages[1]"));
+}
+
+// ---- Bedrock Converse ----
+
+/// The turn of `converse_body.json` (and of the stream `converse_tool.bin`), echoed in
+/// `converse_next_request.json` without its two `reasoningContent` blocks: both come back at
+/// positions 0 and 1, before the `toolUse`, the same strings; kept ones are left alone.
+#[test]
+fn converse_reasoning_content_back_before_the_tool_use() {
+    let captured = observed_body(Converse, "converse_body.json");
+    let prev = request_digest(Converse, &fixture("converse_request.json")).unwrap();
+    let lookup = known(prev, &captured);
+    let full = json_of("converse_next_request.json");
+    let model = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
+    let r = run(
+        Converse,
+        &lookup,
+        model,
+        &provider("bedrock"),
+        &fixture("converse_next_request.json"),
+    );
+    assert_eq!(r.restored, Restored::default());
+    let mut dropped = full.clone();
+    dropped["messages"][1]["content"]
+        .as_array_mut()
+        .unwrap()
+        .drain(0..2);
+    // A cache point the client moved onto the message before the turn changes no fingerprint.
+    dropped["messages"][0]["content"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"cachePoint": {"type": "default"}}));
+    let body = pretty(&dropped);
+    assert_eq!(
+        echoed_turns(Converse, &body)[0].fingerprint,
+        turn_fingerprint(&prev, &captured)
+    );
+    let r = run(Converse, &lookup, model, &provider("bedrock"), &body);
+    let mut want = full.clone();
+    want["messages"][0] = dropped["messages"][0].clone();
+    assert_eq!(r.value(), want);
+    assert_eq!(
+        r.restored.counts,
+        RestoreCounts {
+            turns: 1,
+            thinking: 1,
+            redacted_thinking: 1,
+            ..RestoreCounts::default()
+        }
+    );
+    // The stream's captured turn is the same turn.
+    assert_eq!(captured.carriers.len(), 2);
 }
 
 #[test]
@@ -1275,6 +1332,10 @@ fn drop_turn(dialect: Dialect, v: &mut Value, t: &EchoedTurn, how: u64) {
             for p in list[t.index]["parts"].as_array_mut().unwrap() {
                 p.as_object_mut().unwrap().remove("thoughtSignature");
             }
+        }
+        Converse => {
+            let blocks = list[t.index]["content"].as_array_mut().unwrap();
+            blocks.retain(|b| b.get("reasoningContent").is_none());
         }
     }
 }

@@ -582,6 +582,7 @@ mod tests {
             Dialect::Anthropic,
             Dialect::OpenaiResponses,
             Dialect::Gemini,
+            Dialect::Converse,
         ] {
             let route = resolve(None, "example.com", "/v1", Some("m"), None);
             let out = run(
@@ -598,6 +599,36 @@ mod tests {
             );
             assert_eq!(out.counts.params_dropped, 2);
         }
+    }
+
+    /// Converse: a learned parameter is dropped from `additionalModelRequestFields` too (the
+    /// model's own parameters), its other keys kept.
+    #[test]
+    fn converse_drops_learned_params_from_the_model_fields() {
+        let route = resolve(
+            Some("bedrock"),
+            "bedrock-runtime.us-east-1.amazonaws.com",
+            "/",
+            Some("m"),
+            None,
+        );
+        let body = r#"{"messages":[],"additionalModelRequestFields":{"service_tier":"auto","thinking":{"type":"enabled"}}}"#;
+        let out = run(
+            Dialect::Converse,
+            &route,
+            &["service_tier"],
+            None,
+            None,
+            body,
+        );
+        assert_eq!(
+            String::from_utf8(out.body.unwrap()).unwrap(),
+            r#"{"messages":[],"additionalModelRequestFields":{"thinking":{"type":"enabled"}}}"#
+        );
+        assert_eq!(
+            out.reasons,
+            ["reasoning: dropped parameter additionalModelRequestFields.service_tier (learned unknown for bedrock-runtime.us-east-1.amazonaws.com)"]
+        );
     }
 
     #[test]

@@ -18,7 +18,13 @@ impl Shaper<'_, '_> {
         let omit = self.ctx.omit;
         for name in omit.params().filter(|n| self.is_droppable(n)) {
             match name.split_once('.') {
-                None => whole.extend(top.indexes_of(name)),
+                None => {
+                    whole.extend(top.indexes_of(name));
+                    // Also where the wire passes the model's own parameters through.
+                    if let Some(m) = self.ctx.dialect.format().model_fields() {
+                        nested.entry(m).or_default().push(name);
+                    }
+                }
                 Some((parent, child)) if !child.contains('.') => {
                     nested.entry(parent).or_default().push(child);
                 }
