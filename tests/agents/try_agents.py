@@ -70,6 +70,7 @@ from cloud_mock import (  # noqa: E402
     CloudMock,
     write_google_service_account,
 )
+from helpers import fake_png  # noqa: E402
 from mock_upstream import MockUpstream, RecordedRequest  # noqa: E402
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cachekeeper-agents"
@@ -103,6 +104,8 @@ class Agent:
     pypi: str | None = None
     npm: str | None = None
     signed: bool = False  # every generation request must reach the mock with a valid SigV4 signature
+    image_round: bool = False  # --strict: the tool round reads a screenshot (its result carries an image)
+    direct: bool = True  # --strict: also run straight at the mock (False: it cannot authenticate there)
 
 
 def venv_bin(pkg_key: str, exe: str) -> Path:
@@ -303,9 +306,18 @@ AGENTS = {
             setup_claude_bedrock,
             ("/invoke-with-response-stream", "/invoke"),
             npm=NPM_PACKAGES["claude"],
+            image_round=True,
         ),
         Agent("codex-azure", "codex", setup_codex_azure, ("/responses",), npm=NPM_PACKAGES["codex"]),
-        Agent("claude-vertex", "claude", setup_claude_vertex, (":streamRawPredict", ":rawPredict"), npm=NPM_PACKAGES["claude"]),
+        Agent(
+            "claude-vertex",
+            "claude",
+            setup_claude_vertex,
+            (":streamRawPredict", ":rawPredict"),
+            npm=NPM_PACKAGES["claude"],
+            image_round=True,
+            direct=False,
+        ),
         Agent(
             "claude-bedrock-sigv4",
             "claude",
@@ -313,6 +325,8 @@ AGENTS = {
             ("/invoke-with-response-stream", "/invoke"),
             npm=NPM_PACKAGES["claude"],
             signed=True,
+            image_round=True,
+            direct=False,
         ),
         Agent(
             "claude-bedrock-skip-auth",
@@ -321,6 +335,8 @@ AGENTS = {
             ("/invoke-with-response-stream", "/invoke"),
             npm=NPM_PACKAGES["claude"],
             signed=True,
+            image_round=True,
+            direct=False,
         ),
     ]
 }
@@ -480,6 +496,13 @@ def run_agent(agent: Agent, mock: MockUpstream, proxy: str, work: Path, verbose:
     reply = f"Hello from the mock upstream, {agent.name}."
     mock.reply_text = reply
     mock.clear()
+    mock.strict.read_path = None
+    if strict and agent.image_round:
+        # The strict mock's tool round reads this screenshot: the agent sends it back as an
+        # image in its tool result, through the proxy's image passes.
+        shot = cwd / "screenshot.png"
+        shot.write_bytes(fake_png(1280, 800, seed=7))
+        mock.strict.read_path = str(shot)
     argv, extra = agent.setup(Ctx(proxy, work, reply), home)
     if strict:
         argv = [STRICT_PROMPT if a == PROMPT else a for a in argv]
@@ -520,11 +543,15 @@ def run_agent(agent: Agent, mock: MockUpstream, proxy: str, work: Path, verbose:
         echoed = sum(1 for r in generations if r.carriers)
         refused = next((r.strict_error for r in generations if r.strict_error), None)
         problems = [p for p in problems if not p.startswith("the mock's reply")]
+        images = sum(1 for r in generations if b'"type":"image"' in r.body.replace(b" ", b""))
         if refused:
             problems.append(f"refused: {refused[:160]}")
+        elif agent.image_round and not images:
+            problems.append("no tool result carried the screenshot as an image")
         elif not echoed:
             problems.append("no tool round was echoed (the agent declared no read-only tool, or stopped)")
-        detail = "; ".join(problems) or f"{echoed} echoed tool round(s) accepted; {len(generations)} generation request(s), {streamed} streamed"
+        with_image = f", {images} with the screenshot as an image" if agent.image_round else ""
+        detail = "; ".join(problems) or f"{echoed} echoed tool round(s) accepted{with_image}; {len(generations)} generation request(s), {streamed} streamed"
         return Result(label, not problems, detail, dt, reqs, echoed, refused)
     detail = "; ".join(problems) or f"turn completed; {len(generations)} generation request(s), {streamed} streamed"
     return Result(label, not problems, detail, dt, reqs)
@@ -573,7 +600,7 @@ def main() -> int:
     results: list[Result] = []
     try:
         for n in names:
-            if args.strict and is_installed(AGENTS[n]):
+            if args.strict and AGENTS[n].direct and is_installed(AGENTS[n]):
                 results.append(run_agent(AGENTS[n], mock, mock.url, work, args.verbose, strict=True))
             results.append(run_agent(AGENTS[n], mock, base, work, args.verbose, strict=args.strict))
             if proc.poll() is not None:

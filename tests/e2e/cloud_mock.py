@@ -785,7 +785,17 @@ class _CloudHandler(_Handler):
             self._stream_mode = "bedrock-chunks"
         else:
             self._bedrock_invoke = True
-        self._anthropic(body)
+        self._claude(body)
+
+    def _claude(self, body: dict[str, Any]) -> None:
+        """A Claude body on a cloud path (InvokeModel, Vertex ``rawPredict``): the strict
+        ``anthropic`` mode's answer when the mock is strict (``auto`` too: the path is a cloud's,
+        the wire Anthropic's), else the plain Anthropic answer; either goes out in the cloud's
+        framing (event-stream ``chunk`` frames for InvokeModel)."""
+        strict = (self.knob("strict") or self.upstream.strict_default or "").lower()
+        if strict in ("auto", "anthropic"):
+            return self._strict("anthropic", "/v1/messages", body)
+        return self._anthropic(body)
 
     def _anthropic_chunks(self, events: list[bytes]) -> list[bytes]:
         """Anthropic SSE events -> InvokeModelWithResponseStream ``chunk`` frames (no ``ping``:
@@ -899,7 +909,7 @@ class _CloudHandler(_Handler):
                 return self._send_json(404, _google_error(404, f"mock upstream: no {method} for anthropic", "NOT_FOUND"))
             body = dict(req, stream=method == "streamRawPredict")
             body.setdefault("model", m["model"])
-            return self._anthropic(body)
+            return self._claude(body)
         if extra:
             # Google's JSON-mapping refusal (https://cloud.google.com/apis/design/errors;
             # e.g. google-gemini/gemini-cli reports 'Invalid JSON payload received. Unknown name "x": Cannot find field.')

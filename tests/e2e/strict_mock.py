@@ -132,6 +132,9 @@ class StrictState:
     received: list[Received] = field(default_factory=list)
     counter: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # A file a read tool's call names (agent trials: a screenshot, so the tool round carries an
+    # image); None: the tool's required strings are ".".
+    read_path: str | None = None
 
     def clear(self) -> None:
         with self.lock:
@@ -257,16 +260,27 @@ def _fill(schema: Any) -> dict[str, Any]:
     return out
 
 
-def pick_tool(req: dict[str, Any], city: str) -> tuple[str, dict[str, Any]] | None:
+# The read tools that take a file to read (``read_path`` goes in their first required string).
+READ_TOOLS = ("read", "read_file", "readfile", "view", "view_image")
+
+
+def pick_tool(req: dict[str, Any], city: str, read_path: str | None = None) -> tuple[str, dict[str, Any]] | None:
     """The call a tool round makes: ``get_weather(city)`` when the request declares it (the SDK
-    tests), else a read-only tool of the agent's, else None (no tool round: a text answer)."""
+    tests), else a read-only tool of the agent's (a read tool on ``read_path`` when given, first),
+    else None (no tool round: a text answer)."""
     decls = _tool_decls(req)
     if any(name == "get_weather" for name, _ in decls):
         return ("get_weather", {"city": city})
-    for name, schema in decls:
-        if name.lower().replace("-", "_") in SAFE_TOOLS:
-            return (name, _fill(schema))
-    return None
+    safe = [(n, sch) for n, sch in decls if n.lower().replace("-", "_") in SAFE_TOOLS]
+    if read_path is not None:
+        for name, schema in safe:
+            if name.lower().replace("-", "_") in READ_TOOLS:
+                args = _fill(schema)
+                first = next((k for k, v in args.items() if v == "."), None)
+                if first is not None:
+                    args[first] = read_path
+                    return (name, args)
+    return (safe[0][0], _fill(safe[0][1])) if safe else None
 
 
 def _final_text(n: int, reply: str | None) -> str:
@@ -354,7 +368,7 @@ def _deepseek(
     reasoning = thought("deepseek", n, city)
     calls: list[dict[str, Any]] = []
     text = ""
-    tool = pick_tool(req, city) if done < rounds else None
+    tool = pick_tool(req, city, state.read_path) if done < rounds else None
     if tool is not None:
         call_id = f"call_{n:04d}_0"
         calls = [{"id": call_id, "type": "function", "function": {"name": tool[0], "arguments": json.dumps(tool[1], ensure_ascii=False)}}]
@@ -463,7 +477,7 @@ def _gemini_openai(state: StrictState, req: dict[str, Any], stream: bool, rounds
     done = _tool_rounds_done_chat(msgs)
     calls: list[dict[str, Any]] = []
     text = ""
-    tools = [pick_tool(req, CITIES[(2 * done + j) % len(CITIES)]) for j in range(2)] if done < rounds else []
+    tools = [pick_tool(req, CITIES[(2 * done + j) % len(CITIES)], state.read_path) for j in range(2)] if done < rounds else []
     if tools and tools[0] is not None:
         sig = signature("gemini-openai", n)
         for j, tool in enumerate(tools):
@@ -557,7 +571,7 @@ def _anthropic(state: StrictState, req: dict[str, Any], stream: bool, rounds: in
     think = thought("anthropic", n, city)
     sig = signature("anthropic", n)
     content: list[dict[str, Any]] = [{"type": "thinking", "thinking": think, "signature": sig}]
-    tool = pick_tool(req, city) if done < rounds else None
+    tool = pick_tool(req, city, state.read_path) if done < rounds else None
     if tool is not None:
         data = signature("anthropic-redacted", n, 61)
         tool_id = f"toolu_strict_{n:04d}"
@@ -648,7 +662,7 @@ def _gemini(state: StrictState, req: dict[str, Any], path: str, stream: bool, ro
     model = path.rsplit("/", 1)[-1].split(":", 1)[0] or "gemini-mock"
     done = sum(1 for c in contents if c.get("role") == "model" and any("functionCall" in p for p in parts(c)))
     sig = signature("gemini", n)
-    tools = [pick_tool(req, CITIES[(2 * done + j) % len(CITIES)]) for j in range(2)] if done < rounds else []
+    tools = [pick_tool(req, CITIES[(2 * done + j) % len(CITIES)], state.read_path) for j in range(2)] if done < rounds else []
     if tools and tools[0] is not None:
         out_parts: list[dict[str, Any]] = []
         for j, tool in enumerate(tools):
@@ -717,7 +731,7 @@ def _responses(state: StrictState, req: dict[str, Any], stream: bool, rounds: in
         "summary": [{"type": "summary_text", "text": thought("responses", n, city)}],
         "encrypted_content": enc,
     }
-    tool = pick_tool(req, city) if done < rounds else None
+    tool = pick_tool(req, city, state.read_path) if done < rounds else None
     if tool is not None:
         second: dict[str, Any] = {
             "id": fc_id,
