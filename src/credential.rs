@@ -9,6 +9,7 @@
 //! sealing key ([`SealKey`], `docs/state.md#carrier-records`) is derived separately from the
 //! raw value, so the stored scope reveals nothing of it.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -117,34 +118,14 @@ fn derived_keys() -> &'static DerivedKeys {
 /// store ([`identify`]).
 const SIGV4: &str = "aws-sigv4";
 
-/// The algorithm an AWS SigV4 `Authorization` value starts with
-/// (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_sigv.html).
-const SIGV4_ALGORITHM: &[u8] = b"AWS4-HMAC-SHA256 ";
-
-/// The access key id of a SigV4 `Authorization` value (`AWS4-HMAC-SHA256
-/// Credential=AKID/DATE/REGION/SERVICE/aws4_request, SignedHeaders=…, Signature=…`); `None`
-/// for any other value.
-fn sigv4_key_id(value: &[u8]) -> Option<&[u8]> {
-    let rest = value.strip_prefix(SIGV4_ALGORITHM)?;
-    let at = rest.windows(11).position(|w| w == b"Credential=")? + 11;
-    let id = &rest[at..];
-    let end = id.iter().position(|&b| b == b'/')?;
-    (end > 0).then(|| &id[..end])
-}
-
-/// Whether the request is signed with AWS SigV4: its body and `host` are under a signature
-/// the proxy cannot renew without AWS credentials of its own.
+/// Whether the request is signed with AWS SigV4 (its `Authorization` reads as one,
+/// [`crate::sigv4::parse_authorization`]): its body and `host` are under a signature the
+/// proxy cannot renew without AWS credentials of its own.
 pub(crate) fn sigv4_signed(headers: &http::HeaderMap) -> bool {
     headers
         .get(http::header::AUTHORIZATION)
-        .is_some_and(|v| v.as_bytes().starts_with(SIGV4_ALGORITHM))
-}
-
-/// Compare two secrets (a client token, a signature) by digest, so neither their length nor
-/// their content leaks through timing.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(a) == Sha256::digest(b)
+        .and_then(crate::sigv4::parse_authorization)
+        .is_some()
 }
 
 /// Whether the request carries a credential in any form [`identify`] reads.
@@ -163,24 +144,26 @@ pub(crate) fn present(headers: &http::HeaderMap, query: Option<&str>) -> bool {
 fn find<'a>(
     headers: &'a http::HeaderMap,
     query: Option<&'a str>,
-) -> Option<(&'static str, &'a [u8])> {
+) -> Option<(&'static str, Cow<'a, [u8]>)> {
     for name in CREDENTIAL_HEADERS {
         if let Some(v) = headers
             .get_all(name)
             .iter()
             .find(|v| !is_blank(v.as_bytes()))
         {
-            if let Some(key_id) = sigv4_key_id(v.as_bytes()) {
-                return Some((SIGV4, key_id));
+            // A SigV4 value is scoped by its access key id: one parser reads it
+            // ([`crate::sigv4::parse_authorization`]); a malformed one is a credential as sent.
+            if let Some(signed) = crate::sigv4::parse_authorization(v) {
+                return Some((SIGV4, Cow::Owned(signed.access_key_id.into_bytes())));
             }
-            return Some((name, v.as_bytes()));
+            return Some((name, Cow::Borrowed(v.as_bytes())));
         }
     }
     let key = query.and_then(|q| {
         q.split('&')
             .find_map(|pair| pair.strip_prefix("key=").filter(|v| !v.is_empty()))
     })?;
-    Some(("key", key.as_bytes()))
+    Some(("key", Cow::Borrowed(key.as_bytes())))
 }
 
 /// Whether a credential header's value holds no credential: empty or whitespace, or an
@@ -208,8 +191,9 @@ pub(crate) fn identify(headers: &http::HeaderMap, query: Option<&str>) -> Creden
 
 fn identify_with(keys: &DerivedKeys, headers: &http::HeaderMap, query: Option<&str>) -> Credential {
     let Some((name, value)) = find(headers, query) else {
-        return no_credential();
+        return anonymous();
     };
+    let value = &*value;
     let id = credential_digest(name, value);
     if name == SIGV4 {
         return Credential {
@@ -233,7 +217,10 @@ fn identify_with(keys: &DerivedKeys, headers: &http::HeaderMap, query: Option<&s
     }
 }
 
-fn no_credential() -> Credential {
+/// No credential: the scope of a request that carries none ([`NO_CREDENTIAL`]), and of a
+/// SigV4 request whose signature the proxy could not check but signs anyway (a `sign_all`
+/// route: the access key id it names is only a claim, so it scopes nothing).
+pub(crate) fn anonymous() -> Credential {
     Credential {
         scope: NO_CREDENTIAL.to_owned(),
         sealing: None,
@@ -246,7 +233,7 @@ fn no_credential() -> Credential {
 #[cfg(test)]
 pub(crate) fn scope(headers: &http::HeaderMap, query: Option<&str>) -> String {
     match find(headers, query) {
-        Some((name, value)) => digest(name, value),
+        Some((name, value)) => digest(name, &value),
         None => NO_CREDENTIAL.to_owned(),
     }
 }
@@ -343,9 +330,10 @@ mod tests {
                  SignedHeaders=content-type;host;x-amz-date, Signature={sig}"
             )
         };
-        let a1 = signed("AKIDEXAMPLE", "20261207", "aaaa");
-        let a2 = signed("AKIDEXAMPLE", "20261208", "bbbb");
-        let b = signed("AKIDOTHER", "20261207", "aaaa");
+        let (aa, bb) = ("a".repeat(64), "b".repeat(64));
+        let a1 = signed("AKIDEXAMPLE", "20261207", &aa);
+        let a2 = signed("AKIDEXAMPLE", "20261208", &bb);
+        let b = signed("AKIDOTHER", "20261207", &aa);
         let h = |v: &str| {
             let mut m = http::HeaderMap::new();
             m.insert("authorization", http::HeaderValue::from_str(v).unwrap());
@@ -361,10 +349,19 @@ mod tests {
         assert!(!sigv4_signed(&h("Bearer ABSKbedrock-api-key")));
         let bearer = identify(&h("Bearer ABSKbedrock-api-key"), None);
         assert!(bearer.sealing.is_some());
-        // A malformed SigV4 value is a credential as sent.
-        assert_eq!(sigv4_key_id(b"AWS4-HMAC-SHA256 Credential=/x"), None);
-        assert_eq!(sigv4_key_id(b"AWS4-HMAC-SHA256 garbage"), None);
-        assert_eq!(sigv4_key_id(a1.as_bytes()), Some(&b"AKIDEXAMPLE"[..]));
+        // A malformed SigV4 value is a credential as sent, and not signed: two such values
+        // naming the same key id are two scopes.
+        for malformed in [
+            "AWS4-HMAC-SHA256 Credential=/x",
+            "AWS4-HMAC-SHA256 garbage",
+            &signed("AKIDEXAMPLE", "20261207", "aaaa"),
+        ] {
+            assert!(!sigv4_signed(&h(malformed)), "{malformed}");
+            assert_eq!(
+                scope(&h(malformed), None),
+                digest("authorization", malformed.as_bytes())
+            );
+        }
     }
 
     /// Azure OpenAI's `api-key` header is a credential of its own: two keys, two scopes; an

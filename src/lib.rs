@@ -18,7 +18,7 @@ pub(crate) mod google_token;
 pub(crate) mod metrics;
 pub mod proxy;
 pub mod replay;
-pub mod sigv4;
+pub(crate) mod sigv4;
 pub use cachekeeper_state as state;
 pub mod telemetry;
 pub use cachekeeper_wire as wire;

@@ -232,6 +232,10 @@ fn check_to(path: &std::path::Path, out: &mut impl Write) -> std::io::Result<Exi
     if let Some(w) = cachekeeper::exposure_warning(server.listen, server.client_token.is_some()) {
         writeln!(out, "warning: {w}")?;
     }
+    if let Some(e) = loaded.config.lending_refusal(server.listen) {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(2));
+    }
     let table = match RouteTable::new(&loaded.config) {
         Ok(t) => t,
         Err(e) => {

@@ -172,6 +172,40 @@ fn check_warns_about_a_listen_address_beyond_loopback_without_a_client_token() {
     assert!(!stdout.contains("beyond loopback"), "{stdout}");
 }
 
+/// A route that lends the proxy's own AWS credentials (`sign_all`) on a listener beyond
+/// loopback without a client token: `check` and `serve` refuse, naming the route and the fix.
+#[test]
+fn a_route_that_signs_all_refuses_an_open_listener_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("proxy.toml");
+    let route = "[[routes]]\nname = \"bedrock\"\nprefix = \"/\"\nprovider = \"bedrock\"\n\
+                 upstream = \"https://bedrock-runtime.us-east-1.amazonaws.com\"\n\
+                 [routes.aws]\nsign_all = true\n";
+    std::fs::write(&cfg, format!("[server]\nlisten = \"0.0.0.0:0\"\n{route}")).unwrap();
+    let path = cfg.to_str().unwrap();
+    let out = run(dir.path(), dir.path(), &["check", "--config", path]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "route(s) bedrock ([routes.aws] sign_all) lend the proxy's own cloud credentials"
+        ),
+        "{stderr}"
+    );
+    let out = run(dir.path(), dir.path(), &["serve", "--config", path]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("Set [server] client_token"), "{stderr}");
+    // On loopback it starts (check passes).
+    std::fs::write(&cfg, format!("[server]\nlisten = \"127.0.0.1:0\"\n{route}")).unwrap();
+    let out = run(dir.path(), dir.path(), &["check", "--config", path]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn check_survives_a_closed_pipe() {
     let dir = tempfile::tempdir().unwrap();

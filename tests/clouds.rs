@@ -27,7 +27,8 @@ const GOOGLE_TOKEN: (&str, &str) = ("authorization", "Bearer ya29.a0-test-token"
 const SIGV4: (&str, &str) = (
     "authorization",
     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261207/us-east-1/bedrock/aws4_request, \
-     SignedHeaders=content-type;host;x-amz-date, Signature=0123abcd",
+     SignedHeaders=content-type;host;x-amz-date, \
+     Signature=0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd",
 );
 /// A Bedrock API key, as Claude Code sends `AWS_BEARER_TOKEN_BEDROCK`.
 const BEDROCK_KEY: (&str, &str) = ("authorization", "Bearer ABSKQmVkcm9ja0FQSUtleQ==");
@@ -386,5 +387,33 @@ async fn bedrock_body_betas_are_learned_and_removed_from_the_array() {
     assert_eq!(mock.requests.lock().unwrap().len(), 3);
     let sent: Value = serde_json::from_slice(&mock.last().body).unwrap();
     assert_eq!(sent["anthropic_beta"], json!(["keep-2025-02-02"]));
+    proxy.stop().await;
+}
+
+/// The proxy's own errors on a Bedrock route take Bedrock's shape on InvokeModel as on
+/// Converse — `{"message"}` with the kind in `x-amzn-ErrorType` — so boto3 raises its modeled
+/// exception and `AnthropicBedrock` reads the message. Here the upstream is down (502).
+#[tokio::test]
+async fn bedrock_proxy_errors_are_bedrock_shaped() {
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let proxy = one_route(&closed, "bedrock", "bedrock", "").await;
+    let c = client();
+    let model = "/bedrock/model/anthropic.claude-haiku-4-5-20251001-v1:0";
+    let invoke = json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 9,
+                        "messages": [{"role": "user", "content": "hi"}]});
+    let converse = json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}]});
+    for (op, body) in [("invoke", invoke), ("converse", converse)] {
+        let url = proxy.url(&format!("{model}/{op}"));
+        let (status, headers, body) = send(&c, &url, &[BEDROCK_KEY], body.to_string()).await;
+        assert_eq!(status, 502, "{op}");
+        assert_eq!(
+            headers["x-amzn-errortype"], "InternalServerException",
+            "{op}"
+        );
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        let message = v["message"].as_str().unwrap();
+        assert!(message.starts_with("cachekeeper: "), "{op}: {message}");
+        assert_eq!(v.as_object().unwrap().len(), 1, "{op}: {v}");
+    }
     proxy.stop().await;
 }

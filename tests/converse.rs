@@ -25,7 +25,8 @@ const BEDROCK_KEY: (&str, &str) = ("authorization", "Bearer ABSKQmVkcm9ja0FQSUtl
 const SIGV4: (&str, &str) = (
     "authorization",
     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261207/us-east-1/bedrock/aws4_request, \
-     SignedHeaders=content-type;host;x-amz-date, Signature=0123abcd",
+     SignedHeaders=content-type;host;x-amz-date, \
+     Signature=0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd",
 );
 /// Claude on Bedrock, by its cross-region inference profile id.
 const CLAUDE: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";

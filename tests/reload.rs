@@ -231,6 +231,30 @@ async fn a_reload_that_drops_the_client_token_beyond_loopback_warns() {
     done.await.unwrap();
 }
 
+/// A reload that adds a route lending the proxy's AWS credentials (`sign_all`) while the
+/// listener is beyond loopback without a client token is refused; the running routes keep
+/// serving.
+#[tokio::test]
+async fn a_reload_that_lends_credentials_beyond_loopback_is_refused() {
+    let (a, _) = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let open = "[server]\nlisten = \"0.0.0.0:0\"\n";
+    let (_addr, reloader, stop, done) = serve(&config(&a.url(), &state, open)).await;
+    let lending = format!(
+        "{}\n[[routes]]\nname = \"bedrock\"\nprefix = \"/bedrock\"\nprovider = \"bedrock\"\n\
+         upstream = \"{}\"\n[routes.aws]\nregion = \"us-east-1\"\nsign_all = true\n",
+        config(&a.url(), &state, open),
+        a.url()
+    );
+    let file = dir.path().join("proxy.toml");
+    std::fs::write(&file, lending).unwrap();
+    let err = reloader.reload_from(&file).unwrap_err().to_string();
+    assert!(err.contains("bedrock ([routes.aws] sign_all)"), "{err}");
+    let _ = stop.send(());
+    done.await.unwrap();
+}
+
 /// The real binary: `SIGHUP` applies an edited file; a broken file is logged and the running
 /// configuration keeps serving.
 #[cfg(unix)]

@@ -97,6 +97,11 @@ pub(crate) enum ProxyError {
     /// says why. 503, retryable (a fetch is retried every 30 s).
     #[error("cachekeeper: route {route} adds its own Google access token to requests without a credential, and it has none: {reason}")]
     NoToken { route: String, reason: String },
+    /// The request was to be signed with the proxy's AWS credentials (SigV4) and signing
+    /// failed (`reason`, [`crate::sigv4::SignError`]): sent unsigned or with the client's
+    /// stale signature it would only earn AWS's 403, which says nothing of why. 502.
+    #[error("cachekeeper: route {route} signs requests with the proxy's AWS credentials, and signing this one failed: {reason}")]
+    CannotSign { route: String, reason: String },
 }
 
 impl ProxyError {
@@ -107,9 +112,9 @@ impl ProxyError {
             ProxyError::BadClientToken | ProxyError::NoCredential { .. } => {
                 StatusCode::UNAUTHORIZED
             }
-            ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamBroken { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            ProxyError::UpstreamConnect { .. }
+            | ProxyError::UpstreamBroken { .. }
+            | ProxyError::CannotSign { .. } => StatusCode::BAD_GATEWAY,
             ProxyError::ConnectTimeout { .. } | ProxyError::FirstByteTimeout { .. } => {
                 StatusCode::GATEWAY_TIMEOUT
             }
@@ -132,7 +137,9 @@ impl ProxyError {
             | ProxyError::DotSegment
             | ProxyError::HeadersTooLarge { .. }
             | ProxyError::MethodNotAllowed(_) => ErrorSource::Downstream,
-            ProxyError::ShuttingDown { .. } | ProxyError::NoToken { .. } => ErrorSource::Internal,
+            ProxyError::ShuttingDown { .. }
+            | ProxyError::NoToken { .. }
+            | ProxyError::CannotSign { .. } => ErrorSource::Internal,
             _ => ErrorSource::Upstream,
         }
     }
@@ -166,6 +173,7 @@ impl ProxyError {
             ProxyError::ShuttingDown { .. } => "shutdown",
             ProxyError::NoCredential { .. } => "no_credential",
             ProxyError::NoToken { .. } => "no_token",
+            ProxyError::CannotSign { .. } => "cannot_sign",
         }
     }
 
@@ -176,7 +184,9 @@ impl ProxyError {
         Bytes::from(format.error_body(self.status().as_u16(), &self.to_string(), self.label()))
     }
 
-    /// The full error response.
+    /// The full error response: the body ([`Self::body`]), and the header naming the error's
+    /// kind where the dialect carries one
+    /// ([`crate::dialect::format::WireFormat::error_kind_header`]: Bedrock's `x-amzn-ErrorType`).
     pub(crate) fn response<B: From<Bytes>>(&self, dialect: Option<Dialect>) -> Response<B> {
         let mut resp = Response::new(B::from(self.body(dialect)));
         *resp.status_mut() = self.status();
@@ -184,6 +194,11 @@ impl ProxyError {
             http::header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        let format = dialect.unwrap_or(Dialect::Openai).format();
+        if let Some((name, value)) = format.error_kind_header(self.status().as_u16()) {
+            resp.headers_mut()
+                .insert(name, HeaderValue::from_static(value));
+        }
         resp
     }
 }
@@ -242,6 +257,31 @@ mod tests {
         assert_eq!(g["error"]["code"], 404);
         assert_eq!(g["error"]["status"], "NOT_FOUND");
         assert_eq!(e.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn bedrock_errors_name_their_kind_in_a_header() {
+        let e = ProxyError::ShuttingDown {
+            upstream: "bedrock-runtime.us-east-1.amazonaws.com".into(),
+        };
+        let resp = e.response::<Bytes>(Some(Dialect::Converse));
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            resp.headers()["x-amzn-errortype"],
+            "ServiceUnavailableException"
+        );
+        let body: serde_json::Value = serde_json::from_slice(resp.body()).unwrap();
+        assert!(body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cachekeeper:"));
+        for dialect in [None, Some(Dialect::Anthropic), Some(Dialect::Gemini)] {
+            let resp = e.response::<Bytes>(dialect);
+            assert!(
+                resp.headers().get("x-amzn-errortype").is_none(),
+                "{dialect:?}"
+            );
+        }
     }
 
     #[test]

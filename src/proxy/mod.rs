@@ -206,6 +206,10 @@ pub enum StartError {
     Routes(String),
     #[error(transparent)]
     Client(#[from] upstream::ClientBuildError),
+    /// The listener is beyond loopback without a client token while a route lends the
+    /// proxy's cloud credentials ([`crate::config::Config::lending_refusal`]).
+    #[error("{0}")]
+    Lending(String),
     #[error("cannot open the record file {path}: {source}")]
     Record {
         path: String,
@@ -263,6 +267,9 @@ impl Server {
             .await
             .map_err(|source| StartError::Bind { addr, source })?;
         let bound = listener.local_addr().unwrap_or(addr);
+        if let Some(refusal) = cfg.lending_refusal(bound) {
+            return Err(StartError::Lending(refusal));
+        }
         if let Some(w) = crate::reserved::exposure_warning(bound, cfg.server.client_token.is_some())
         {
             tracing::warn!(target: "cachekeeper::server", "{w}");

@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, Uri};
 
-use crate::sigv4::AwsSigner;
+use crate::proxy::errors::ProxyError;
+use crate::sigv4::{AwsSigner, Outgoing};
 
 /// What the proxy does to one request's credential.
 #[derive(Clone)]
@@ -45,16 +47,21 @@ impl Outbound {
     }
 
     /// Sign the outgoing request (`headers` after hygiene and the passes' edits, `body` the
-    /// bytes sent) for `uri`, or put back the `host` the client signed. Fails open: a
-    /// signing error leaves the headers as they were, with a warning (the upstream answers).
+    /// bytes sent) for `uri`, or put back the `host` the client signed. Signing is CPU only
+    /// (one SHA-256 of the body and an HMAC chain), run on a blocking thread for a body over
+    /// [`crate::proxy::passes::INLINE_MAX_BYTES`].
+    ///
+    /// Errors: [`ProxyError::CannotSign`] when the proxy was to sign and could not (the
+    /// headers are then unchanged); the caller answers it rather than send a request AWS
+    /// refuses with a 403 that does not say why.
     pub(crate) async fn apply(
         &self,
         route: &str,
         method: &Method,
         uri: &Uri,
         headers: &mut HeaderMap,
-        body: &[u8],
-    ) {
+        body: &Bytes,
+    ) -> Result<(), ProxyError> {
         match self {
             Outbound::None => {}
             Outbound::AsSigned(host) => {
@@ -65,16 +72,69 @@ impl Outbound {
             Outbound::Token(bearer) => {
                 headers.insert(header::AUTHORIZATION, bearer.clone());
             }
-            Outbound::Resign { signer, .. } => {
-                if let Err(e) = signer.resign(method, uri, headers, body).await {
-                    tracing::warn!(target: "cachekeeper::sigv4", route = %route, error = %e, "re-signing failed; the request goes as the client sent it");
-                }
+            Outbound::Resign { signer, verified } => {
+                let signed = if body.len() <= crate::proxy::passes::INLINE_MAX_BYTES {
+                    resign(signer, method, uri, headers.clone(), body, *verified)
+                } else {
+                    let (signer, verified) = (Arc::clone(signer), *verified);
+                    let (method, uri, out, body) =
+                        (method.clone(), uri.clone(), headers.clone(), body.clone());
+                    tokio::task::spawn_blocking(move || {
+                        resign(&signer, &method, &uri, out, &body, verified)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(format!("the signing task did not run: {e}")))
+                };
+                *headers = signed.map_err(|reason| {
+                    tracing::warn!(target: "cachekeeper::sigv4", route = %route, error = %reason, "re-signing failed; the proxy answers the request itself");
+                    ProxyError::CannotSign {
+                        route: route.to_owned(),
+                        reason,
+                    }
+                })?;
             }
         }
+        Ok(())
     }
 
     /// Whether the request is sent exactly as the client signed it (the passes run dry).
     pub(crate) fn keeps_original(&self) -> bool {
         matches!(self, Outbound::AsSigned(_))
     }
+
+    /// Whether the request's credential may scope the proxy's state: false for a SigV4
+    /// request the proxy signs without having checked its signature (`signed_by_proxy`): its
+    /// `Credential=` access key id is anyone's to write, and a made-up signature naming
+    /// another client's key must not reach that client's captured reasoning. A request sent
+    /// as signed is checked by AWS before anything is captured from its answer.
+    pub(crate) fn vouches_for_credential(&self) -> bool {
+        !matches!(
+            self,
+            Outbound::Resign {
+                verified: false,
+                ..
+            }
+        )
+    }
+}
+
+/// `headers` signed by `signer` for `uri` and `body` ([`AwsSigner::resign`]); the reason as
+/// text when it fails.
+fn resign(
+    signer: &AwsSigner,
+    method: &Method,
+    uri: &Uri,
+    mut headers: HeaderMap,
+    body: &[u8],
+    verified: bool,
+) -> Result<HeaderMap, String> {
+    let outgoing = Outgoing {
+        method,
+        uri,
+        headers: &mut headers,
+    };
+    signer
+        .resign(outgoing, body, verified)
+        .map_err(|e| e.to_string())?;
+    Ok(headers)
 }

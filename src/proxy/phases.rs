@@ -151,9 +151,15 @@ async fn proxy(
                 None => own_token.unwrap_or(Outbound::None),
             };
             if parse {
-                let mut plan = plan(state, ctx, Arc::clone(&route), &headers, uri.clone());
+                let mut plan = plan(
+                    state,
+                    ctx,
+                    Arc::clone(&route),
+                    &headers,
+                    uri.clone(),
+                    &signing,
+                );
                 plan.client_session = client_session;
-                plan.signed = signing.keeps_original();
                 let replay = rewrite(
                     state,
                     ctx,
@@ -175,7 +181,7 @@ async fn proxy(
     };
     signing
         .apply(&route.name, &parts.method, &uri, &mut headers, &sent)
-        .await;
+        .await?;
     ctx.upstream_auth = signing.label();
     let now = Instant::now();
     ctx.upstream_started = Some(now);
@@ -428,13 +434,18 @@ fn joined_header(headers: &HeaderMap, name: &str) -> Option<String> {
     (!values.is_empty()).then(|| values.join(","))
 }
 
-/// Phase 3: what the passes read besides the body.
+/// Phase 3: what the passes read besides the body. `signing`: what is done to the request's
+/// credential ([`Outbound`]): a request sent as the client signed it runs the passes dry,
+/// and one whose SigV4 signature was not checked (signed by the proxy on a `sign_all` route)
+/// is scoped as carrying no credential, not by the access key id it claims
+/// ([`crate::credential::anonymous`]).
 fn plan(
     state: &AppState,
     ctx: &RequestCtx,
     route: Arc<Route>,
     headers: &HeaderMap,
     upstream_uri: http::Uri,
+    signing: &Outbound,
 ) -> Plan {
     let header_str = |name: &str| {
         headers
@@ -442,7 +453,11 @@ fn plan(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
-    let credential = crate::credential::identify(headers, upstream_uri.query());
+    let credential = if signing.vouches_for_credential() {
+        crate::credential::identify(headers, upstream_uri.query())
+    } else {
+        crate::credential::anonymous()
+    };
     Plan {
         dialect: ctx.dialect.unwrap_or(Dialect::Openai),
         upstream_path: format!("{}{}", route.base_path, ctx.rest),
@@ -464,8 +479,7 @@ fn plan(
         sessions: (ctx.endpoint == Some(Endpoint::Generate)).then(|| Arc::clone(&state.sessions)),
         client_session: None,
         arrived_ms: ctx.arrived_ms,
-        // Set by the caller from the request's `Outbound`.
-        signed: false,
+        signed: signing.keeps_original(),
     }
 }
 

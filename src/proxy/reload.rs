@@ -206,13 +206,17 @@ impl Reloader {
 
     /// Apply `loaded`: requests that arrive after this returns run on it.
     ///
-    /// Errors: [`ReloadError::Build`] when a route or the CA bundle is unusable; nothing
-    /// changed then.
+    /// Errors: [`ReloadError::Build`] when a route or the CA bundle is unusable, or the file
+    /// lends the proxy's cloud credentials on a listener beyond loopback without a client
+    /// token ([`crate::config::Config::lending_refusal`]); nothing changed then.
     pub fn reload(&self, loaded: &Loaded) -> Result<Reloaded, ReloadError> {
         let fixed = self
             .fixed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(refusal) = loaded.config.lending_refusal(self.bound) {
+            return Err(StartError::Lending(refusal).into());
+        }
         let current = self.live.load_full();
         let next = AppState::build(loaded, current.shared(), Some(&current))?;
         let routes = next.routes.routes().len();

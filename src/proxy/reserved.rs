@@ -20,7 +20,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 
-use crate::credential::constant_time_eq;
+use crate::digest::constant_time_eq;
 use crate::proxy::errors::ProxyError;
 use crate::proxy::{overhead_value, AppState, OVERHEAD_HEADER, TOKEN_HEADER};
 use crate::reserved::{self, Reserved};

@@ -218,7 +218,7 @@ async fn send_retry(
     let route = ctx.route_name().to_owned();
     signing
         .apply(&route, &method, uri, &mut headers, &passed.sent)
-        .await;
+        .await?;
     ctx.bytes_out = passed.sent.len() as u64;
     ctx.body = passed.fate;
     ctx.report = passed.report;

@@ -12,19 +12,15 @@
 //! (https://docs.aws.amazon.com/sdkref/latest/guide/file-location.html).
 //!
 //! Caching: `aws-config` reads a file with blocking `std::fs::read` inside its async provider
-//! (aws-types `os_shim_internal::Fs::read_to_end`), and its profile provider parses the files
-//! once per provider (a `OnceCell` in its `ProviderConfig`) and keeps the provider chain it
-//! built (another `OnceCell`); credentials themselves are cached only by an SDK client's
-//! identity cache, which the proxy has none of. So [`RouteCredentials::load`] runs the
-//! provider once, at startup, and keeps the answer; a request reads that copy
-//! ([`RouteCredentials::current`]). Credentials that expire are asked for again, through the
-//! same provider (its files already parsed: no file is read again), when fewer than
-//! [`REFRESH_BEFORE`] remain.
+//! (aws-types `os_shim_internal::Fs::read_to_end`), and credentials are cached only by an SDK
+//! client's identity cache, which the proxy has none of. So [`RouteCredentials::load`] runs
+//! the provider once, off the request path (at startup, and on each reload on a blocking
+//! thread: `crate::proxy::aws`), and keeps the answer; a request reads that copy
+//! ([`RouteCredentials::current`]), with no I/O. Only static keys load (no STS, SSO or
+//! `credential_process`: [`provider_for`]), so a copy has no expiry to watch: keys that
+//! change (a rotated `~/.aws/credentials`, a new session token) are read again by a reload
+//! (`SIGHUP`).
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-
-use arc_swap::ArcSwap;
 use aws_config::environment::EnvironmentVariableCredentialsProvider;
 use aws_config::meta::credentials::CredentialsProviderChain;
 use aws_config::profile::ProfileFileCredentialsProvider;
@@ -37,24 +33,20 @@ use aws_smithy_runtime_api::client::http::{
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::result::ConnectorError;
+use std::sync::Arc;
 
 use crate::config::AwsConfig;
 
-/// How long before their expiry credentials are asked for again: 5 minutes, the AWS SDKs'
-/// default refresh buffer (aws-smithy-runtime `LazyCache`'s `DEFAULT_BUFFER_TIME`).
-pub const REFRESH_BEFORE: Duration = Duration::from_secs(300);
-
-/// One route's credentials: the provider they came from and the current copy.
+/// One route's credentials, as the provider gave them when the route loaded.
 pub struct RouteCredentials {
-    provider: SharedCredentialsProvider,
-    current: ArcSwap<Credentials>,
+    current: Arc<Credentials>,
 }
 
 impl std::fmt::Debug for RouteCredentials {
     /// The access key id and expiry only (`Credentials`' own Debug redacts the secret and
     /// omits the session token; this prints even less).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let c = self.current.load();
+        let c = &self.current;
         f.debug_struct("RouteCredentials")
             .field("access_key_id", &c.access_key_id())
             .field("expiry", &c.expiry())
@@ -66,7 +58,7 @@ impl std::fmt::Debug for RouteCredentials {
 /// environment then the `AWS_PROFILE` (or `default`) profile. The providers get
 /// [`no_network`] as their HTTP client: a profile that needs a call (STS `AssumeRole`, the
 /// instance metadata or container endpoints) fails to load instead of calling out.
-pub fn provider_for(aws: Option<&AwsConfig>) -> SharedCredentialsProvider {
+pub(crate) fn provider_for(aws: Option<&AwsConfig>) -> SharedCredentialsProvider {
     let conf = ProviderConfig::default().with_http_client(no_network());
     let profile = ProfileFileCredentialsProvider::builder().configure(&conf);
     match aws.and_then(|a| a.profile.as_deref()) {
@@ -104,45 +96,20 @@ impl HttpConnector for Refuse {
 }
 
 impl RouteCredentials {
-    /// Ask `provider` once (at startup: a file may be read, blocking) and keep the answer.
+    /// Ask `provider` once (off the request path: a file may be read, blocking) and keep the
+    /// answer.
     ///
     /// Errors: the provider's, e.g. `CredentialsNotLoaded` when no source has credentials.
-    pub async fn load(provider: SharedCredentialsProvider) -> Result<Self, CredentialsError> {
-        let first = provider.provide_credentials().await?;
-        Ok(Self {
-            provider,
-            current: ArcSwap::from_pointee(first),
-        })
+    pub(crate) async fn load(
+        provider: SharedCredentialsProvider,
+    ) -> Result<Self, CredentialsError> {
+        let current = Arc::new(provider.provide_credentials().await?);
+        Ok(Self { current })
     }
 
-    /// The credentials to sign with at `now`: the kept copy, or, when it expires within
-    /// [`REFRESH_BEFORE`], a fresh one from the provider (kept for the next request). A
-    /// failed refresh keeps the old copy, with a warning: the upstream says whether it
-    /// still holds.
-    pub async fn current(&self, now: SystemTime) -> Arc<Credentials> {
-        let kept = self.current.load_full();
-        let fresh_enough = kept.expiry().is_none_or(|at| {
-            at.duration_since(now)
-                .is_ok_and(|left| left > REFRESH_BEFORE)
-        });
-        if fresh_enough {
-            return kept;
-        }
-        match self.provider.provide_credentials().await {
-            Ok(c) => {
-                let c = Arc::new(c);
-                self.current.store(Arc::clone(&c));
-                c
-            }
-            Err(e) => {
-                tracing::warn!(
-                    target: "cachekeeper::sigv4",
-                    error = %e,
-                    "refreshing the proxy's AWS credentials failed; signing with the ones it has"
-                );
-                kept
-            }
-        }
+    /// The credentials to sign with: the kept copy (no I/O).
+    pub(crate) fn current(&self) -> &Credentials {
+        &self.current
     }
 }
 
@@ -239,7 +206,7 @@ pub(crate) mod tests {
             ("AWS_CONFIG_FILE", Some(&config)),
         ]);
         let c = RouteCredentials::load(provider_for(None)).await.unwrap();
-        let now = c.current(SystemTime::now()).await;
+        let now = c.current();
         assert_eq!(now.access_key_id(), "AKIDENVEXAMPLE");
         assert_eq!(now.secret_access_key(), "envSecretEXAMPLE");
         assert_eq!(now.session_token(), Some("envTokenEXAMPLE"));
@@ -253,10 +220,7 @@ pub(crate) mod tests {
         let c = RouteCredentials::load(provider_for(named.as_ref()))
             .await
             .unwrap();
-        assert_eq!(
-            c.current(SystemTime::now()).await.access_key_id(),
-            "AKIDBEDROCKFILE"
-        );
+        assert_eq!(c.current().access_key_id(), "AKIDBEDROCKFILE");
     }
 
     #[tokio::test]
@@ -276,23 +240,17 @@ pub(crate) mod tests {
         let c = RouteCredentials::load(provider_for(route("bedrock").as_ref()))
             .await
             .unwrap();
-        let now = c.current(SystemTime::now()).await;
+        let now = c.current();
         assert_eq!(now.access_key_id(), "AKIDBEDROCKFILE");
         assert_eq!(now.secret_access_key(), "bedrockFileSecret");
         assert_eq!(now.session_token(), Some("bedrockFileToken"));
         let c = RouteCredentials::load(provider_for(route("cfg-only").as_ref()))
             .await
             .unwrap();
-        assert_eq!(
-            c.current(SystemTime::now()).await.access_key_id(),
-            "AKIDCONFIGFILE"
-        );
+        assert_eq!(c.current().access_key_id(), "AKIDCONFIGFILE");
         // No route profile, no environment: `default`, or `AWS_PROFILE`'s.
         let c = RouteCredentials::load(provider_for(None)).await.unwrap();
-        assert_eq!(
-            c.current(SystemTime::now()).await.access_key_id(),
-            "AKIDDEFAULTFILE"
-        );
+        assert_eq!(c.current().access_key_id(), "AKIDDEFAULTFILE");
         drop(_env);
         let _env = EnvGuard::set(&[
             ("AWS_SHARED_CREDENTIALS_FILE", Some(&creds)),
@@ -300,10 +258,7 @@ pub(crate) mod tests {
             ("AWS_PROFILE", Some("bedrock")),
         ]);
         let c = RouteCredentials::load(provider_for(None)).await.unwrap();
-        assert_eq!(
-            c.current(SystemTime::now()).await.access_key_id(),
-            "AKIDBEDROCKFILE"
-        );
+        assert_eq!(c.current().access_key_id(), "AKIDBEDROCKFILE");
         // A profile the files lack: an error, not someone else's credentials.
         assert!(
             RouteCredentials::load(provider_for(route("missing").as_ref()))
@@ -338,7 +293,7 @@ pub(crate) mod tests {
                 sign_all: false,
             };
             let got = tokio::time::timeout(
-                Duration::from_secs(10),
+                std::time::Duration::from_secs(10),
                 RouteCredentials::load(provider_for(Some(&aws))),
             )
             .await
@@ -362,52 +317,5 @@ pub(crate) mod tests {
             matches!(err, CredentialsError::CredentialsNotLoaded(_)),
             "{err:?}"
         );
-    }
-
-    /// Credentials near their expiry are asked for again; static ones never are.
-    #[tokio::test]
-    async fn expiring_credentials_are_refreshed() {
-        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = Arc::clone(&calls);
-        let provider = SharedCredentialsProvider::new(Counting { calls: counted, t0 });
-        let c = RouteCredentials::load(provider).await.unwrap();
-        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
-        // An hour left: the kept copy.
-        assert_eq!(c.current(t0).await.access_key_id(), "AKID1");
-        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
-        // Four minutes left: asked again, and the new copy kept.
-        let late = t0 + Duration::from_secs(3600 - 240);
-        assert_eq!(c.current(late).await.access_key_id(), "AKID2");
-        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
-        assert_eq!(c.current(t0).await.access_key_id(), "AKID2");
-        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
-    }
-
-    /// A provider that counts its calls; call n gives `AKID<n>`, expiring an hour after `t0`
-    /// (the first) or two hours after (later ones).
-    #[derive(Debug)]
-    struct Counting {
-        calls: Arc<std::sync::atomic::AtomicUsize>,
-        t0: SystemTime,
-    }
-
-    impl ProvideCredentials for Counting {
-        fn provide_credentials<'a>(
-            &'a self,
-        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
-        where
-            Self: 'a,
-        {
-            let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-            let hours = if n == 1 { 1 } else { 2 };
-            aws_credential_types::provider::future::ProvideCredentials::ready(Ok(Credentials::new(
-                format!("AKID{n}"),
-                "secret",
-                None,
-                Some(self.t0 + Duration::from_secs(3600 * hours)),
-                "counting",
-            )))
-        }
     }
 }

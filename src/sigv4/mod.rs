@@ -12,7 +12,8 @@
 //!
 //! - [`parse_authorization`]: the client's `Authorization` header read ([`SigV4Header`]), or
 //!   `None` (a Bedrock API key, `Bearer …`, is not SigV4 and is left alone);
-//! - [`AwsSigner::from_route`]: a route's credentials, loaded once (startup);
+//! - [`AwsSigner::from_route`]: a route's credentials, loaded off the request path (startup,
+//!   reloads);
 //! - [`AwsSigner::verify`]: whether the client signed with those same credentials (the
 //!   proxy lends its key to no one else, [`verify`]);
 //! - [`AwsSigner::resign`]: the outgoing request's headers re-signed in place.
@@ -23,10 +24,9 @@
 //! client sends it: default port left out), `content-type`, the `x-amz-*` headers the client
 //! signed, `x-amz-date`, `x-amz-security-token` when the proxy's credentials have one, and
 //! `x-amz-content-sha256` only if the client sent it. Nothing else: every other header may be
-//! changed on the way (`content-length` is recomputed, `user-agent` belongs to the client) and
-//! hop-by-hop headers never reach the upstream as sent.
+//! changed on the way (`content-length` is recomputed, `user-agent` belongs to the client).
 
-pub mod credentials;
+pub(crate) mod credentials;
 mod header;
 mod verify;
 
@@ -41,9 +41,9 @@ use http::header::{HeaderName, HeaderValue, InvalidHeaderName, InvalidHeaderValu
 use http::{HeaderMap, Method, Uri};
 
 use crate::config::AwsConfig;
-pub use credentials::RouteCredentials;
-pub use header::{parse_authorization, SigV4Header, ALGORITHM};
-pub use verify::{Unverified, MAX_CLOCK_SKEW};
+pub(crate) use credentials::RouteCredentials;
+pub(crate) use header::{parse_authorization, SigV4Header};
+pub(crate) use verify::Unverified;
 
 /// The headers the signer writes itself; the client's values are stale once the proxy signs.
 const SIGNER_HEADERS: [&str; 4] = [
@@ -53,23 +53,9 @@ const SIGNER_HEADERS: [&str; 4] = [
     "x-amz-content-sha256",
 ];
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1, as `crates/wire/src/upstream.rs` drops them): never
-/// signed, even when a client signed one.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
 /// Why a request could not be re-signed. No variant carries a key, a token or a signature.
 #[derive(Debug, thiserror::Error)]
-pub enum SignError {
+pub(crate) enum SignError {
     /// The request's `authorization` is absent or not `AWS4-HMAC-SHA256`
     /// ([`parse_authorization`]): nothing to re-sign.
     #[error("the request carries no AWS4-HMAC-SHA256 authorization to re-sign")]
@@ -97,7 +83,7 @@ pub enum SignError {
 }
 
 /// One route's signer: the proxy's credentials for it and the region it signs for.
-pub struct AwsSigner {
+pub(crate) struct AwsSigner {
     /// `[routes.aws] region`; `None`: the client's own scope's region.
     region: Option<String>,
     /// `[routes.aws] sign_all`.
@@ -118,24 +104,36 @@ impl std::fmt::Debug for AwsSigner {
 
 impl AwsSigner {
     /// The signer of the route named `route`: its credentials from the chain its `[routes.aws]` (`aws`) names
-    /// ([`credentials::provider_for`]), asked once, now (call at startup: a shared file may be
-    /// read with blocking I/O). `None` when no source has credentials: a warning names the
+    /// ([`credentials::provider_for`]), asked once, now (never on a request's path: a shared
+    /// file may be read with blocking I/O; `crate::proxy::aws` calls it at startup and, on a
+    /// blocking thread, at each reload). `None` when no source has credentials: a warning names the
     /// route, the reason and what to configure, and the route's signed requests are to go
     /// upstream unchanged.
-    pub async fn from_route(route: &str, aws: Option<&AwsConfig>) -> Option<Self> {
+    pub(crate) async fn from_route(route: &str, aws: Option<&AwsConfig>) -> Option<Self> {
         let provider = credentials::provider_for(aws);
         match Self::with_provider(aws, provider).await {
             Ok(s) => Some(s),
             Err(e) => {
+                // What to set depends on where the route reads: its profile only, or the chain.
+                let fix = match aws.and_then(|a| a.profile.as_deref()) {
+                    Some(profile) => format!(
+                        "the route reads only profile {profile:?} of the shared AWS files \
+                         (~/.aws/credentials and ~/.aws/config, or AWS_SHARED_CREDENTIALS_FILE and \
+                         AWS_CONFIG_FILE): add aws_access_key_id and aws_secret_access_key to it, \
+                         or fix [routes.aws] profile"
+                    ),
+                    None => "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and \
+                             AWS_SESSION_TOKEN), or a profile in ~/.aws/credentials (AWS_PROFILE, \
+                             or [routes.aws] profile), for the proxy's process"
+                        .to_owned(),
+                };
                 tracing::warn!(
                     target: "cachekeeper::sigv4",
                     route = %route,
                     error = %e,
+                    fix = %fix,
                     "no AWS credentials on the proxy's side: this route's SigV4-signed requests \
-                     go upstream unchanged, signed for the proxy's host, and Bedrock refuses \
-                     them; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and \
-                     AWS_SESSION_TOKEN), or a profile in ~/.aws/credentials (AWS_PROFILE, or \
-                     [routes.aws] profile), for the proxy's process"
+                     go upstream unchanged, signed for the proxy's host, and Bedrock refuses them"
                 );
                 None
             }
@@ -144,7 +142,7 @@ impl AwsSigner {
 
     /// A signer over any credentials provider (tests, or a provider the caller built), with
     /// `aws`'s region and `sign_all`. Errors: the provider's first answer.
-    pub async fn with_provider(
+    pub(crate) async fn with_provider(
         aws: Option<&AwsConfig>,
         provider: aws_credential_types::provider::SharedCredentialsProvider,
     ) -> Result<Self, aws_credential_types::provider::error::CredentialsError> {
@@ -157,7 +155,7 @@ impl AwsSigner {
 
     /// `[routes.aws] sign_all`: whether requests the proxy cannot verify (unsigned, or
     /// signed with other credentials) are signed too.
-    pub fn signs_all(&self) -> bool {
+    pub(crate) fn signs_all(&self) -> bool {
         self.sign_all
     }
 
@@ -166,19 +164,26 @@ impl AwsSigner {
     /// as received, the route's prefix included), `headers` (with the `host` it was sent to;
     /// an HTTP/2 client's `:authority` is `uri`'s) and the `body` as received. The signature
     /// is computed again with the proxy's secret at the client's `x-amz-date`, which must be
-    /// within [`MAX_CLOCK_SKEW`] of now, and compared in constant time.
+    /// within [`verify::MAX_CLOCK_SKEW`] of now, and compared in constant time. CPU only (one SHA-256
+    /// of the body and an HMAC chain): the caller runs a large body's check on a blocking
+    /// thread (`crate::proxy::aws`).
     ///
     /// Errors: [`Unverified`], saying why (never a key, a token or a signature).
-    pub async fn verify(
+    pub(crate) fn verify(
         &self,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<(), Unverified> {
-        let now = SystemTime::now();
-        let creds = self.credentials.current(now).await;
-        verify::verify_at(&creds, method, uri, headers, body, now)
+        verify::verify_at(
+            self.credentials.current(),
+            method,
+            uri,
+            headers,
+            body,
+            SystemTime::now(),
+        )
     }
 
     /// Re-sign the outgoing request in place, for `uri`'s host and `body` (the bytes that
@@ -186,32 +191,45 @@ impl AwsSigner {
     /// `x-amz-date`, `x-amz-security-token` (when the proxy's credentials have one) and
     /// `x-amz-content-sha256` (only if the client sent it); removes the client's values of
     /// those and any `host` header (the HTTP client writes the upstream's). The region is the
-    /// route's, else the client's scope's, else the one the upstream host names
-    /// (`bedrock-runtime.<region>.amazonaws.com`); the service is the client's scope's, else
-    /// [`BEDROCK_SIGNING_NAME`]. A request with no `authorization` at all is signed the same
-    /// way (`[routes.aws] sign_all`).
+    /// route's, else the one the upstream host names (`bedrock-runtime.<region>.amazonaws.com`),
+    /// else the client's own scope's; the service is the client's scope's, else
+    /// [`BEDROCK_SIGNING_NAME`]. The client's scope counts only when its signature was checked
+    /// (`verified`): an unchecked request's scope is only a claim. A request with no `authorization` at all is signed the same
+    /// way (`[routes.aws] sign_all`). CPU only, as [`Self::verify`].
     ///
     /// Errors: [`SignError`]; `headers` are then unchanged (the signature is computed before
-    /// any header is touched), so the request goes as the client sent it.
-    pub async fn resign(
+    /// any header is touched).
+    pub(crate) fn resign(
         &self,
-        method: &Method,
-        uri: &Uri,
-        headers: &mut HeaderMap,
+        outgoing: Outgoing<'_>,
         body: &[u8],
+        verified: bool,
     ) -> Result<(), SignError> {
-        let now = SystemTime::now();
-        let creds = self.credentials.current(now).await;
-        let outgoing = Outgoing {
-            method,
-            uri,
-            headers,
+        let scope = Scope {
+            region: self.region.as_deref(),
+            trust_client: verified,
         };
-        sign_at(&creds, self.region.as_deref(), outgoing, body, now)
+        sign_at(
+            self.credentials.current(),
+            scope,
+            outgoing,
+            body,
+            SystemTime::now(),
+        )
     }
 }
 
-/// The request being signed: what goes upstream.
+/// Where the region a request is signed for comes from ([`AwsSigner::resign`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scope<'a> {
+    /// `[routes.aws] region`.
+    pub region: Option<&'a str>,
+    /// Whether the client's own scope's region may be used (its signature was checked).
+    pub trust_client: bool,
+}
+
+/// The request being signed: what goes upstream (its headers after hygiene and the passes'
+/// edits).
 pub(crate) struct Outgoing<'a> {
     pub method: &'a Method,
     pub uri: &'a Uri,
@@ -220,23 +238,12 @@ pub(crate) struct Outgoing<'a> {
 
 /// The signing name of Bedrock's runtime API (`bedrock-runtime.<region>.amazonaws.com` signs
 /// as `bedrock`: its service model's `signingName`, and the scope boto3 writes).
-pub const BEDROCK_SIGNING_NAME: &str = "bedrock";
+pub(crate) const BEDROCK_SIGNING_NAME: &str = "bedrock";
 
-/// The region a Bedrock runtime host names: `bedrock-runtime.<region>.amazonaws.com` or
-/// `bedrock-runtime-fips.<region>.amazonaws.com`
-/// (https://docs.aws.amazon.com/general/latest/gr/bedrock.html).
-fn region_of_host(host: &str) -> Option<&str> {
-    let rest = host
-        .strip_prefix("bedrock-runtime.")
-        .or_else(|| host.strip_prefix("bedrock-runtime-fips."))?;
-    let region = rest.strip_suffix(".amazonaws.com")?;
-    (!region.is_empty() && !region.contains('.')).then_some(region)
-}
-
-/// [`AwsSigner::resign`] with given credentials and time.
+/// [`AwsSigner::resign`] with given credentials, region sources and time.
 pub(crate) fn sign_at(
     creds: &Credentials,
-    region: Option<&str>,
+    scope: Scope<'_>,
     req: Outgoing<'_>,
     body: &[u8],
     time: SystemTime,
@@ -248,13 +255,13 @@ pub(crate) fn sign_at(
     let Some(host) = req.uri.host().filter(|_| req.uri.scheme().is_some()) else {
         return Err(SignError::NoUpstreamHost(req.uri.to_string()));
     };
-    let region = region
-        .or(client.as_ref().map(|c| c.region.as_str()))
-        .or_else(|| region_of_host(host))
+    let trusted = client.as_ref().filter(|_| scope.trust_client);
+    let region = scope
+        .region
+        .or_else(|| crate::provider::bedrock_region_of_host(host))
+        .or(trusted.map(|c| c.region.as_str()))
         .ok_or_else(|| SignError::NoRegion(host.to_owned()))?;
-    let service = client
-        .as_ref()
-        .map_or(BEDROCK_SIGNING_NAME, |c| c.service.as_str());
+    let service = trusted.map_or(BEDROCK_SIGNING_NAME, |c| c.service.as_str());
     let mut settings = SigningSettings::default();
     settings.payload_checksum_kind = if req.headers.contains_key("x-amz-content-sha256") {
         PayloadChecksumKind::XAmzSha256
@@ -296,23 +303,17 @@ pub(crate) fn sign_at(
 
 /// The headers to sign besides those the signer adds: `content-type` and the `x-amz-*`
 /// headers `client` signed (none for an unsigned request), as text (a value that is not text
-/// is sent unsigned), never a hop-by-hop header nor one `connection` names.
+/// is sent unsigned). `headers` are the outgoing ones, after the hop-by-hop hygiene
+/// (`cachekeeper_wire::upstream::upstream_request_headers`), so no hop-by-hop header is here
+/// to sign.
 fn headers_to_sign(headers: &HeaderMap, client: Option<&SigV4Header>) -> Vec<(String, String)> {
-    let named_by_connection: Vec<String> = headers
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase())
-        .collect();
     headers
         .iter()
         .filter(|(name, _)| {
             let n = name.as_str();
             let client_signed = client.is_some_and(|c| c.signs(n));
-            let wanted = n == "content-type"
-                || (n.starts_with("x-amz-") && client_signed && !SIGNER_HEADERS.contains(&n));
-            wanted && !HOP_BY_HOP.contains(&n) && !named_by_connection.iter().any(|c| c == n)
+            n == "content-type"
+                || (n.starts_with("x-amz-") && client_signed && !SIGNER_HEADERS.contains(&n))
         })
         .filter_map(|(name, value)| {
             Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))

@@ -36,7 +36,20 @@ fn resign_at(
         uri: &p.uri,
         headers: &mut p.headers,
     };
-    sign_at(creds, region, out, body, time)
+    let scope = Scope {
+        region,
+        trust_client: true,
+    };
+    sign_at(creds, scope, out, body, time)
+}
+
+/// The outgoing request of a request's parts.
+fn outgoing(p: &mut Parts) -> Outgoing<'_> {
+    Outgoing {
+        method: &p.method,
+        uri: &p.uri,
+        headers: &mut p.headers,
+    }
 }
 
 /// 2015-08-30T12:36:00Z, the test suite's time.
@@ -265,7 +278,8 @@ fn region_token_and_payload_hash() {
 }
 
 /// Signed: `x-amz-*` headers the client signed. Not signed: those it did not sign, the
-/// client's other signed headers (`accept`), and a header `connection` names.
+/// client's other signed headers (`accept`), and a header `connection` names (the outgoing
+/// headers have been through the hop-by-hop hygiene, as on the request path).
 #[test]
 fn which_headers_are_signed() {
     let client = "AWS4-HMAC-SHA256 Credential=AKIDCLIENT/20261207/us-east-1/bedrock/aws4_request, SignedHeaders=accept;content-type;host;x-amz-date;x-amz-meta-a;x-amz-meta-hop;x-amz-user-agent, Signature=46c0ec1b29744dd2fc39882faffb37884e4e3641a55740b3af2ce6d6f3c299b8";
@@ -283,6 +297,7 @@ fn which_headers_are_signed() {
             ("transfer-encoding", "chunked"),
         ],
     );
+    crate::wire::upstream::upstream_request_headers(&mut p.headers, false);
     resign_at(
         &proxy_credentials(None),
         None,
@@ -361,10 +376,7 @@ async fn signer_resigns_with_its_provider() {
         .await
         .unwrap();
     let mut p = boto3_request(UPSTREAM);
-    signer
-        .resign(&p.method.clone(), &p.uri.clone(), &mut p.headers, REWRITTEN)
-        .await
-        .unwrap();
+    signer.resign(outgoing(&mut p), REWRITTEN, true).unwrap();
     let auth = header(&p.headers, "authorization").unwrap();
     let scope = auth.split(", ").next().unwrap();
     let date = header(&p.headers, "x-amz-date").unwrap();
@@ -391,10 +403,7 @@ async fn secrets_are_never_printed() {
     );
     let signer = AwsSigner::with_provider(None, provider).await.unwrap();
     let mut p = boto3_request(UPSTREAM);
-    signer
-        .resign(&p.method.clone(), &p.uri.clone(), &mut p.headers, REWRITTEN)
-        .await
-        .unwrap();
+    signer.resign(outgoing(&mut p), REWRITTEN, true).unwrap();
     let signature = header(&p.headers, "authorization")
         .unwrap()
         .rsplit("Signature=")
@@ -499,12 +508,18 @@ fn unsigned_requests_are_signed_for_the_host_s_region() {
     );
     assert_eq!(header(&p.headers, "anthropic-version"), Some("x"));
     assert_eq!(
-        region_of_host("bedrock-runtime-fips.us-gov-west-1.amazonaws.com"),
+        crate::provider::bedrock_region_of_host("bedrock-runtime-fips.us-gov-west-1.amazonaws.com"),
         Some("us-gov-west-1")
     );
-    assert_eq!(region_of_host("bedrock-runtime.amazonaws.com"), None);
-    assert_eq!(region_of_host("bedrock-runtime.a.b.amazonaws.com"), None);
-    assert_eq!(region_of_host("example.com"), None);
+    assert_eq!(
+        crate::provider::bedrock_region_of_host("bedrock-runtime.amazonaws.com"),
+        None
+    );
+    assert_eq!(
+        crate::provider::bedrock_region_of_host("bedrock-runtime.a.b.amazonaws.com"),
+        None
+    );
+    assert_eq!(crate::provider::bedrock_region_of_host("example.com"), None);
     let mut p = parts(Method::POST, "http://127.0.0.1:9/model/x/invoke", &[]);
     resign_at(
         &proxy_credentials(None),

@@ -53,6 +53,11 @@ pub enum Unverified {
     /// The request could not be canonicalised (`aws-sigv4` refused it).
     #[error("the request cannot be canonicalised: {0}")]
     Canonical(String),
+    /// `x-amz-content-sha256` is not the body's SHA-256 in hex but a marker
+    /// (`UNSIGNED-PAYLOAD`, `STREAMING-…`): the signature does not cover the body, and the
+    /// proxy lends its key only to a request whose bytes the client signed.
+    #[error("x-amz-content-sha256 is not a body hash (an unsigned or streaming payload)")]
+    UnsignedPayload,
 }
 
 /// [`super::AwsSigner::verify`] with given credentials and time.
@@ -70,6 +75,13 @@ pub(crate) fn verify_at(
         .ok_or(Unverified::NotSigV4)?;
     if client.access_key_id != creds.access_key_id() {
         return Err(Unverified::OtherCredentials);
+    }
+    if let Some(declared) = headers.get("x-amz-content-sha256") {
+        let hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
+        let bytes = declared.as_bytes();
+        if bytes.len() != 64 || !bytes.iter().all(hex) {
+            return Err(Unverified::UnsignedPayload);
+        }
     }
     let signed_at = headers
         .get("x-amz-date")
@@ -136,7 +148,7 @@ pub(crate) fn verify_at(
     let (_, expected) = sign(signable, &params)
         .map_err(|e| canonical(&e))?
         .into_parts();
-    if crate::credential::constant_time_eq(expected.as_bytes(), client.signature.as_bytes()) {
+    if crate::digest::constant_time_eq(expected.as_bytes(), client.signature.as_bytes()) {
         Ok(())
     } else {
         Err(Unverified::Mismatch)

@@ -666,3 +666,56 @@ def test_signed_converse_is_rewritten_resigned_and_retried_signed(signing_proxy:
     assert "service_tier" in first.json()["additionalModelRequestFields"]
     assert "service_tier" not in retry.json().get("additionalModelRequestFields", {})
     assert log.one("/converse")["retried_without"] == "param:service_tier"
+
+
+def test_an_unchecked_signature_scopes_nothing(signing_proxy: Proxy, cloud: CloudMock) -> None:
+    """A client signed with the proxy's key has a Converse turn with reasoning; its
+    reasoningContent is captured under its access key id. A request with a made-up signature
+    naming that same key id, on the `sign_all` route, is signed by the proxy (its signature
+    cannot be checked, so its key id is only a claim): it is scoped as carrying no credential,
+    and the first client's reasoning is not restored into it. The first client's own echo is."""
+    from test_converse import with_headers
+
+    cloud.requests.clear()
+    log = signing_proxy.request_log()
+    client = with_headers(boto3_bedrock(signing_proxy, "/bedrock"), {"x-mock-reasoning": "1"})
+    question = [{"role": "user", "content": [{"text": "Which file is largest?"}]}]
+    first = client.converse(modelId=CLAUDE_BEDROCK, messages=question)
+    assert "reasoningContent" in first["output"]["message"]["content"][0]
+    assert log.one("/converse")["turn_captured"] is True
+    echoed = question + [
+        {"role": "assistant", "content": [{"text": DEFAULT_REPLY}]},
+        {"role": "user", "content": [{"text": "And again."}]},
+    ]
+
+    # The forger: the victim's key id, a signature of zeros, on the route that signs all.
+    host = signing_proxy.base_url.removeprefix("http://")
+    import datetime
+
+    amz_date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    forged = (
+        f"AWS4-HMAC-SHA256 Credential={AWS_ACCESS_KEY_ID}/{amz_date[:8]}/{AWS_REGION}/bedrock/aws4_request, "
+        f"SignedHeaders=content-type;host;x-amz-date, Signature={'0' * 64}"
+    )
+    body = json.dumps({"messages": echoed}).encode()
+    conn = http.client.HTTPConnection(host, timeout=30)
+    conn.request(
+        "POST",
+        f"/gateway/model/{CLAUDE_BEDROCK}/converse",
+        body=body,
+        headers={"content-type": "application/json", "x-amz-date": amz_date, "authorization": forged},
+    )
+    resp = conn.getresponse()
+    resp.read()
+    conn.close()
+    assert resp.status == 200
+    rec = cloud.last("POST", "/converse")
+    assert rec.signature_verified is True  # signed by the proxy
+    assert [list(b) for b in rec.json()["messages"][1]["content"]] == [["text"]], "nothing restored"
+    line = log.wait("/converse", 2)[-1]
+    assert (line["route"], line["upstream_auth"], line["restored_thinking"]) == ("gateway", "signed_by_proxy", 0)
+
+    # The key's own client sends the turn back: its reasoning is restored.
+    client.converse(modelId=CLAUDE_BEDROCK, messages=echoed)
+    restored = cloud.last("POST", "/converse").json()["messages"][1]["content"]
+    assert [next(iter(b)) for b in restored] == ["reasoningContent", "reasoningContent", "text"], restored

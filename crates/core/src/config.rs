@@ -467,24 +467,8 @@ impl Config {
                  cache is shared by every route; set it in [images]"
             ));
         }
-        if let Some(problem) = r.aws.as_ref().and_then(AwsConfig::problem) {
+        if let Some(problem) = cloud_problem(r, &host) {
             return Err(format!("{at}: {problem}"));
-        }
-        let row =
-            crate::provider::ResolvedProvider::resolve(r.provider.as_deref(), &host, None).row;
-        if r.aws.is_some() && row.auth != crate::provider::UpstreamAuth::SigV4 {
-            return Err(format!(
-                "{at}: [routes.aws] applies to routes whose upstream signs with AWS SigV4 \
-                 (provider \"bedrock\"); this route's provider is {:?}",
-                row.name
-            ));
-        }
-        if r.google.is_some() && row.auth != crate::provider::UpstreamAuth::Required {
-            return Err(format!(
-                "{at}: [routes.google] applies to Vertex AI routes (provider \"vertex\"), whose \
-                 requests need a Google credential; this route's provider is {:?}",
-                row.name
-            ));
         }
         let mut eff = self.images.with_overrides(&r.images);
         eff.clamp(&format!("{at}.images"), warnings);
@@ -506,7 +490,7 @@ impl Config {
             let Some(g) = &r.google else { continue };
             let file = base_dir.join(&g.service_account);
             let at = format!(
-                "routes[{i}] ({}): google.service_account {}",
+                "routes[{i}] (name = {:?}): google.service_account {}",
                 r.name,
                 file.display()
             );
@@ -529,6 +513,42 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The error that stops the proxy from serving this configuration on a listener bound to
+    /// `addr` beyond loopback without `[server] client_token`, when a route lends the proxy's
+    /// own cloud credentials to whoever reaches it: `[routes.aws] sign_all = true` (AWS signs
+    /// the request with the proxy's key) or `[routes.google]` (the route's Google token).
+    /// Unlike [`crate::reserved::exposure_warning`], where the agents' own keys are spent, this
+    /// would spend the operator's account for anyone on the network. `None` on loopback, with a token, or when
+    /// no route lends. `serve` refuses to start (and a reload to apply) with it; `check` reports
+    /// it for the file's `listen`.
+    pub fn lending_refusal(&self, addr: std::net::SocketAddr) -> Option<String> {
+        if self.server.client_token.is_some() || addr.ip().is_loopback() {
+            return None;
+        }
+        let lenders: Vec<String> = self
+            .routes
+            .iter()
+            .filter_map(|r| {
+                if r.aws.as_ref().is_some_and(|a| a.sign_all) {
+                    Some(format!("{} ([routes.aws] sign_all)", r.name))
+                } else if r.google.is_some() {
+                    Some(format!("{} ([routes.google])", r.name))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        (!lenders.is_empty()).then(|| {
+            format!(
+                "listening on {addr}, beyond loopback, without [server] client_token, while route(s) \
+                 {} lend the proxy's own cloud credentials to every request that reaches them: \
+                 anyone who can reach this port would use your cloud account. Set [server] \
+                 client_token (agents then put /t/<token> in their base URL), or listen on 127.0.0.1",
+                lenders.join(", ")
+            )
+        })
     }
 
     /// The effective `[images]` settings for a route (global values, route overrides,
@@ -561,6 +581,42 @@ impl AwsConfig {
             _ => None,
         }
     }
+}
+
+/// Why a route's cloud sections (`[routes.aws]`, `[routes.google]`) cannot work, if they
+/// cannot (`host`: the upstream's host): a section on a route whose provider does not take
+/// it, an unusable `[routes.aws]`, or `sign_all` with no region to sign for.
+fn cloud_problem(r: &RouteConfig, host: &str) -> Option<String> {
+    if let Some(problem) = r.aws.as_ref().and_then(AwsConfig::problem) {
+        return Some(problem);
+    }
+    let signs_unscoped = r
+        .aws
+        .as_ref()
+        .is_some_and(|a| a.sign_all && a.region.is_none());
+    if signs_unscoped && crate::provider::bedrock_region_of_host(host).is_none() {
+        return Some(format!(
+            "[routes.aws] sign_all signs requests that carry no region of their own, \
+             and the upstream host {host:?} names none (as bedrock-runtime.<region>.amazonaws.com \
+             does): set [routes.aws] region"
+        ));
+    }
+    let row = crate::provider::ResolvedProvider::resolve(r.provider.as_deref(), host, None).row;
+    if r.aws.is_some() && row.auth != crate::provider::UpstreamAuth::SigV4 {
+        return Some(format!(
+            "[routes.aws] applies to routes whose upstream signs with AWS SigV4 \
+             (provider \"bedrock\"); this route's provider is {:?}",
+            row.name
+        ));
+    }
+    if r.google.is_some() && row.auth != crate::provider::UpstreamAuth::Required {
+        return Some(format!(
+            "[routes.google] applies to Vertex AI routes (provider \"vertex\"), whose \
+             requests need a Google credential; this route's provider is {:?}",
+            row.name
+        ));
+    }
+    None
 }
 
 /// Why a route's prompt-cache keys cannot work, if they cannot (`host`: the upstream's host).
@@ -639,6 +695,32 @@ upstream = "https://api.anthropic.com"
         assert_eq!(c.routes.len(), 1);
     }
 
+    #[test]
+    fn routes_that_lend_credentials_refuse_an_open_listener() {
+        let cfg = |extra: &str| {
+            let toml = format!(
+                "[[routes]]\nname = \"b\"\nprefix = \"/b\"\nupstream = \"http://127.0.0.1:9\"\n\
+                 provider = \"bedrock\"\n[routes.aws]\nregion = \"us-east-1\"\n{extra}"
+            );
+            Config::from_toml(&toml).unwrap().0
+        };
+        let open: std::net::SocketAddr = "0.0.0.0:8787".parse().unwrap();
+        let local: std::net::SocketAddr = "127.0.0.1:8787".parse().unwrap();
+        let lending = cfg("sign_all = true\n");
+        let msg = lending.lending_refusal(open).unwrap();
+        assert!(msg.contains("b ([routes.aws] sign_all)"), "{msg}");
+        assert!(msg.contains("client_token") && !msg.contains("  "), "{msg}");
+        assert_eq!(lending.lending_refusal(local), None);
+        assert_eq!(
+            cfg("").lending_refusal(open),
+            None,
+            "re-signing only the proxy's own key lends nothing"
+        );
+        let mut with_token = lending.clone();
+        with_token.server.client_token = Some("s3cret-token-value".into());
+        assert_eq!(with_token.lending_refusal(open), None);
+    }
+
     /// `[routes.aws]`: read as written, absent by default; an unknown key, an empty profile,
     /// a region that is no region code, or the section on a route whose provider does not
     /// sign with SigV4 is refused naming the route.
@@ -686,6 +768,18 @@ upstream = "https://api.anthropic.com"
         let mock = "[[routes]]\nname = \"b\"\nprefix = \"/b\"\nupstream = \"http://127.0.0.1:9\"\n\
                     provider = \"bedrock\"\n[routes.aws]\nregion = \"us-east-1\"\n";
         assert!(Config::from_toml(mock).is_ok());
+        // sign_all signs unsigned requests: a region must come from the route or the host.
+        let unscoped = err(&mock.replace("region = \"us-east-1\"", "sign_all = true"));
+        assert!(
+            unscoped.contains("routes[0] (name = \"b\")")
+                && unscoped.contains("set [routes.aws] region")
+                && !unscoped.contains("  "),
+            "{unscoped}"
+        );
+        assert!(
+            Config::from_toml(&with("sign_all = true\n")).is_ok(),
+            "the host names us-east-1"
+        );
     }
 
     /// `[routes.google]`: only on a Vertex AI route; its key file is read when the file loads
@@ -730,7 +824,7 @@ upstream = "https://api.anthropic.com"
         assert_eq!(load(Some(good)), Ok(()));
         let missing = load(None).unwrap_err();
         assert!(
-            missing.contains("routes[0] (v): google.service_account"),
+            missing.contains("routes[0] (name = \"v\"): google.service_account"),
             "{missing}"
         );
         let user = load(Some(r#"{"type":"authorized_user","refresh_token":"x"}"#)).unwrap_err();

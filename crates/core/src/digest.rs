@@ -7,6 +7,12 @@ use sha2::{Digest as _, Sha256};
 
 use crate::state::seal::SealKey;
 
+/// Compare two secrets (a client token, a SigV4 signature) by their SHA-256 digests, so
+/// neither their length nor their content leaks through timing.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    Sha256::digest(a) == Sha256::digest(b)
+}
+
 /// HKDF info of the digest key derived from a credential's sealing key.
 const DIGEST_KEY_INFO: &[u8] = b"cachekeeper prefix digest key v1";
 

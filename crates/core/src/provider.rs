@@ -305,6 +305,14 @@ pub struct Provider {
     /// ([`crate::route::Route::error_dialect`]). `None` for gateways, hosts serving several
     /// wires, and unknown hosts.
     pub native_dialect: Option<Dialect>,
+    /// The dialect whose error shape every error of this upstream takes, whatever wire the
+    /// request spoke: the proxy's own errors on a route to it take that shape too
+    /// ([`crate::route::Route::error_dialect`]). Amazon Bedrock: `{"message"}` with an
+    /// `x-amzn-ErrorType` header on InvokeModel as on Converse (the AWS SDKs, and Anthropic's
+    /// `AnthropicBedrock`, parse errors that way;
+    /// <https://docs.aws.amazon.com/bedrock/latest/APIReference/CommonErrors.html>). `None`:
+    /// each wire's own shape.
+    pub errors_as: Option<Dialect>,
     /// Image rules; `None` = from the model name, else the body's dialect.
     pub images: Option<&'static ImageLimits>,
     /// Carriers read on the OpenAI Chat wire (the Gemini signature is added by model name).
@@ -353,6 +361,18 @@ pub struct Provider {
     /// (https://docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages-request-response.html).
     /// Learned beta verdicts then apply to that array ([`crate::reasoning::betas`]).
     pub betas_in_body: bool,
+}
+
+/// The region a Bedrock runtime host names: `bedrock-runtime.<region>.amazonaws.com` or
+/// `bedrock-runtime-fips.<region>.amazonaws.com`, the bedrock row's [`Provider::hosts`]
+/// (https://docs.aws.amazon.com/general/latest/gr/bedrock.html); `None` for any other host
+/// (a VPC endpoint, a mock): SigV4 then needs `[routes.aws] region`.
+pub fn bedrock_region_of_host(host: &str) -> Option<&str> {
+    let rest = host
+        .strip_prefix("bedrock-runtime.")
+        .or_else(|| host.strip_prefix("bedrock-runtime-fips."))?;
+    let region = rest.strip_suffix(".amazonaws.com")?;
+    (!region.is_empty() && !region.contains('.')).then_some(region)
 }
 
 /// Which parts of a request the automatic-breakpoint pass may mark
@@ -433,6 +453,7 @@ const fn row(
         hosts,
         dialects: ALL_DIALECTS,
         native_dialect: None,
+        errors_as: None,
         images: None,
         carriers,
         echo: None,
@@ -664,6 +685,7 @@ pub(crate) const PROVIDERS: &[Provider] = &[
         ttl_beta: false,
         auth: UpstreamAuth::SigV4,
         betas_in_body: true,
+        errors_as: Some(Dialect::Converse),
         ..row(
             "bedrock",
             &[

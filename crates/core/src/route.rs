@@ -311,12 +311,17 @@ fn path_dialect_hint(path: &str) -> Option<Dialect> {
 
 impl Route {
     /// The dialect of the proxy's own errors for `rest` (the path after the prefix) on this
-    /// route: the pinned `dialect`, else the path's dialect on the route ([`Route::classify`]),
-    /// else the provider's own API's ([`crate::provider::Provider::native_dialect`]: a 401 or
-    /// a broken upload on `/anthropic/v1/files` is Anthropic-shaped), else what the path
-    /// alone says ([`error_dialect`] without a route). Use [`error_dialect`].
+    /// route: the provider's one error shape when it has one
+    /// ([`crate::provider::Provider::errors_as`]: Bedrock's, on InvokeModel too), else the
+    /// pinned `dialect`, else the path's dialect on the route ([`Route::classify`]), else the
+    /// provider's own API's ([`crate::provider::Provider::native_dialect`]: a 401 or a broken
+    /// upload on `/anthropic/v1/files` is Anthropic-shaped), else what the path alone says
+    /// ([`error_dialect`] without a route). Use [`error_dialect`].
     fn error_dialect(&self, rest: &str) -> Option<Dialect> {
-        self.dialect
+        self.provider
+            .row
+            .errors_as
+            .or(self.dialect)
             .or_else(|| self.classify(rest).map(|(d, _)| d))
             .or(self.provider.row.native_dialect)
             .or_else(|| path_dialect_hint(rest))

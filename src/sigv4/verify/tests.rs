@@ -190,7 +190,10 @@ fn a_request_signed_with_the_proxy_s_key_for_its_host_verifies() {
     let uri: Uri = format!("http://127.0.0.1:8787{path}").parse().unwrap();
     sign_at(
         &creds,
-        None,
+        crate::sigv4::Scope {
+            region: None,
+            trust_client: true,
+        },
         Outgoing {
             method: &Method::POST,
             uri: &uri,
@@ -217,6 +220,26 @@ fn a_request_signed_with_the_proxy_s_key_for_its_host_verifies() {
         verify_at(&creds, &Method::POST, &uri, &h, body, now),
         Ok(())
     );
+}
+
+/// A signature over `UNSIGNED-PAYLOAD` or a streaming marker covers no body: refused by name,
+/// before any signature is computed.
+#[test]
+fn unsigned_and_streaming_payloads_are_refused() {
+    let at = suite_time();
+    for marker in [
+        "UNSIGNED-PAYLOAD",
+        "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+        "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+    ] {
+        let mut h = get_vanilla();
+        h.insert("x-amz-content-sha256", HeaderValue::from_static(marker));
+        assert_eq!(
+            verify_at(&suite_credentials(), &Method::GET, &root(), &h, b"", at),
+            Err(Unverified::UnsignedPayload),
+            "{marker}"
+        );
+    }
 }
 
 #[test]

@@ -292,6 +292,10 @@ impl super::format::WireFormat for Anthropic {
         errors::body(status, message)
     }
 
+    fn error_kind_header(&self, _: u16) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
     fn stream_error_event(&self, message: &str, _: &str, _: Option<u64>) -> Option<String> {
         Some(errors::stream_error_event(message))
     }

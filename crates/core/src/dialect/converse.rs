@@ -245,6 +245,10 @@ impl super::format::WireFormat for Converse {
         errors::body(message)
     }
 
+    fn error_kind_header(&self, status: u16) -> Option<(&'static str, &'static str)> {
+        Some((errors::ERROR_TYPE_HEADER, errors::error_type(status)))
+    }
+
     /// None: an event stream has no SSE event; a stream the proxy cuts is aborted.
     fn stream_error_event(&self, _: &str, _: &str, _: Option<u64>) -> Option<String> {
         None

@@ -118,6 +118,12 @@ pub trait WireFormat: Sync + 'static {
     /// shape (`docs/wire-formats.md#error-bodies`).
     fn error_body(&self, status: u16, message: &str, code: &str) -> String;
 
+    /// The header that names the kind of an error the proxy answers itself with HTTP
+    /// `status`, as `(name, value)`, when this format carries the kind outside the body
+    /// (Bedrock's `x-amzn-ErrorType`, which the AWS SDKs read to pick the exception); `None`
+    /// when the body says it all.
+    fn error_kind_header(&self, status: u16) -> Option<(&'static str, &'static str)>;
+
     /// The SSE event that ends a stream the proxy cuts (upstream broke, shutdown) in this
     /// format's stream error shape, `code` the reason's label and `last_sequence` the last
     /// `sequence_number` the stream carried (Responses); `None` when the format has no error

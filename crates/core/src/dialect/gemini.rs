@@ -313,6 +313,10 @@ impl super::format::WireFormat for Gemini {
         errors::body(status, message)
     }
 
+    fn error_kind_header(&self, _: u16) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
     fn stream_error_event(&self, _: &str, _: &str, _: Option<u64>) -> Option<String> {
         None
     }

@@ -279,6 +279,10 @@ impl super::format::WireFormat for OpenaiChat {
         errors::body(status, message, code)
     }
 
+    fn error_kind_header(&self, _: u16) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
     fn stream_error_event(&self, message: &str, code: &str, _: Option<u64>) -> Option<String> {
         Some(errors::stream_error_event(message, code))
     }

@@ -214,6 +214,10 @@ impl super::format::WireFormat for OpenaiResponses {
         super::openai::errors::body(status, message, code)
     }
 
+    fn error_kind_header(&self, _: u16) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
     fn stream_error_event(
         &self,
         message: &str,
