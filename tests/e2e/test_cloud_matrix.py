@@ -518,6 +518,7 @@ def test_evict(proxy: Proxy, cloud: CloudMock, log: RequestLog, row: Shots) -> N
             assert_retired_text(row.text(parts[1]))
         else:
             assert row.image(parts[1]) == ("image/png", png), i
+    assert sum(row.image(row.carrier(sent, i)[1]) is not None for i in range(21)) == KEPT
     line = log.one(row.suffix)
     route = "vertex" if row.suffix.startswith(":") else "azure" if row.dialect == "openai" else "bedrock"
     assert (line["route"], line["dialect"], line["model"], line["body"]) == (route, row.dialect, row.model, "rewritten")
@@ -637,7 +638,6 @@ CLAUDES = [
     Claude("AnthropicVertex", ":rawPredict", CLAUDE_VERTEX, False, _claude_sdk(anthropic_vertex, False)),
     Claude("AnthropicVertex.stream", ":streamRawPredict", CLAUDE_VERTEX, False, _claude_sdk(anthropic_vertex, True)),
 ]
-THINKING = {"type": "thinking", "thinking": "", "signature": ANTHROPIC_SIGNATURE}  # the thinking text is the mock's
 
 
 @pytest.mark.parametrize("row", CLAUDES, ids=[r.name for r in CLAUDES])
@@ -726,7 +726,8 @@ def test_restore_gemini(proxy: Proxy, cloud: CloudMock, log: RequestLog, stream:
 
     client = genai_vertex(proxy)
     question = types.Content(role="user", parts=[types.Part.from_text(text=f"Weather in Paris and Lyon? ({stream})")])
-    decl = types.FunctionDeclaration(name="get_weather", description="Weather.", parameters={"type": "object", "properties": {"city": {"type": "string"}}})
+    params = {"type": "object", "properties": {"city": {"type": "string"}}}
+    decl = types.FunctionDeclaration(name="get_weather", description="Weather.", parameters=params)
     config = genai_config({"x-mock-reasoning": "1"}, tools=[types.Tool(function_declarations=[decl])])
     if stream:
         chunks = list(client.models.generate_content_stream(model=GEMINI_VERTEX, contents=[question], config=config))
@@ -746,7 +747,8 @@ def test_restore_gemini(proxy: Proxy, cloud: CloudMock, log: RequestLog, stream:
         types.Content(role="user", parts=[types.Part.from_function_response(name="get_weather", response={"output": f"sunny in {c}"})
                                           for c in ("Paris", "Lyon")]),
     ]  # fmt: skip
-    resp = client.models.generate_content(model=GEMINI_VERTEX, contents=echo, config=genai_config(tools=[types.Tool(function_declarations=[decl])]))
+    config = genai_config(tools=[types.Tool(function_declarations=[decl])])
+    resp = client.models.generate_content(model=GEMINI_VERTEX, contents=echo, config=config)
     assert resp.text == DEFAULT_REPLY
     model_turn = cloud.last("POST", ":generateContent").json()["contents"][1]["parts"]
     assert [p["functionCall"]["args"]["city"] for p in model_turn] == ["Paris", "Lyon"]
@@ -852,7 +854,8 @@ def _usage_claude(row: Claude) -> Callable[[Proxy], tuple[str, Usage]]:
         if "invocationMetrics" in extra:
             # Bedrock's own figures on message_stop, what boto3-based agents read
             m = extra["invocationMetrics"]
-            assert (m["inputTokenCount"], m["outputTokenCount"], m["cacheReadInputTokenCount"], m["cacheWriteInputTokenCount"]) == (12, 7, 5120, 248)
+            got = (m["inputTokenCount"], m["outputTokenCount"], m["cacheReadInputTokenCount"], m["cacheWriteInputTokenCount"])
+            assert got == (12, 7, 5120, 248), m
         elif row.signed:
             # InvokeModel's token-count headers
             assert extra["x-amzn-bedrock-cache-read-input-token-count"] == "5120"
@@ -867,7 +870,8 @@ def _usage_azure(stream: bool) -> Callable[[Proxy], tuple[str, Usage]]:
         client = azure(proxy)
         hello = [{"role": "user", "content": "Say hello."}]
         if stream:
-            chunks = list(client.chat.completions.create(model=AZURE_DEPLOYMENT, messages=hello, stream=True, stream_options={"include_usage": True}))
+            chunks = list(client.chat.completions.create(model=AZURE_DEPLOYMENT, messages=hello, stream=True,
+                                                         stream_options={"include_usage": True}))  # fmt: skip
             assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == DEFAULT_REPLY
             u = chunks[-1].usage
         else:
@@ -963,7 +967,9 @@ def _retry_boto3(op: str) -> Callable[[Proxy, str], str]:
 
 def _retry_claude(make: Callable[[Proxy], Any], suffix: str) -> Callable[[Proxy, str], str]:
     def run(proxy: Proxy, model: str) -> str:
-        msg = make(proxy).messages.create(model=model, max_tokens=32, messages=[{"role": "user", "content": "hi"}], extra_body={REJECTED: "auto"})
+        client = make(proxy)
+        hi = [{"role": "user", "content": "hi"}]
+        msg = client.messages.create(model=model, max_tokens=32, messages=hi, extra_body={REJECTED: "auto"})
         assert [b.text for b in msg.content] == [DEFAULT_REPLY]
         return suffix
 
@@ -1000,12 +1006,15 @@ def json_strings(v: Any) -> str:
 # (row, how, model of its own, signed, the cloud's refusal as the mock words it)
 RETRIES = [
     ("converse", _retry_boto3("converse"), "anthropic.claude-retry-converse-v1:0", True, "extraneous key [service_tier]"),
-    ("converse_stream", _retry_boto3("converse_stream"), "anthropic.claude-retry-converse-stream-v1:0", True, "extraneous key [service_tier]"),
+    ("converse_stream", _retry_boto3("converse_stream"), "anthropic.claude-retry-converse-stream-v1:0", True,
+     "extraneous key [service_tier]"),
     ("invoke_model", _retry_boto3("invoke_model"), "anthropic.claude-retry-invoke-v1:0", True, "extraneous key [service_tier]"),
     ("invoke_model_with_response_stream", _retry_boto3("invoke_model_with_response_stream"), "anthropic.claude-retry-invoke-stream-v1:0",
      True, "extraneous key [service_tier]"),
-    ("AnthropicBedrock", _retry_claude(anthropic_bedrock, "/invoke"), "anthropic.claude-retry-sdk-v1:0", False, "extraneous key [service_tier]"),
-    ("AnthropicVertex", _retry_claude(anthropic_vertex, ":rawPredict"), "claude-retry@20250929", False, "service_tier: Extra inputs are not permitted"),
+    ("AnthropicBedrock", _retry_claude(anthropic_bedrock, "/invoke"), "anthropic.claude-retry-sdk-v1:0", False,
+     "extraneous key [service_tier]"),
+    ("AnthropicVertex", _retry_claude(anthropic_vertex, ":rawPredict"), "claude-retry@20250929", False,
+     "service_tier: Extra inputs are not permitted"),
     ("AzureOpenAI", _retry_azure, "retry-deployment", False, "Unrecognized request argument supplied: service_tier"),
     ("genai-vertex", _retry_genai, "gemini-2.5-flash-retry", False, 'Unknown name "service_tier"'),
 ]  # fmt: skip
