@@ -230,7 +230,13 @@ pub(crate) fn rewrite_parsed(
         .get_or_insert_with(|| {
             let (new, counts, reasons) = restore_pass(ctx, carriers, doc)?;
             // Cannot fail for edits of one parse; then the original goes through the passes.
-            let parsed = ParsedBody::parse(bytes::Bytes::from(new), ctx.dialect).ok()?;
+            // Restore adds carriers, never a model: the restored body's model is the one the
+            // route read for the client's (a `models` table entry, a path's model), not its
+            // `model` string again.
+            let parsed = ParsedBody::parse_named(bytes::Bytes::from(new), ctx.dialect, |_| {
+                doc.model.clone()
+            })
+            .ok()?;
             Some(Arc::new(RestoredBody {
                 parsed,
                 counts,
@@ -1532,6 +1538,39 @@ mod tests {
             .into_iter()
             .map(|t| (t.fingerprint, t.turn))
             .collect()
+    }
+
+    /// The model the route read for a request (an Azure OpenAI deployment its `models` table
+    /// maps, a path's model) is still the request's model once restore has parsed the
+    /// restored body again: the log, the accounting and the learned verdicts key by it, never
+    /// by the body's `model` string.
+    #[test]
+    fn restore_keeps_the_model_the_route_read() {
+        let turn = |rc: bool| {
+            let mut m = json!({"role": "assistant", "content": "Hello."});
+            if rc {
+                m["reasoning_content"] = json!("Greet briefly.");
+            }
+            json!({"model": "prod-4o", "messages": [
+                {"role": "user", "content": "Say hello."}, m,
+                {"role": "user", "content": "Again."}]})
+        };
+        let known = captured(&turn(true));
+        let dropped = ParsedBody::parse_named(
+            bytes::Bytes::from(serde_json::to_vec(&turn(false)).unwrap()),
+            Dialect::Openai,
+            |_| Some("gpt-4o".to_owned()),
+        )
+        .unwrap();
+        let images = ImagesConfig::default();
+        let azure = ResolvedProvider::resolve(Some("azure-openai"), "e2e.openai.azure.com", None);
+        let path = "/openai/deployments/prod-4o/chat/completions";
+        let ctx = with_reasoning(Dialect::Openai, &images, &azure, path);
+        let out = rewrite_parsed(&ctx, &known, dropped.doc(), &mut PassMemo::default()).unwrap();
+        assert_eq!(out.report.restore.reasoning_content, 1);
+        assert_eq!(out.report.model.as_deref(), Some("gpt-4o"));
+        let v: Value = serde_json::from_slice(out.body.as_ref().unwrap()).unwrap();
+        assert_eq!(v, turn(true), "the body's own model string is left as sent");
     }
 
     #[test]

@@ -37,7 +37,7 @@ impl Doc<'_> {
 
 self_cell::self_cell!(
     /// A request body, decoded (`content-encoding` undone), with its one parse: the
-    /// [`Doc`] every run of the request's passes reads ([`ParsedBody::parse`]); shared between
+    /// [`Doc`] every run of the request's passes reads ([`ParsedBody::parse_named`]); shared between
     /// runs (an `Arc`), so a run after the load phase or on the image lane parses nothing
     /// (`crate::pipeline`).
     pub struct ParsedBody {
@@ -50,15 +50,11 @@ self_cell::self_cell!(
 );
 
 impl ParsedBody {
-    /// Parse `bytes` as `dialect` ([`super::parse`]), keeping both.
+    /// Parse `bytes` as `dialect` ([`super::parse`]), keeping both, with the parse's `model`
+    /// (the body's) replaced by what `name` makes of it: the request's model as its route
+    /// reads it ([`crate::route::Route::model_of`]).
     ///
     /// Errors: as [`super::parse`].
-    pub(crate) fn parse(bytes: bytes::Bytes, dialect: Dialect) -> Result<Self, super::ParseError> {
-        Self::try_new(bytes, |b| super::parse(b, dialect))
-    }
-
-    /// [`Self::parse`], with the parse's `model` (the body's) replaced by what `name` makes of
-    /// it: the request's model as its route reads it ([`crate::route::Route::model_of`]).
     pub(crate) fn parse_named(
         bytes: bytes::Bytes,
         dialect: Dialect,
