@@ -272,6 +272,56 @@ async fn converse_stream_usage_read_and_reasoning_restored() {
     proxy.stop().await;
 }
 
+/// An AWS event stream (ConverseStream here) is a stream, as SSE is: the response carries
+/// `x-accel-buffering: no` and the turn is recorded `streamed` (what `report` and the
+/// dashboard show). Unlike SSE, no error text may ever be appended to its binary frames, so
+/// its `content-length` stays. The failing input: both were as for a JSON body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aws_event_stream_is_streamed_unbuffered_and_never_appended_to() {
+    use http_body_util::BodyExt as _;
+
+    let frames = fixture("converse_tool.bin");
+    let body_frames = frames.clone();
+    let mock = start_mock(Arc::new(move |_r: &Recorded| {
+        hyper::Response::builder()
+            .status(200)
+            .header("content-type", "application/vnd.amazon.eventstream")
+            .header("content-length", body_frames.len())
+            .body(full(body_frames.clone()))
+            .unwrap()
+    }))
+    .await;
+    let proxy = bedrock(&mock.url(), "", "").await;
+    let c = client();
+    let request = String::from_utf8(fixture("converse_request.json")).unwrap();
+    let url = proxy.url(&path(CLAUDE, "converse-stream"));
+    let session = ("x-cachekeeper-session", "aws-event-stream");
+    let (status, headers, answer) = send(&c, &url, &[BEDROCK_KEY, session], request).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer.to_vec(), frames);
+    assert_eq!(headers["x-accel-buffering"], "no");
+    assert_eq!(headers["content-length"], frames.len().to_string().as_str());
+
+    // The turn reaches the store through its writer.
+    let api = proxy.url("/_cachekeeper/api/sessions/aws-event-stream");
+    let mut detail = Value::Null;
+    for _ in 0..100 {
+        let req = http::Request::get(&api)
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let resp = c.request(req).await.unwrap();
+        let ok = resp.status() == 200;
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        if ok {
+            detail = serde_json::from_slice(&body).unwrap();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(detail["turns"][0]["streamed"], true, "{detail}");
+    proxy.stop().await;
+}
+
 /// Bedrock's 400 for a key of `additionalModelRequestFields` the model does not take
 /// (`extraneous key [top_k]`, wrapped in "The model returned the following errors: "): with an
 /// API key the proxy learns it (`top_k` on the route's `droppable_params`) and retries once

@@ -334,6 +334,44 @@ fn hard_limits_shrink_just_enough() {
     assert_eq!(run(Dialect::Anthropic, &cfg, &new).body, None);
 }
 
+/// The Converse API takes at most 3.75 MB of image bytes per image (`ImageSource.bytes`, sent
+/// as base64): an upload between 3.75 MB and 5 MB is shrunk under it even on a route whose
+/// `max_image_bytes` allows far more (the tighter of the two holds). The failing input: the
+/// wire used Anthropic's rules, with no size cap of their own, and passed it as sent.
+#[test]
+fn a_converse_image_over_3_75_mb_is_shrunk_under_it() {
+    let cfg = ImagesConfig {
+        max_image_bytes: 20_000_000,
+        ..ImagesConfig::default()
+    };
+    let noisy = png(&screenshot(1300, 1100, 4, 120));
+    assert!(
+        (3_750_000..5_000_000).contains(&noisy.len()),
+        "{}",
+        noisy.len()
+    );
+    let upload = [("image/png".to_owned(), b64(&noisy))];
+    let body = converse_body(&upload, &[]);
+    let out = run(Dialect::Converse, &cfg, &body);
+    assert_eq!(out.report.images.repaired, 1, "{:?}", out.report.reasons);
+    let new: serde_json::Value = serde_json::from_slice(&out.body.unwrap()).unwrap();
+    let image = &new["messages"][0]["content"][1]["image"];
+    let sent = unb64(image["source"]["bytes"].as_str().unwrap());
+    assert!(sent.len() <= 3_750_000, "{}", sent.len());
+    assert_eq!(image["format"], "jpeg");
+    // Under the cap: as sent; Anthropic's wire keeps `max_image_bytes` alone.
+    let small = [(
+        "image/png".to_owned(),
+        b64(&png(&screenshot(600, 400, 2, 6))),
+    )];
+    assert_eq!(
+        run(Dialect::Converse, &cfg, &converse_body(&small, &[])).body,
+        None
+    );
+    let a = anthropic_body(&[a_image("image/png", &b64(&noisy))], &[]);
+    assert_eq!(run(Dialect::Anthropic, &cfg, &a).body, None);
+}
+
 #[test]
 fn a_flat_banner_downscaled_for_gemini_is_never_a_larger_jpeg() {
     // The failing input: a 9000×300 flat-colour PNG (a wide banner) in a Gemini tool result

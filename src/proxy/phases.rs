@@ -487,6 +487,26 @@ fn plan(
 /// operations answer (https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModelWithResponseStream.html).
 const AWS_EVENT_STREAM: &[u8] = b"application/vnd.amazon.eventstream";
 
+/// How a response body is cut for its observer, from its `content-type` (case-insensitive):
+/// SSE, an AWS event stream (binary frames, Bedrock's InvokeModelWithResponseStream and
+/// ConverseStream: read from a decoded copy, never appended to), else one JSON body.
+fn framing(headers: &HeaderMap) -> Framing {
+    let Some(ct) = headers.get(header::CONTENT_TYPE).map(HeaderValue::as_bytes) else {
+        return Framing::Json;
+    };
+    let starts = |prefix: &[u8]| {
+        ct.get(..prefix.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+    };
+    if starts(b"text/event-stream") {
+        Framing::EventStream
+    } else if starts(AWS_EVENT_STREAM) {
+        Framing::AwsEventStream
+    } else {
+        Framing::Json
+    }
+}
+
 /// Phase 7: stream the upstream's response back through the observer, which writes the log
 /// line when the body ends.
 fn respond(
@@ -497,16 +517,16 @@ fn respond(
     let (mut parts, body) = resp.into_parts();
     ctx.status = parts.status.as_u16();
     upstream::strip_hop_by_hop(&mut parts.headers, false);
-    let event_stream = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.to_ascii_lowercase().starts_with("text/event-stream"));
-    ctx.streamed = event_stream;
-    // A plain-text error event cannot be appended inside a compressed stream: such a stream
-    // is aborted instead when it breaks.
-    let may_append = event_stream && !parts.headers.contains_key(header::CONTENT_ENCODING);
-    if event_stream {
+    let framing = framing(&parts.headers);
+    // Both kinds of event stream are streams: logged so, and never buffered by a proxy in
+    // front (`x-accel-buffering: no`).
+    ctx.streamed = framing != Framing::Json;
+    // An error event may be appended to SSE only: a plain-text event cannot go inside a
+    // compressed stream (such a stream is aborted instead when it breaks), nor inside an AWS
+    // event stream's binary frames.
+    let may_append =
+        framing == Framing::EventStream && !parts.headers.contains_key(header::CONTENT_ENCODING);
+    if ctx.streamed {
         parts
             .headers
             .insert("x-accel-buffering", HeaderValue::from_static("no"));
@@ -520,19 +540,6 @@ fn respond(
     }
     parts.headers.insert(OVERHEAD_HEADER, ctx.overhead_header());
     let idle = Duration::from_millis(state.server.idle_timeout_ms);
-    // An AWS event stream (Bedrock's InvokeModelWithResponseStream) is binary frames: read
-    // from a decoded copy, never appended to.
-    let framing = if event_stream {
-        Framing::EventStream
-    } else if parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(AWS_EVENT_STREAM))
-    {
-        Framing::AwsEventStream
-    } else {
-        Framing::Json
-    };
     // A generation's successful response is observed (usage, carriers); anything else only
     // counted.
     let observing = (ctx.endpoint == Some(Endpoint::Generate) && parts.status.is_success())

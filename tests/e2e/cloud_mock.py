@@ -551,6 +551,8 @@ class CloudMock(MockUpstream):
         # Google service accounts the token endpoint knows: client_email -> public key PEM.
         self.google_service_accounts: dict[str, str] = {}
         self.google_tokens_issued = 0
+        # The `expires_in` (seconds) of the tokens the endpoint issues; Google's are an hour.
+        self.google_token_expires_in = 3599
 
     @classmethod
     def handler_base(cls) -> type[_Handler]:
@@ -598,7 +600,7 @@ class _CloudHandler(_Handler):
         (https://developers.google.com/identity/protocols/oauth2/service-account#httprest): the
         form's ``assertion`` is an RS256 JWT whose ``iss`` is a known ``client_email``, signed with
         that account's key, ``aud`` this endpoint, ``scope`` naming cloud-platform. Answers
-        ``VERTEX_ACCESS_TOKEN`` for an hour; refusals as Google words them (``invalid_grant``)."""
+        ``VERTEX_ACCESS_TOKEN`` for ``google_token_expires_in`` seconds (an hour); refusals as Google words them (``invalid_grant``)."""
         from urllib.parse import parse_qs
 
         form = {k: v[0] for k, v in parse_qs(self.rec.body.decode("utf-8", "replace")).items()}
@@ -610,7 +612,7 @@ class _CloudHandler(_Handler):
         if "https://www.googleapis.com/auth/cloud-platform" not in str(claims.get("scope", "")).split():
             return self._send_json(400, {"error": "invalid_scope", "error_description": "Invalid OAuth scope."})
         self.upstream.google_tokens_issued += 1
-        return self._send_json(200, {"access_token": VERTEX_ACCESS_TOKEN, "expires_in": 3599, "token_type": "Bearer"})
+        return self._send_json(200, {"access_token": VERTEX_ACCESS_TOKEN, "expires_in": self.upstream.google_token_expires_in, "token_type": "Bearer"})
 
     # -- shared ------------------------------------------------------------------------------
     def _request_id(self) -> str:

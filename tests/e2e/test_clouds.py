@@ -632,6 +632,46 @@ def test_vertex_requests_without_a_credential_get_the_route_s_token(vertex_sa_pr
     assert "PRIVATE KEY" not in vertex_sa_proxy.logs()
 
 
+def test_vertex_token_is_renewed_before_it_expires_and_never_sent_expired(tmp_path: Path) -> None:
+    """Tokens that live 4 s: each is renewed halfway through its life by a fetch of its own (an
+    account asked again would answer the token it keeps until under 20 s remain), so requests
+    keep getting through. When the token endpoint stops knowing the account, the kept token is
+    sent until it expires, then never: requests without a credential get the 503 `no_token`."""
+    import time
+
+    mock = CloudMock().start()
+    try:
+        mock.google_token_expires_in = 4
+        write_google_service_account(tmp_path / "sa.json", SA_EMAIL, mock, known=True)
+        routes = f"""
+[[routes]]
+name = "vertex-sa"
+prefix = "/vertex-sa"
+upstream = "{mock.url}"
+provider = "vertex"
+[routes.google]
+service_account = "sa.json"
+"""
+        with launch_proxy(tmp_path, routes) as p:
+            deadline = time.monotonic() + 10
+            while mock.google_tokens_issued < 3 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert mock.google_tokens_issued >= 3, p.logs()
+            status, data = _raw_predict(p, "/vertex-sa", {})
+            assert status == 200, data
+
+            mock.google_service_accounts.clear()
+            time.sleep(4.5)
+            status, data = _raw_predict(p, "/vertex-sa", {})
+            assert status == 503, data
+            err = json.loads(data)["error"]
+            assert "the token expired and renewing it failed" in err["message"], err
+            # The token endpoint's refusal is in the proxy's log (gcp_auth's warning).
+            assert "invalid_grant" in p.logs()
+    finally:
+        mock.stop()
+
+
 def test_signed_converse_is_rewritten_resigned_and_retried_signed(signing_proxy: Proxy, cloud: CloudMock) -> None:
     """boto3's SigV4-signed `converse` with 21 screenshots, with the key the proxy holds: the
     Converse passes retire the 11 oldest and place cache points, the rewritten body is signed

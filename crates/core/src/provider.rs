@@ -156,6 +156,19 @@ pub struct ImageLimits {
     /// The many-image rule: `(count, side)` — with more than `count` images every image must
     /// be ≤ `side` px; `None` when the provider has no such rule.
     pub many_image: Option<(usize, u32)>,
+    /// Largest image accepted, as the length of its base64 string, bytes; `None` when only
+    /// `[images] max_image_bytes` applies. The tighter of the two holds
+    /// ([`ImageLimits::hard_len`]).
+    pub max_b64_len: Option<u64>,
+}
+
+impl ImageLimits {
+    /// The longest base64 string an image may be sent as, bytes: the tighter of
+    /// `max_image_bytes` (the `[images]` setting) and these rules' own [`Self::max_b64_len`].
+    pub(crate) fn hard_len(&self, max_image_bytes: u64) -> u64 {
+        self.max_b64_len
+            .map_or(max_image_bytes, |l| l.min(max_image_bytes))
+    }
 }
 
 /// Anthropic's largest image side, px (8000×8000; the 400 `At least one of the image
@@ -177,12 +190,30 @@ const GEMINI_FORMATS: &[Format] = &[
     Format::Heif,
 ];
 
+/// The Converse API's largest image, bytes of the image itself: 3.75 MB, read as 3,750,000
+/// (the smaller reading of "MB"). An `ImageSource`'s `bytes` are "the raw image bytes", sent
+/// as base64 in the JSON body, so the string may be 5,000,000 bytes long ([`base64_len`]).
+/// Source: <https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Message.html>
+/// ("You can include up to 20 images. Each image's size, height, and width must be no more
+/// than 3.75 MB, 8000 px, and 8000 px, respectively."),
+/// <https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ImageSource.html>.
+pub(crate) const CONVERSE_MAX_IMAGE_BYTES: u64 = 3_750_000;
+/// The Converse API's largest image side, px (8000 × 8000). Source: as
+/// [`CONVERSE_MAX_IMAGE_BYTES`].
+pub(crate) const CONVERSE_MAX_SIDE: u32 = 8000;
+
+/// The length of the padded base64 of `n` bytes.
+const fn base64_len(n: u64) -> u64 {
+    n.div_ceil(3) * 4
+}
+
 /// Anthropic's image rules (also for Claude models behind gateways).
 pub(crate) const ANTHROPIC_IMAGES: ImageLimits = ImageLimits {
     name: "anthropic",
     accepted: COMMON_FORMATS,
     max_side: Some(ANTHROPIC_MAX_SIDE),
     many_image: Some((MANY_IMAGE_COUNT, MANY_IMAGE_SIDE)),
+    max_b64_len: None,
 };
 /// OpenAI's image rules (also the fallback for OpenAI-wire bodies).
 pub(crate) const OPENAI_IMAGES: ImageLimits = ImageLimits {
@@ -190,6 +221,7 @@ pub(crate) const OPENAI_IMAGES: ImageLimits = ImageLimits {
     accepted: COMMON_FORMATS,
     max_side: None,
     many_image: None,
+    max_b64_len: None,
 };
 /// Gemini's image rules.
 pub(crate) const GEMINI_IMAGES: ImageLimits = ImageLimits {
@@ -197,6 +229,33 @@ pub(crate) const GEMINI_IMAGES: ImageLimits = ImageLimits {
     accepted: GEMINI_FORMATS,
     max_side: None,
     many_image: None,
+    max_b64_len: None,
+};
+/// The Bedrock Converse API's image rules, which every model on that wire is held to: its
+/// four formats (`png`, `jpeg`, `gif`, `webp`), 8000 px a side, 3.75 MB an image. Its "up to
+/// 20 images" is per message (the restriction is on `Message.content`), not per request, and
+/// is not enforced here (`docs/images.md#bedrock-converse-limits`). Source: as
+/// [`CONVERSE_MAX_IMAGE_BYTES`].
+pub(crate) const CONVERSE_IMAGES: ImageLimits = ImageLimits {
+    name: "converse",
+    accepted: COMMON_FORMATS,
+    max_side: Some(CONVERSE_MAX_SIDE),
+    many_image: None,
+    max_b64_len: Some(base64_len(CONVERSE_MAX_IMAGE_BYTES)),
+};
+/// A Claude model on Converse: Anthropic's rules and the Converse API's, the tighter of each
+/// (the same four formats and 8000 px in both; Anthropic's many-image rule; Converse's
+/// 3.75 MB).
+pub(crate) const CONVERSE_CLAUDE_IMAGES: ImageLimits = ImageLimits {
+    name: "converse (claude)",
+    accepted: COMMON_FORMATS,
+    max_side: Some(if ANTHROPIC_MAX_SIDE < CONVERSE_MAX_SIDE {
+        ANTHROPIC_MAX_SIDE
+    } else {
+        CONVERSE_MAX_SIDE
+    }),
+    many_image: ANTHROPIC_IMAGES.many_image,
+    max_b64_len: CONVERSE_IMAGES.max_b64_len,
 };
 
 /// A provider's per-request image-count ceiling for some of its models, where it differs from

@@ -73,6 +73,8 @@ pub const MAX_PAYLOAD_BYTES: usize = 25_165_824;
 ///
 /// The specification says a client must not enforce those limits; the decoder is not the
 /// client: it reads the proxy's copy of the stream, and the client still receives every byte.
+/// The response tee holds a frame to its event cap instead (`crate::tee::Limits::event_bytes`,
+/// [`crate::sse::MAX_EVENT_BYTES`] by default), as it holds an SSE event.
 pub const MAX_FRAME_BYTES: usize =
     PRELUDE_BYTES + MAX_HEADERS_BYTES + MAX_PAYLOAD_BYTES + MESSAGE_CRC_BYTES;
 
@@ -408,4 +410,4 @@ fn decode_frame(frame: &[u8]) -> Result<Message, Error> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -68,7 +68,8 @@ pub enum Framing {
 /// and [`MAX_JSON_BYTES`]; tests use smaller ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// One event's size ([`MAX_EVENT_BYTES`]).
+    /// One event's size, an SSE event's or an AWS event-stream frame's (prelude and CRC
+    /// included) ([`MAX_EVENT_BYTES`]): the one cap on what a stream's copy holds at once.
     pub event_bytes: usize,
     /// The decoded bytes of a compressed body ([`MAX_DECODED_BYTES`]).
     pub decoded_bytes: u64,
@@ -223,7 +224,10 @@ impl<S: Sink> Tee<S> {
                 buf: Vec::new(),
                 max: limits.json_bytes,
             },
-            Framing::AwsEventStream => Body::Aws(eventstream::Decoder::new(), Vec::new()),
+            Framing::AwsEventStream => Body::Aws(
+                eventstream::Decoder::with_max_frame_bytes(limits.event_bytes),
+                Vec::new(),
+            ),
         };
         let mut tee = Self {
             sink,
@@ -387,6 +391,7 @@ mod tests {
     #[derive(Default)]
     struct Rec {
         events: Vec<Ev>,
+        aws: Vec<Message>,
         json: Vec<Vec<u8>>,
         ends: Vec<End>,
         /// Fail on the event with this index (0-based), or on JSON when 0.
@@ -399,6 +404,10 @@ mod tests {
                 return Err(SinkError("unexpected event shape".into()));
             }
             self.events.push(Ev::of(event));
+            Ok(())
+        }
+        fn on_aws_message(&mut self, message: &Message) -> Result<(), SinkError> {
+            self.aws.push(message.clone());
             Ok(())
         }
         fn on_json(&mut self, body: &[u8]) -> Result<(), SinkError> {
@@ -794,5 +803,55 @@ mod tests {
             .finish();
         tracing::subscriber::with_default(subscriber, f);
         buf.text()
+    }
+
+    /// An AWS event-stream frame is held to the tee's event cap, as an SSE event is: a frame
+    /// over it stops the decoded copy (a warning, `eventstream_error`) as soon as its prelude
+    /// states its length, the frames before it having reached the sink. The failing input: the
+    /// decoder held frames up to the specification's ~25 MiB whatever the cap.
+    #[test]
+    fn an_aws_frame_over_the_event_cap_stops_the_copy() {
+        use crate::eventstream::tests::{bedrock_event, prelude, spec_frame};
+
+        let small = spec_frame(&bedrock_event("messageStart"), br#"{"role":"assistant"}"#);
+        let big = spec_frame(&bedrock_event("contentBlockDelta"), &[b'x'; 2000]);
+        let limits = Limits {
+            event_bytes: 1024,
+            ..Limits::default()
+        };
+        let body = [small.as_slice(), big.as_slice(), small.as_slice()].concat();
+        for piece in [1, 7, body.len()] {
+            let tee = run_with(
+                Framing::AwsEventStream,
+                None,
+                &body,
+                piece,
+                End::Complete,
+                limits,
+                Rec::default(),
+            );
+            assert_eq!(tee.stopped(), Some("eventstream_error"), "piece {piece}");
+            assert_eq!(tee.sink().aws.len(), 1, "piece {piece}");
+            assert_eq!(tee.sink().ends.len(), 1);
+        }
+        // Within the cap: every frame decoded.
+        let tee = run(Framing::AwsEventStream, None, &body, 5, End::Complete);
+        assert_eq!(tee.stopped(), None);
+        assert_eq!(tee.sink().aws.len(), 3);
+
+        // The default cap is the SSE event cap: a frame stating one byte more is refused at
+        // its prelude, nothing of it held.
+        let over = u32::try_from(MAX_EVENT_BYTES + 1).unwrap();
+        let mut tee = Tee::new(Framing::AwsEventStream, None, Rec::default());
+        tee.on_data(&Bytes::from(prelude(over, 0)));
+        assert_eq!(tee.stopped(), Some("eventstream_error"));
+        match &tee.body {
+            Body::Aws(d, _) => assert_eq!(d.buffered(), 0),
+            _ => unreachable!(),
+        }
+        let at = u32::try_from(MAX_EVENT_BYTES).unwrap();
+        let mut tee = Tee::new(Framing::AwsEventStream, None, Rec::default());
+        tee.on_data(&Bytes::from(prelude(at, 0)));
+        assert_eq!(tee.stopped(), None);
     }
 }

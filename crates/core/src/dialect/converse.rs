@@ -159,10 +159,10 @@ impl super::format::WireFormat for Converse {
         walk(doc)
     }
 
-    /// Anthropic's: Converse takes exactly its four formats (`png`, `jpeg`, `gif`, `webp`) and
-    /// an 8,000 px side; a Claude model gets them by name anyway.
+    /// The Converse API's own (four formats, 8000 px a side, 3.75 MB an image), for every
+    /// model; a Claude model is held to Anthropic's too (`crate::provider::CONVERSE_IMAGES`).
     fn default_image_rules(&self) -> ImageRules {
-        ImageRules::Anthropic
+        ImageRules::Converse
     }
 
     fn reasoning_carriers(&self) -> ReasoningCarriers {

@@ -44,7 +44,8 @@ pub trait WireFormat: Sync + 'static {
     /// the wires whose agents put tool images in user turns (OpenAI Chat, Responses).
     fn image_sites<'a>(&self, doc: &Doc<'a>, agent_images_in_user_turns: bool) -> Walk<'a>;
 
-    /// The image limits to assume when neither the provider row nor the model family say.
+    /// The image limits to assume when neither the provider row nor the model family say;
+    /// [`ImageRules::Converse`]: the wire's own, which come first.
     fn default_image_rules(&self) -> ImageRules;
 
     /// Where this wire carries reasoning in a request, which decides what the reasoning
@@ -210,6 +211,9 @@ pub enum ImageRules {
     Openai,
     /// Gemini's.
     Gemini,
+    /// The Bedrock Converse API's own, which hold every model on the wire (a Claude model is
+    /// held to Anthropic's too, the tighter of each).
+    Converse,
 }
 
 /// Where a wire carries reasoning in a request ([`WireFormat::reasoning_carriers`]).

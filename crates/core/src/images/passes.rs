@@ -4,7 +4,7 @@
 //!    touched"): the declared media type set from the magic bytes; formats the profile rejects
 //!    converted (BMP, TIFF) or replaced by a fixed text (SVG, HEIC/HEIF off Gemini, AVIF);
 //!    images over a hard limit (longest side over the profile's cap, base64 longer than
-//!    `max_image_bytes`) shrunk just enough;
+//!    `max_image_bytes` or the profile's own cap, the tighter) shrunk just enough;
 //! 2. **downscale** of agent images over `embed_target_bytes` or `max_dimension` (JPEG, quality
 //!    ladder, halvings; a note after the image gives the coordinate factor);
 //! 3. **repeat cap** (`max_calls_per_image`): later occurrences of one agent image become a
@@ -580,8 +580,9 @@ struct Bounds {
     /// Hard longest side, px: the profile's cap, lowered by a rejection's stated cap or, on a
     /// "dimensions" rejection, by `max_dimension`.
     hard_side: u32,
-    /// Hard length, bytes of base64: `max_image_bytes`, lowered to [`RESIZE_TARGET_BYTES`] on
-    /// a "too large" rejection without a pixel cap.
+    /// Hard length, bytes of base64: `max_image_bytes` or the profile's own cap, the tighter
+    /// ([`ImageLimits::hard_len`]), lowered to [`RESIZE_TARGET_BYTES`] on a "too large"
+    /// rejection without a pixel cap.
     hard_len: u64,
     /// Whether the downscale budget applies: an agent image, or any image on a "dimensions"
     /// rejection.
@@ -593,7 +594,7 @@ impl Bounds {
     fn of(s: &Settings<'_>, limits: &ImageLimits, agent: bool) -> Self {
         let mut b = Bounds {
             hard_side: limits.max_side.unwrap_or(u32::MAX),
-            hard_len: s.cfg.max_image_bytes,
+            hard_len: limits.hard_len(s.cfg.max_image_bytes),
             treat_as_agent: agent,
         };
         match s.recovery {
@@ -807,7 +808,7 @@ fn many_image_rule(
         let is_data_url = data_url(&site.payload);
         let target = Target {
             max_side: side_cap,
-            max_len: s.cfg.max_image_bytes,
+            max_len: s.profile.limits().hard_len(s.cfg.max_image_bytes),
             data_url: is_data_url,
             mode: Mode::Repair,
         };

@@ -36,7 +36,7 @@ fn config() -> Config {
 
 /// A frame as the specification lays it out, written without the crate: string headers
 /// (type 7), then the payload, the two CRC32s over what precedes them.
-fn spec_frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
+pub(crate) fn spec_frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
     let mut h = Vec::new();
     for (name, value) in headers {
         h.push(u8::try_from(name.len()).unwrap());
@@ -78,7 +78,7 @@ fn smithy_frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
 }
 
 /// The headers Bedrock puts on an event, in its order.
-fn bedrock_event(event_type: &str) -> [(&str, &str); 3] {
+pub(crate) fn bedrock_event(event_type: &str) -> [(&str, &str); 3] {
     [
         (":event-type", event_type),
         (":content-type", "application/json"),
@@ -373,7 +373,7 @@ fn poisoned_decoder_yields_nothing_more() {
 }
 
 /// A prelude stating `total` bytes, its CRC right.
-fn prelude(total: u32, headers: u32) -> Vec<u8> {
+pub(crate) fn prelude(total: u32, headers: u32) -> Vec<u8> {
     let mut p = total.to_be_bytes().to_vec();
     p.extend_from_slice(&headers.to_be_bytes());
     let crc = crc32fast::hash(&p);
