@@ -511,6 +511,16 @@ impl Config {
                     return Err(format!("{at}: the key has no {member}"));
                 }
             }
+            let pem = key
+                .get("private_key")
+                .and_then(|v| v.as_str())
+                .unwrap_or("");
+            if !is_pem_private_key(pem) {
+                return Err(format!(
+                    "{at}: the key's private_key is not a PEM private key (-----BEGIN PRIVATE \
+                     KEY----- and base64 DER); download a new key from the Google Cloud console"
+                ));
+            }
         }
         Ok(())
     }
@@ -582,6 +592,31 @@ impl AwsConfig {
         }
     }
 }
+
+/// Whether `pem` has the shape of the private key of a Google service-account key: a PEM
+/// block `-----BEGIN PRIVATE KEY-----` (PKCS #8, what the Cloud console issues; `RSA PRIVATE
+/// KEY`, PKCS #1, is taken too) whose body is base64 of a DER `SEQUENCE` (first byte `0x30`)
+/// of at least [`MIN_PRIVATE_KEY_DER_BYTES`]. A shape check only: the key itself is parsed when
+/// the token source starts, and an error then is logged and answered (503 `no_token`).
+fn is_pem_private_key(pem: &str) -> bool {
+    use base64::Engine as _;
+    let block = ["PRIVATE KEY", "RSA PRIVATE KEY"].iter().find_map(|label| {
+        let begin = format!("-----BEGIN {label}-----");
+        let end = format!("-----END {label}-----");
+        let start = pem.find(&begin)? + begin.len();
+        let stop = pem[start..].find(&end)? + start;
+        Some(&pem[start..stop])
+    });
+    let Some(body) = block else { return false };
+    let b64: String = body.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .is_ok_and(|der| der.len() >= MIN_PRIVATE_KEY_DER_BYTES && der[0] == 0x30)
+}
+
+/// The least DER length taken as a private key by [`is_pem_private_key`], bytes: far below a
+/// 2048-bit RSA key's PKCS #8 encoding (about 1,200 bytes), far above a placeholder.
+const MIN_PRIVATE_KEY_DER_BYTES: usize = 64;
 
 /// Why a route's cloud sections (`[routes.aws]`, `[routes.google]`) cannot work, if they
 /// cannot (`host`: the upstream's host): a section on a route whose provider does not take
@@ -820,7 +855,7 @@ upstream = "https://api.anthropic.com"
             }
             Config::load(&path).map(|_| ()).map_err(|e| e.to_string())
         };
-        let good = r#"{"type":"service_account","client_email":"a@b.iam.gserviceaccount.com","private_key":"-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n","token_uri":"https://oauth2.googleapis.com/token"}"#;
+        let good = r#"{"type":"service_account","client_email":"a@b.iam.gserviceaccount.com","private_key":"-----BEGIN PRIVATE KEY-----\nMIIEvAABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhscHR4fICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj9AQUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVpbXF1eXw==\n-----END PRIVATE KEY-----\n","token_uri":"https://oauth2.googleapis.com/token"}"#;
         assert_eq!(load(Some(good)), Ok(()));
         let missing = load(None).unwrap_err();
         assert!(
@@ -835,6 +870,18 @@ upstream = "https://api.anthropic.com"
             "{no_key}"
         );
         assert!(load(Some("{")).unwrap_err().contains("not JSON"));
+        // A PEM block whose body is no key (the failing input of a fresh-user pass: `check`
+        // said OK, and every request then got 503 no_token).
+        let placeholder = good.replace("MIIEvAABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhscHR4fICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj9AQUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVpbXF1eXw==", "AAAA");
+        let bad = load(Some(&placeholder)).unwrap_err();
+        assert!(
+            bad.contains("is not a PEM private key") && !bad.contains("AAAA"),
+            "{bad}"
+        );
+        let no_block = good.replace("BEGIN PRIVATE KEY", "BEGIN CERTIFICATE");
+        assert!(load(Some(&no_block))
+            .unwrap_err()
+            .contains("is not a PEM private key"));
     }
 
     #[test]
