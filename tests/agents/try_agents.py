@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -70,7 +71,7 @@ from cloud_mock import (  # noqa: E402
     CloudMock,
     write_google_service_account,
 )
-from helpers import fake_png  # noqa: E402
+from images import screenshot_png  # noqa: E402
 from mock_upstream import MockUpstream, RecordedRequest  # noqa: E402
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cachekeeper-agents"
@@ -105,7 +106,7 @@ class Agent:
     npm: str | None = None
     signed: bool = False  # every generation request must reach the mock with a valid SigV4 signature
     image_round: bool = False  # --strict: the tool round reads a screenshot (its result carries an image)
-    direct: bool = True  # --strict: also run straight at the mock (False: it cannot authenticate there)
+    direct: bool = True  # --strict: also run straight at the mock (False: it cannot authenticate there, or its paths carry a route prefix the mock does not serve)
 
 
 def venv_bin(pkg_key: str, exe: str) -> Path:
@@ -307,8 +308,9 @@ AGENTS = {
             ("/invoke-with-response-stream", "/invoke"),
             npm=NPM_PACKAGES["claude"],
             image_round=True,
+            direct=False,
         ),
-        Agent("codex-azure", "codex", setup_codex_azure, ("/responses",), npm=NPM_PACKAGES["codex"]),
+        Agent("codex-azure", "codex", setup_codex_azure, ("/responses",), npm=NPM_PACKAGES["codex"], image_round=True),
         Agent(
             "claude-vertex",
             "claude",
@@ -498,10 +500,11 @@ def run_agent(agent: Agent, mock: MockUpstream, proxy: str, work: Path, verbose:
     mock.clear()
     mock.strict.read_path = None
     if strict and agent.image_round:
-        # The strict mock's tool round reads this screenshot: the agent sends it back as an
-        # image in its tool result, through the proxy's image passes.
+        # The strict mock's tool round reads this screenshot (a decodable PNG: Codex's
+        # view_image decodes it): the agent sends it back as an image, through the proxy's
+        # image passes.
         shot = cwd / "screenshot.png"
-        shot.write_bytes(fake_png(1280, 800, seed=7))
+        shot.write_bytes(screenshot_png(1280, 800, seed=7))
         mock.strict.read_path = str(shot)
     argv, extra = agent.setup(Ctx(proxy, work, reply), home)
     if strict:
@@ -543,7 +546,8 @@ def run_agent(agent: Agent, mock: MockUpstream, proxy: str, work: Path, verbose:
         echoed = sum(1 for r in generations if r.carriers)
         refused = next((r.strict_error for r in generations if r.strict_error), None)
         problems = [p for p in problems if not p.startswith("the mock's reply")]
-        images = sum(1 for r in generations if b'"type":"image"' in r.body.replace(b" ", b""))
+        # An image block in any wire: Anthropic's `image`, the Responses API's `input_image`.
+        images = sum(1 for r in generations if re.search(rb'"type":"(input_)?image"', r.body.replace(b" ", b"")))
         if refused:
             problems.append(f"refused: {refused[:160]}")
         elif agent.image_round and not images:

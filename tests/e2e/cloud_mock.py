@@ -974,8 +974,10 @@ def _sse(obj: dict[str, Any]) -> bytes:
 
 
 def _sse_json(event: bytes) -> dict[str, Any]:
-    """The JSON of an SSE event's ``data:`` line."""
-    for line in event.decode().splitlines():
+    """The JSON of an SSE event's ``data:`` line. Lines end at CR or LF only (the SSE spec):
+    ``str.splitlines`` would also split inside a JSON string at U+2028 or U+0085, which the
+    strict mock's texts carry."""
+    for line in event.decode().replace("\r\n", "\n").replace("\r", "\n").split("\n"):
         if line.startswith("data:"):
             return json.loads(line[5:].strip())
     raise ValueError(f"no data line in {event!r}")
