@@ -138,3 +138,62 @@ fn resign(
         .map_err(|e| e.to_string())?;
     Ok(headers)
 }
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    reason = "tests: #[tokio::test] blocks on its future"
+)]
+mod tests {
+    use super::*;
+    use aws_credential_types::provider::SharedCredentialsProvider;
+    use aws_credential_types::Credentials;
+
+    async fn signer() -> Arc<AwsSigner> {
+        let creds = Credentials::new("AKIDPROXYEXAMPLE", "proxySecret", None, None, "test");
+        let provider = SharedCredentialsProvider::new(creds);
+        Arc::new(AwsSigner::with_provider(None, provider).await.unwrap())
+    }
+
+    /// Signing that cannot be done (an unsigned request, no `[routes.aws] region`, an upstream
+    /// host that names none) is the proxy's 502 `cannot_sign`, saying why, the headers left
+    /// as they were; never a request sent to earn AWS's bare 403. The same request to a host
+    /// that names its region is signed, inline and (a body over 64 KiB) on a blocking thread.
+    #[tokio::test]
+    async fn a_request_that_cannot_be_signed_is_answered_not_sent() {
+        let out = Outbound::Resign {
+            signer: signer().await,
+            verified: false,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let before = headers.clone();
+        let mock: Uri = "http://127.0.0.1:9/model/m/invoke".parse().unwrap();
+        let body = Bytes::from_static(b"{}");
+        let err = out
+            .apply("gateway", &Method::POST, &mock, &mut headers, &body)
+            .await
+            .unwrap_err();
+        assert_eq!(err.label(), "cannot_sign");
+        assert_eq!(err.status(), http::StatusCode::BAD_GATEWAY);
+        assert!(err.to_string().contains("no region to sign for"), "{err}");
+        assert_eq!(headers, before);
+        let aws: Uri = "https://bedrock-runtime.eu-west-3.amazonaws.com/model/m/invoke"
+            .parse()
+            .unwrap();
+        let large = Bytes::from(vec![b' '; crate::proxy::passes::INLINE_MAX_BYTES + 1]);
+        for body in [body, large] {
+            let mut headers = before.clone();
+            out.apply("gateway", &Method::POST, &aws, &mut headers, &body)
+                .await
+                .unwrap();
+            let auth = headers[header::AUTHORIZATION].to_str().unwrap();
+            assert!(auth.contains("/eu-west-3/bedrock/aws4_request"), "{auth}");
+        }
+    }
+}
