@@ -112,7 +112,7 @@ from cloud_mock import (
 )
 from conftest import Proxy, RequestLog, launch_proxy
 from helpers import LARGE, assert_retired_text, fake_png
-from images import downscale_note, image_size, screenshot_png
+from images import b64, downscale_note, image_size, screenshot_png
 from mock_upstream import (
     ANTHROPIC_REDACTED,
     ANTHROPIC_SIGNATURE,
@@ -297,10 +297,6 @@ def genai_config(headers: dict[str, str] | None = None, extra_body: dict[str, An
 # ---------------------------------------------------------------------------------------------
 # Bodies: a screenshot session per wire; each forwarded carrier is [text, image, (note)]
 # ---------------------------------------------------------------------------------------------
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def b64_any(text: str) -> bytes:
